@@ -1,0 +1,785 @@
+/* The event loop and its tasks.
+ *
+ * One lg_loop per Lua state, kept in the registry. Tasks are coroutines that
+ * only the scheduler (run_until) resumes. A primitive that waits fills an
+ * lg_wait and calls lg_task_suspend(); whatever completes the operation calls
+ * lg_task_wake() from a libuv/libcurl callback, which only queues the task.
+ * Cancellation ends a wait through its cancel hook and raises `cancelled` at
+ * the suspension point, so pcall handlers and <close> variables run.
+ *
+ * The clock is monotonic, or virtual: then it jumps to the next timer as soon
+ * as nothing else can make progress, so specs never sleep real seconds. */
+#include "loop.h"
+
+#include <lauxlib.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define LOOP_KEY "luagent.Loop"
+#define TASKS_KEY "luagent.Tasks"
+#define TASK_MT "luagent.Task"
+#define SLEEP_MT "luagent.Sleep"
+#define JOIN_MT "luagent.Join"
+#define ERROR_MT "luagent.Error"
+
+enum { T_NEW, T_READY, T_RUNNING, T_WAITING, T_DONE };
+
+struct lg_task {
+  lg_loop *loop;
+  lua_State *co;        /* the coroutine; NULL for a blocking root */
+  int co_ref;           /* registry ref to co while the task is alive */
+  int self_ref;         /* registry ref to the userdata while alive */
+  int state;
+  int nargs;            /* arguments waiting for the first resume */
+  int daemon;           /* run() does not wait for it */
+  int cancel_pending;   /* raise `cancelled` at the next suspension */
+  int cancelled;        /* the current wait ended by cancellation */
+  int cancel_reason_ref;
+  int ok;               /* T_DONE: returned normally */
+  int result_ref;       /* T_DONE: {n=, ...} or {err=, traceback=} */
+  int observed;         /* a join saw the outcome */
+  lg_wait *wait;        /* T_WAITING: what it waits on */
+  lua_KFunction k;      /* continuation of the primitive that suspended */
+  lua_KContext kctx;
+  lg_task *next_ready;
+  struct joiner *joiners;      /* tasks waiting in join() for this one */
+  struct lg_task *blocking;    /* root of a blocking wait in progress */
+};
+
+struct joiner {
+  lg_wait w;
+  lg_task *target;
+  struct joiner *next, *prev;
+};
+
+struct lg_loop {
+  uv_loop_t uv;
+  uv_timer_t wake;        /* real mode: armed for the earliest lg_timer */
+  uv_signal_t sigint;
+  lg_task *sigint_task;
+  int sigints;
+  lg_timerheap timers;
+  int is_virtual;
+  double vnow;
+  lg_task *ready_head, *ready_tail;
+  int live;               /* tasks not yet done */
+  int live_daemons;
+  int busy;
+  unsigned long activity;
+  int closed;
+};
+
+/* ---------------------------------------------------------------- errors */
+
+void lg_error_push(lua_State *L, const char *kind, const char *message) {
+  lua_createtable(L, 0, 4);
+  lua_pushstring(L, kind);
+  lua_setfield(L, -2, "kind");
+  lua_pushstring(L, message);
+  lua_setfield(L, -2, "message");
+  luaL_setmetatable(L, ERROR_MT);
+}
+
+int lg_error_raise(lua_State *L, const char *kind, const char *message) {
+  lg_error_push(L, kind, message);
+  return lua_error(L);
+}
+
+/* __tostring of error records: "kind: message". */
+static int l_error_tostring(lua_State *L) {
+  lua_getfield(L, 1, "kind");
+  lua_getfield(L, 1, "message");
+  lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "error"),
+                  luaL_optstring(L, -1, "?"));
+  return 1;
+}
+
+/* ------------------------------------------------------------------ clock */
+
+static double real_now(void) { return (double)uv_hrtime() / 1e9; }
+
+double lg_loop_now(lg_loop *loop) {
+  return loop->is_virtual ? loop->vnow : real_now();
+}
+
+int lg_loop_is_virtual(lg_loop *loop) { return loop->is_virtual; }
+
+uv_loop_t *lg_loop_uv(lg_loop *loop) { return &loop->uv; }
+
+void lg_loop_busy(lg_loop *loop, int delta) { loop->busy += delta; }
+
+void lg_loop_activity(lg_loop *loop) { loop->activity++; }
+
+int lg_loop_timer_start(lg_loop *loop, lg_timer *t, double seconds) {
+  if (!(seconds > 0)) seconds = 0; /* also maps NaN to 0 */
+  return lg_timerheap_add(&loop->timers, t, lg_loop_now(loop) + seconds);
+}
+
+void lg_loop_timer_stop(lg_loop *loop, lg_timer *t) {
+  lg_timerheap_remove(&loop->timers, t);
+}
+
+/* Fires every timer that is due; returns how many fired. */
+static int fire_due_timers(lg_loop *loop) {
+  double now = lg_loop_now(loop);
+  int fired = 0;
+  lg_timer *t;
+  while ((t = lg_timerheap_peek(&loop->timers)) && t->due <= now) {
+    lg_timerheap_remove(&loop->timers, t);
+    t->fire(t);
+    fired++;
+  }
+  return fired;
+}
+
+static void wake_cb(uv_timer_t *h) { (void)h; }
+
+/* Real mode: arms the libuv timer for the earliest lg_timer. */
+static void arm_wake(lg_loop *loop) {
+  lg_timer *t = lg_timerheap_peek(&loop->timers);
+  if (!t) {
+    uv_timer_stop(&loop->wake);
+    return;
+  }
+  double wait = t->due - real_now();
+  uint64_t ms = wait > 0 ? (uint64_t)ceil(wait * 1000.0) : 0;
+  uv_update_time(&loop->uv);
+  uv_timer_start(&loop->wake, wake_cb, ms, 0);
+}
+
+/* ------------------------------------------------------------- the loop */
+
+static int l_loop_gc(lua_State *L);
+
+static void walk_close(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+lg_loop *lg_loop_get(lua_State *L) {
+  lg_loop *loop;
+  if (lua_getfield(L, LUA_REGISTRYINDEX, LOOP_KEY) == LUA_TUSERDATA) {
+    loop = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return loop;
+  }
+  lua_pop(L, 1);
+  loop = lua_newuserdatauv(L, sizeof *loop, 0);
+  memset(loop, 0, sizeof *loop);
+  loop->closed = 1; /* safe for __gc until init succeeds */
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, l_loop_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  if (uv_loop_init(&loop->uv) != 0) luaL_error(L, "luagent: cannot start the event loop");
+  loop->closed = 0;
+  /* Referenced: while armed it is what keeps uv_run() waiting. */
+  uv_timer_init(&loop->uv, &loop->wake);
+  lg_timerheap_init(&loop->timers);
+  lua_setfield(L, LUA_REGISTRYINDEX, LOOP_KEY);
+  return loop;
+}
+
+/* Closes every handle still open and the loop itself (at lua_close). */
+static int l_loop_gc(lua_State *L) {
+  lg_loop *loop = lua_touserdata(L, 1);
+  if (loop->closed) return 0;
+  loop->closed = 1;
+  uv_walk(&loop->uv, walk_close, NULL);
+  uv_run(&loop->uv, UV_RUN_DEFAULT);
+  uv_loop_close(&loop->uv);
+  lg_timerheap_free(&loop->timers);
+  return 0;
+}
+
+/* ----------------------------------------------------------------- tasks */
+
+/* The task whose coroutine is L, or NULL (main thread, foreign coroutine).
+ * A registry table maps each live task's thread to its task. */
+static lg_task *task_of(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, TASKS_KEY);
+  lua_pushthread(L);
+  lg_task *t = lua_istable(L, -2) && lua_rawget(L, -2) == LUA_TLIGHTUSERDATA
+                   ? lua_touserdata(L, -1) : NULL;
+  lua_pop(L, 2);
+  return t;
+}
+
+/* Maps co to t in the registry (t NULL: removes the entry). */
+static void set_task_of(lua_State *L, lua_State *co, lg_task *t) {
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, TASKS_KEY);
+  lua_pushthread(co);
+  lua_xmove(co, L, 1);
+  if (t) lua_pushlightuserdata(L, t);
+  else lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+static void push_ready(lg_task *t) {
+  lg_loop *loop = t->loop;
+  t->state = T_READY;
+  t->next_ready = NULL;
+  if (loop->ready_tail) loop->ready_tail->next_ready = t;
+  else loop->ready_head = t;
+  loop->ready_tail = t;
+}
+
+void lg_task_wake(lg_wait *w) {
+  lg_task *t = w->task;
+  if (!t || t->state != T_WAITING || t->wait != w) return;
+  t->wait = NULL;
+  t->loop->activity++;
+  if (!t->co) t->state = T_READY; /* a blocking root: its run_until sees it */
+  else push_ready(t);
+}
+
+/* Ends t's wait by cancellation: stops the operation, queues the task. */
+static void cancel_wait(lg_task *t) {
+  lg_wait *w = t->wait;
+  t->wait = NULL;
+  t->cancelled = 1;
+  if (w && w->cancel) w->cancel(w);
+  if (!t->co) t->state = T_READY;
+  else push_ready(t);
+}
+
+static void push_cancelled(lua_State *L, lg_task *t) {
+  lg_error_push(L, "cancelled", "task cancelled");
+  if (t && t->cancel_reason_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->cancel_reason_ref);
+    if (lua_type(L, -1) == LUA_TSTRING)
+      lua_pushfstring(L, "task cancelled: %s", lua_tostring(L, -1));
+    else
+      lua_pushliteral(L, "task cancelled");
+    lua_setfield(L, -3, "message");
+    lua_setfield(L, -2, "reason");
+  }
+}
+
+static int raise_cancelled(lua_State *L, lg_task *t) {
+  if (t) t->cancel_pending = t->cancelled = 0;
+  push_cancelled(L, t);
+  return lua_error(L);
+}
+
+static int root_ready(void *arg) { return ((lg_task *)arg)->state != T_WAITING; }
+
+static int run_until(lg_loop *loop, lua_State *L, int (*done)(void *), void *arg);
+
+/* Continuation of every suspension: raise if cancelled, else go on. */
+static int resume_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)ctx;
+  lg_task *t = task_of(L);
+  if (t->cancelled || t->cancel_pending) return raise_cancelled(L, t);
+  return t->k(L, status, t->kctx);
+}
+
+int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k) {
+  lg_loop *loop = lg_loop_get(L);
+  lg_task *t = task_of(L);
+  if (t && t->cancel_pending) {
+    w->task = NULL;
+    if (w->cancel) w->cancel(w);
+    return raise_cancelled(L, t);
+  }
+  if (t && lua_isyieldable(L)) {
+    w->task = t;
+    t->wait = w;
+    t->state = T_WAITING;
+    t->k = k;
+    t->kctx = ctx;
+    return lua_yieldk(L, 0, 0, resume_k);
+  }
+  /* Cannot yield here: drive the loop until this wait ends. */
+  lg_task root;
+  memset(&root, 0, sizeof root);
+  root.loop = loop;
+  root.state = T_WAITING;
+  root.wait = w;
+  root.cancel_reason_ref = LUA_NOREF;
+  w->task = &root;
+  if (t) t->blocking = &root;
+  int rc = run_until(loop, L, root_ready, &root);
+  if (t) t->blocking = NULL;
+  if (rc != 0) {
+    root.wait = NULL;
+    if (w->cancel) w->cancel(w);
+    return luaL_error(L, "luagent: deadlock: waiting on something that can never happen");
+  }
+  if (root.cancelled) return raise_cancelled(L, t);
+  return k(L, LUA_OK, ctx);
+}
+
+/* Stores the outcome of a finished coroutine and wakes its joiners. */
+static void finish_task(lua_State *L, lg_task *t, int status, int nres) {
+  lg_loop *loop = t->loop;
+  lua_State *co = t->co;
+  if (status == LUA_OK) {
+    lua_xmove(co, L, nres);
+    lua_createtable(L, nres, 1);
+    lua_insert(L, -(nres + 1));
+    for (int i = nres; i >= 1; i--) lua_rawseti(L, -(i + 1), i);
+    lua_pushinteger(L, nres);
+    lua_setfield(L, -2, "n");
+    t->ok = 1;
+  } else {
+    lua_createtable(L, 0, 2);
+    lua_pushvalue(co, -1);
+    lua_xmove(co, L, 1);
+    lua_setfield(L, -2, "err");
+    luaL_traceback(L, co, NULL, 0);
+    lua_setfield(L, -2, "traceback");
+    t->ok = 0;
+  }
+  t->result_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_resetthread(co); /* runs pending <close> variables */
+  set_task_of(L, co, NULL);
+  t->state = T_DONE;
+  luaL_unref(L, LUA_REGISTRYINDEX, t->co_ref);
+  t->co_ref = LUA_NOREF;
+  t->co = NULL;
+  loop->live--;
+  if (t->daemon) loop->live_daemons--;
+  while (t->joiners) {
+    struct joiner *j = t->joiners;
+    t->joiners = j->next;
+    j->next = j->prev = NULL;
+    j->target = NULL;
+    lg_task_wake(&j->w);
+  }
+  luaL_unref(L, LUA_REGISTRYINDEX, t->self_ref);
+  t->self_ref = LUA_NOREF;
+}
+
+static void finish_cancelled_unstarted(lua_State *L, lg_task *t) {
+  lua_settop(t->co, 0);
+  push_cancelled(t->co, t);
+  finish_task(L, t, LUA_ERRRUN, 0);
+}
+
+static void resume_task(lua_State *L, lg_task *t) {
+  int nargs = 0, nres = 0;
+  if (t->nargs >= 0) { /* first resume */
+    nargs = t->nargs;
+    t->nargs = -1;
+    if (t->cancel_pending) {
+      finish_cancelled_unstarted(L, t);
+      return;
+    }
+  }
+  t->state = T_RUNNING;
+  int status = lua_resume(t->co, L, nargs, &nres);
+  if (status == LUA_YIELD) {
+    lua_pop(t->co, nres);
+    if (t->state == T_RUNNING) push_ready(t); /* plain coroutine.yield() */
+    return;
+  }
+  finish_task(L, t, status, nres);
+}
+
+/* Resumes the tasks that are ready now; those readied meanwhile wait. */
+static void run_ready(lg_loop *loop, lua_State *L) {
+  lg_task *tail = loop->ready_tail;
+  while (loop->ready_head) {
+    lg_task *t = loop->ready_head;
+    loop->ready_head = t->next_ready;
+    if (!loop->ready_head) loop->ready_tail = NULL;
+    t->next_ready = NULL;
+    resume_task(L, t);
+    if (t == tail) break;
+  }
+}
+
+/* The scheduler: runs tasks, timers and I/O until done(arg). 0, or -1 when
+ * nothing can happen any more (a deadlock). Re-entrant: a blocking wait
+ * runs a nested scheduler, which never resumes a running task. */
+static int run_until(lg_loop *loop, lua_State *L, int (*done)(void *), void *arg) {
+  for (;;) {
+    if (done(arg)) return 0;
+    if (loop->ready_head) {
+      run_ready(loop, L);
+      uv_run(&loop->uv, UV_RUN_NOWAIT);
+      continue;
+    }
+    if (fire_due_timers(loop)) continue;
+    int have_timers = lg_timerheap_peek(&loop->timers) != NULL;
+    if (!have_timers && !uv_loop_alive(&loop->uv) && loop->busy == 0) return -1;
+    if (loop->is_virtual) {
+      unsigned long before = loop->activity;
+      uv_run(&loop->uv, UV_RUN_NOWAIT);
+      if (loop->ready_head || loop->activity != before) continue;
+      if (loop->busy > 0) {
+        /* Real I/O in flight: give it a moment before time jumps. */
+        uv_update_time(&loop->uv);
+        uv_timer_start(&loop->wake, wake_cb, 2, 0);
+        uv_run(&loop->uv, UV_RUN_ONCE);
+        uv_timer_stop(&loop->wake);
+        if (loop->ready_head || loop->activity != before) continue;
+      }
+      if (have_timers) {
+        double due = lg_timerheap_peek(&loop->timers)->due;
+        if (due > loop->vnow) loop->vnow = due;
+        continue;
+      }
+      uv_run(&loop->uv, UV_RUN_ONCE);
+    } else {
+      arm_wake(loop);
+      uv_run(&loop->uv, UV_RUN_ONCE);
+    }
+  }
+}
+
+static lg_task *check_task(lua_State *L, int i) {
+  return luaL_checkudata(L, i, TASK_MT);
+}
+
+/* spawn(fn, ...) -> task: queues fn(...) as a new task. */
+static int l_spawn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lg_loop *loop = lg_loop_get(L);
+  int nargs = lua_gettop(L) - 1;
+  lg_task *t = lua_newuserdatauv(L, sizeof *t, 0);
+  memset(t, 0, sizeof *t);
+  t->loop = loop;
+  t->co_ref = t->self_ref = t->result_ref = t->cancel_reason_ref = LUA_NOREF;
+  t->state = T_DONE; /* safe for __gc until it is queued */
+  t->ok = 1;
+  luaL_setmetatable(L, TASK_MT);
+  lua_State *co = lua_newthread(L);
+  set_task_of(L, co, t);
+  t->co = co;
+  t->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_pushvalue(L, -1);
+  t->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  for (int i = 1; i <= nargs + 1; i++) lua_pushvalue(L, i);
+  lua_xmove(L, co, nargs + 1);
+  t->nargs = nargs;
+  t->ok = 0;
+  loop->live++;
+  push_ready(t);
+  return 1;
+}
+
+/* Pushes a finished task's results, or raises its error. */
+static int push_outcome(lua_State *L, lg_task *t) {
+  t->observed = 1;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, t->result_ref);
+  int res = lua_gettop(L);
+  if (t->ok) {
+    lua_getfield(L, res, "n");
+    int n = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    luaL_checkstack(L, n, "too many results");
+    for (int i = 1; i <= n; i++) lua_rawgeti(L, res, i);
+    return n;
+  }
+  lua_getfield(L, res, "err");
+  if (lua_istable(L, -1)) {
+    if (lua_getfield(L, -1, "traceback") == LUA_TNIL) {
+      lua_getfield(L, res, "traceback");
+      lua_setfield(L, -3, "traceback");
+    }
+    lua_pop(L, 1);
+  } else if (lua_type(L, -1) == LUA_TSTRING) {
+    lua_getfield(L, res, "traceback");
+    lua_pushfstring(L, "%s\n%s", lua_tostring(L, -2), lua_tostring(L, -1));
+  }
+  return lua_error(L);
+}
+
+static void join_cancel(lg_wait *w) {
+  struct joiner *j = (struct joiner *)w;
+  if (!j->target) return;
+  if (j->prev) j->prev->next = j->next;
+  else j->target->joiners = j->next;
+  if (j->next) j->next->prev = j->prev;
+  j->next = j->prev = NULL;
+  j->target = NULL;
+}
+
+static int join_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  return push_outcome(L, check_task(L, 1));
+}
+
+/* task:join() -> results of the task, or raises its error. */
+static int l_task_join(lua_State *L) {
+  lg_task *t = check_task(L, 1);
+  lua_settop(L, 1);
+  if (t->state == T_DONE) return push_outcome(L, t);
+  if (task_of(L) == t) return luaL_error(L, "join: a task cannot join itself");
+  struct joiner *j = lua_newuserdatauv(L, sizeof *j, 0);
+  memset(j, 0, sizeof *j);
+  luaL_setmetatable(L, JOIN_MT);
+  j->w.cancel = join_cancel;
+  j->target = t;
+  j->next = t->joiners;
+  if (t->joiners) t->joiners->prev = j;
+  t->joiners = j;
+  return lg_task_suspend(L, &j->w, 0, join_k);
+}
+
+/* A joiner collected while still linked (lua_close) unlinks itself. */
+static int l_join_gc(lua_State *L) {
+  struct joiner *j = lua_touserdata(L, 1);
+  join_cancel(&j->w);
+  return 0;
+}
+
+/* task:cancel([reason]) -> true if the task was still running. */
+static int l_task_cancel(lua_State *L) {
+  lg_task *t = check_task(L, 1);
+  if (t->state == T_DONE) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  if (t->cancel_reason_ref == LUA_NOREF && !lua_isnoneornil(L, 2)) {
+    lua_pushvalue(L, 2);
+    t->cancel_reason_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  if (t->state == T_WAITING) {
+    cancel_wait(t);
+  } else {
+    t->cancel_pending = 1;
+    if (t->blocking && t->blocking->state == T_WAITING) cancel_wait(t->blocking);
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* task:status() -> "ready" | "running" | "waiting" | "done" | "failed". */
+static int l_task_status(lua_State *L) {
+  lg_task *t = check_task(L, 1);
+  static const char *names[] = {"ready", "ready", "running", "waiting", "done"};
+  if (t->state == T_DONE && !t->ok) lua_pushliteral(L, "failed");
+  else lua_pushstring(L, names[t->state]);
+  return 1;
+}
+
+/* task:set_daemon(on): run() and `luagent run` do not wait for daemons. */
+static int l_task_set_daemon(lua_State *L) {
+  lg_task *t = check_task(L, 1);
+  int on = lua_toboolean(L, 2);
+  if (t->state != T_DONE && on != t->daemon) t->loop->live_daemons += on ? 1 : -1;
+  t->daemon = on;
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* A failed task nobody joined reports its error when collected. */
+static int l_task_gc(lua_State *L) {
+  lg_task *t = lua_touserdata(L, 1);
+  if (t->state == T_DONE && !t->ok && !t->observed && t->result_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->result_ref);
+    lua_getfield(L, -1, "err");
+    int cancelled = 0;
+    if (lua_istable(L, -1)) {
+      lua_getfield(L, -1, "kind");
+      cancelled = lua_isstring(L, -1) && strcmp(lua_tostring(L, -1), "cancelled") == 0;
+      lua_pop(L, 1);
+    }
+    if (!cancelled) {
+      lua_getfield(L, -2, "traceback");
+      fprintf(stderr, "luagent: a task failed and was never joined: %s\n",
+              luaL_tolstring(L, -2, NULL));
+      lua_pop(L, 2);
+    }
+    lua_pop(L, 2);
+  }
+  if (t->result_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, t->result_ref);
+  if (t->cancel_reason_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, t->cancel_reason_ref);
+  t->result_ref = t->cancel_reason_ref = LUA_NOREF;
+  return 0;
+}
+
+/* ----------------------------------------------------------------- sleep */
+
+typedef struct {
+  lg_wait w;
+  lg_timer timer;
+  lg_loop *loop;
+} sleeper;
+
+static void sleep_fire(lg_timer *tm) {
+  sleeper *s = (sleeper *)((char *)tm - offsetof(sleeper, timer));
+  lg_task_wake(&s->w);
+}
+
+static void sleep_cancel(lg_wait *w) {
+  sleeper *s = (sleeper *)w;
+  lg_loop_timer_stop(s->loop, &s->timer);
+}
+
+static int sleep_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)L;
+  (void)status;
+  (void)ctx;
+  return 0;
+}
+
+static int l_sleep_gc(lua_State *L) {
+  sleeper *s = lua_touserdata(L, 1);
+  if (s->loop && !s->loop->closed) lg_loop_timer_stop(s->loop, &s->timer);
+  return 0;
+}
+
+/* sleep(seconds): waits on the loop's clock; cancellable. */
+static int l_sleep(lua_State *L) {
+  double secs = luaL_checknumber(L, 1);
+  lg_loop *loop = lg_loop_get(L);
+  sleeper *s = lua_newuserdatauv(L, sizeof *s, 0);
+  memset(s, 0, sizeof *s);
+  luaL_setmetatable(L, SLEEP_MT);
+  s->loop = loop;
+  s->w.cancel = sleep_cancel;
+  s->timer.fire = sleep_fire;
+  if (lg_loop_timer_start(loop, &s->timer, secs) != 0) return luaL_error(L, "sleep: out of memory");
+  return lg_task_suspend(L, &s->w, 0, sleep_k);
+}
+
+/* ------------------------------------------------------------ run & misc */
+
+static int no_live_tasks(void *arg) {
+  lg_loop *loop = arg;
+  return loop->live - loop->live_daemons <= 0;
+}
+
+/* run(): runs the loop until every non-daemon task is done. Returns true, or
+ * false and the number of tasks stuck when nothing more can happen. */
+static int l_run(lua_State *L) {
+  lg_loop *loop = lg_loop_get(L);
+  if (task_of(L)) return luaL_error(L, "run: called from inside a task");
+  if (run_until(loop, L, no_live_tasks, loop) != 0) {
+    lua_pushboolean(L, 0);
+    lua_pushinteger(L, loop->live - loop->live_daemons);
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int l_now(lua_State *L) {
+  lua_pushnumber(L, lg_loop_now(lg_loop_get(L)));
+  return 1;
+}
+
+/* current() -> the running task, or nil outside tasks. */
+static int l_current(lua_State *L) {
+  lg_task *t = task_of(L);
+  if (!t) return 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);
+  return 1;
+}
+
+/* clock_virtual([start]) / clock_real(): switch clocks; only while no timer
+ * is armed, so no timer mixes two clocks. */
+static int switch_clock(lua_State *L, int to_virtual) {
+  lg_loop *loop = lg_loop_get(L);
+  if (lg_timerheap_peek(&loop->timers))
+    return luaL_error(L, "clock: cannot switch while timers are armed");
+  loop->is_virtual = to_virtual;
+  if (to_virtual) loop->vnow = luaL_optnumber(L, 1, 0);
+  return 0;
+}
+static int l_clock_virtual(lua_State *L) { return switch_clock(L, 1); }
+static int l_clock_real(lua_State *L) { return switch_clock(L, 0); }
+static int l_clock_is_virtual(lua_State *L) {
+  lua_pushboolean(L, lg_loop_get(L)->is_virtual);
+  return 1;
+}
+
+/* stats() -> {tasks=, daemons=, timers=, busy=}: for specs and diagnostics. */
+static int l_stats(lua_State *L) {
+  lg_loop *loop = lg_loop_get(L);
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, loop->live);
+  lua_setfield(L, -2, "tasks");
+  lua_pushinteger(L, loop->live_daemons);
+  lua_setfield(L, -2, "daemons");
+  lua_pushinteger(L, (lua_Integer)loop->timers.count);
+  lua_setfield(L, -2, "timers");
+  lua_pushinteger(L, loop->busy);
+  lua_setfield(L, -2, "busy");
+  return 1;
+}
+
+static void sigint_cb(uv_signal_t *h, int signum) {
+  (void)signum;
+  lg_loop *loop = h->data;
+  if (++loop->sigints > 1) _exit(130);
+  lg_task *t = loop->sigint_task;
+  if (!t || t->state == T_DONE) return;
+  t->cancel_pending = 1;
+  if (t->state == T_WAITING) cancel_wait(t);
+  else if (t->blocking && t->blocking->state == T_WAITING) cancel_wait(t->blocking);
+}
+
+/* on_sigint(task): the first SIGINT cancels `task`, a second exits at once
+ * with code 130. Returns nothing; interrupted() tells whether it fired. */
+static int l_on_sigint(lua_State *L) {
+  lg_task *t = check_task(L, 1);
+  lg_loop *loop = lg_loop_get(L);
+  if (!uv_is_active((uv_handle_t *)&loop->sigint)) {
+    uv_signal_init(&loop->uv, &loop->sigint);
+    loop->sigint.data = loop;
+    uv_signal_start(&loop->sigint, sigint_cb, SIGINT);
+    uv_unref((uv_handle_t *)&loop->sigint);
+  }
+  loop->sigint_task = t;
+  return 0;
+}
+
+static int l_interrupted(lua_State *L) {
+  lua_pushboolean(L, lg_loop_get(L)->sigints > 0);
+  return 1;
+}
+
+void lg_loop_register(lua_State *L) {
+  static const luaL_Reg task_methods[] = {
+      {"join", l_task_join},     {"cancel", l_task_cancel},
+      {"status", l_task_status}, {"set_daemon", l_task_set_daemon},
+      {NULL, NULL}};
+  if (luaL_newmetatable(L, TASK_MT)) {
+    luaL_newlib(L, task_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_task_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, SLEEP_MT)) {
+    lua_pushcfunction(L, l_sleep_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, JOIN_MT)) {
+    lua_pushcfunction(L, l_join_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, ERROR_MT)) {
+    lua_pushcfunction(L, l_error_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_setfield(L, -2, "error_metatable");
+
+  static const luaL_Reg funcs[] = {
+      {"spawn", l_spawn},
+      {"sleep", l_sleep},
+      {"now", l_now},
+      {"run", l_run},
+      {"current", l_current},
+      {"clock_virtual", l_clock_virtual},
+      {"clock_real", l_clock_real},
+      {"clock_is_virtual", l_clock_is_virtual},
+      {"stats", l_stats},
+      {"on_sigint", l_on_sigint},
+      {"interrupted", l_interrupted},
+      {NULL, NULL}};
+  luaL_setfuncs(L, funcs, 0);
+  lg_loop_get(L);
+}

@@ -1,0 +1,60 @@
+/* The event loop and its tasks: one libuv loop per Lua state, Lua coroutines
+ * as tasks, one clock (monotonic or virtual) for every timer. Only the
+ * scheduler resumes tasks; libuv and libcurl callbacks just call
+ * lg_task_wake() to mark a task ready. */
+#ifndef LG_LOOP_H
+#define LG_LOOP_H
+
+#include <lua.h>
+#include <uv.h>
+
+#include "timerheap.h"
+
+typedef struct lg_loop lg_loop;
+typedef struct lg_task lg_task;
+typedef struct lg_wait lg_wait;
+
+/* What a suspended task waits on. A primitive embeds one in its own state,
+ * sets `cancel`, and calls lg_task_suspend(). Exactly one of lg_task_wake()
+ * (the operation finished) or the cancel hook (the task was cancelled) ends
+ * the wait. */
+struct lg_wait {
+  lg_task *task;               /* set by lg_task_suspend */
+  void (*cancel)(lg_wait *w);  /* stop the operation; must not wake */
+};
+
+/* The loop of this Lua state, created on first use (lives in the registry). */
+lg_loop *lg_loop_get(lua_State *L);
+uv_loop_t *lg_loop_uv(lg_loop *loop);
+/* Seconds on the loop's clock: monotonic, or virtual when switched. */
+double lg_loop_now(lg_loop *loop);
+int lg_loop_is_virtual(lg_loop *loop);
+
+/* Timers on the loop's clock; `fire` runs in the scheduler, not in Lua. */
+int lg_loop_timer_start(lg_loop *loop, lg_timer *t, double seconds);
+void lg_loop_timer_stop(lg_loop *loop, lg_timer *t);
+
+/* In-flight operations that make real progress without any timer (HTTP
+ * transfers, child processes). While some are in flight the virtual clock
+ * waits for real I/O to settle before it jumps to the next timer. */
+void lg_loop_busy(lg_loop *loop, int delta);
+/* Tells the virtual clock that real I/O happened (called by I/O callbacks). */
+void lg_loop_activity(lg_loop *loop);
+
+/* Suspends the calling Lua code until `w` is woken, then calls `k`. Inside a
+ * task this yields to the scheduler; elsewhere (top-level code, a foreign
+ * coroutine) it runs the scheduler until `w` is woken. If the task is
+ * cancelled, the cancel hook runs and a `cancelled` error is raised here. */
+int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k);
+/* Marks the waiting task ready; safe from any callback. */
+void lg_task_wake(lg_wait *w);
+
+/* Pushes an error record {kind=, message=} with the shared metatable. */
+void lg_error_push(lua_State *L, const char *kind, const char *message);
+/* Raises an error record (never returns). */
+int lg_error_raise(lua_State *L, const char *kind, const char *message);
+
+/* Registers spawn, sleep, now, clock, run, ... into the table on the stack. */
+void lg_loop_register(lua_State *L);
+
+#endif

@@ -1,0 +1,54 @@
+-- Error records: the values that operational failures return (DESIGN.md,
+-- "Errors"). A record is a plain table with a `kind` from the closed list
+-- below, a `message`, and whatever fields its kind documents. Records print
+-- as "kind: message" through their metatable.
+local M = {}
+
+-- The closed list of kinds. Adding one is a contract change: document it in
+-- lua/luagent/EVENTS.md and freeze it with a spec.
+M.kinds = {
+  cancelled = true,   -- the task was cancelled (always raised, never returned)
+  timeout = true,     -- a deadline fired; `which` says which one
+  refused = true,     -- connection refused
+  dns = true,         -- host name did not resolve
+  tls = true,         -- TLS handshake or record failure
+  reset = true,       -- connection reset by peer
+  eof = true,         -- closed before a complete response
+  truncated = true,   -- body ended before its terminator
+  http = true,        -- an HTTP error status; `status`, `headers`, `body`
+  protocol = true,    -- malformed framing, oversized line or event
+  stream_error = true,-- the provider reported an error inside the stream
+  transport = true,   -- any other transport failure (curl code in `curl_code`)
+  usage = true,       -- bad input from a user: flag, file, spec
+}
+
+-- One metatable for records made in C and in Lua: the core's when it is
+-- loaded (so C-made records print the same way), else a local one.
+local has_core, core = pcall(require, "luagent.core")
+local Error = has_core and core.error_metatable or {}
+Error.__index = Error
+Error.__name = "luagent.Error"
+
+function Error.__tostring(e)
+  return e.kind .. ": " .. tostring(e.message)
+end
+
+-- Makes a record of `kind` with `message` and the extra `fields` (copied).
+-- An unknown kind is a programming error and raises.
+function M.new(kind, message, fields)
+  if not M.kinds[kind] then
+    error("errors.new: unknown error kind '" .. tostring(kind) .. "'", 2)
+  end
+  local e = {}
+  if fields then for k, v in pairs(fields) do e[k] = v end end
+  e.kind, e.message = kind, message or kind
+  return setmetatable(e, Error)
+end
+
+-- True when `v` is an error record (made here or by the C core).
+function M.is(v)
+  return type(v) == "table" and type(v.kind) == "string" and M.kinds[v.kind] ~= nil
+end
+
+M.metatable = Error
+return M

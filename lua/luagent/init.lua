@@ -1,0 +1,71 @@
+-- luagent: the public Lua API. Tasks, time and errors come from the C core;
+-- larger areas (http, providers, mock, ...) load on first use.
+local core = require "luagent.core"
+local errors = require "luagent.errors"
+
+local M = {
+  version = core.version,
+  core = core,
+  errors = errors,
+  spawn = core.spawn,    -- spawn(fn, ...) -> task
+  sleep = core.sleep,    -- sleep(seconds), cancellable
+  now = core.now,        -- seconds on the loop's clock
+  run = core.run,        -- run the loop until all non-daemon tasks are done
+  current = core.current,
+  stats = core.stats,
+  clock = {
+    virtual = core.clock_virtual, -- virtual([start]): time jumps when idle
+    real = core.clock_real,
+    is_virtual = core.clock_is_virtual,
+  },
+}
+
+-- daemon(fn, ...) -> task: a task that run() and `luagent run` do not wait
+-- for (servers, watchers).
+function M.daemon(fn, ...)
+  return core.spawn(fn, ...):set_daemon(true)
+end
+
+-- deadline(seconds, fn, ...) -> fn's results. Runs fn as a child task and
+-- cancels it when the time is up, raising an error of kind `timeout` (which
+-- = "deadline"). If the caller is cancelled meanwhile, the child is too.
+function M.deadline(seconds, fn, ...)
+  if type(seconds) ~= "number" then error("deadline: seconds must be a number", 2) end
+  if type(fn) ~= "function" then error("deadline: fn must be a function", 2) end
+  local child = core.spawn(fn, ...)
+  local expired = {}
+  local watchdog = core.spawn(function()
+    core.sleep(seconds)
+    child:cancel(expired)
+  end)
+  local res = table.pack(pcall(child.join, child))
+  watchdog:cancel()
+  if res[1] then return table.unpack(res, 2, res.n) end
+  local err = res[2]
+  if child:status() ~= "done" and child:status() ~= "failed" then
+    child:cancel() -- the caller itself was cancelled while waiting
+  elseif errors.is(err) and err.kind == "cancelled" and err.reason == expired then
+    err = errors.new("timeout", string.format("deadline of %g s exceeded", seconds),
+      { which = "deadline", seconds = seconds })
+  end
+  error(err, 0)
+end
+
+-- Areas loaded on first use: luagent.http, luagent.mock, ...
+local lazy = {}
+setmetatable(M, {
+  __index = function(t, k)
+    if lazy[k] == nil then
+      local ok, mod = pcall(require, "luagent." .. k)
+      if not ok then
+        if tostring(mod):find("module 'luagent." .. k .. "' not found", 1, true) then return nil end
+        error(mod, 2)
+      end
+      lazy[k] = mod
+      rawset(t, k, mod)
+    end
+    return lazy[k]
+  end,
+})
+
+return M

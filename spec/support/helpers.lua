@@ -1,0 +1,54 @@
+-- Shared helpers for specs: where the executable is, and running it.
+local M = {}
+
+-- The executable under test: the Makefile exports LUAGENT_BIN (build/ or
+-- build-san/); a plain `busted` run falls back to build/luagent.
+M.bin = os.getenv("LUAGENT_BIN") or "build/luagent"
+
+local function shell_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+M.quote = shell_quote
+
+local function slurp(path)
+  local f = io.open(path, "rb")
+  if not f then return "" end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+M.slurp = slurp
+
+-- Writes `text` to a fresh temporary file and returns its path.
+function M.tempfile(text, suffix)
+  local path = os.tmpname() .. (suffix or "")
+  local f = assert(io.open(path, "wb"))
+  f:write(text or "")
+  f:close()
+  return path
+end
+
+-- run(args...) -> {code=, stdout=, stderr=}: runs the executable with the
+-- given arguments (strings, quoted here) and captures everything.
+function M.run(...)
+  local out, err = os.tmpname(), os.tmpname()
+  local words = { shell_quote(M.bin) }
+  for _, a in ipairs({ ... }) do words[#words + 1] = shell_quote(a) end
+  local cmd = table.concat(words, " ") .. " >" .. out .. " 2>" .. err .. " </dev/null"
+  local _, _, code = os.execute(cmd)
+  local r = { code = code, stdout = slurp(out), stderr = slurp(err) }
+  os.remove(out)
+  os.remove(err)
+  return r
+end
+
+-- run_script(source, args...) -> same as run, for `luagent run <tmpfile>`.
+function M.run_script(source, ...)
+  local path = M.tempfile(source, ".lua")
+  local r = M.run("run", path, ...)
+  r.path = path
+  os.remove(path)
+  return r
+end
+
+return M
