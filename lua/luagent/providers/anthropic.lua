@@ -1,0 +1,183 @@
+-- Anthropic Messages adapter: builds POST {base}/messages and decodes its
+-- streamed events into the normalized events of lua/luagent/EVENTS.md.
+-- Pure Lua, no I/O.
+local common = require "luagent.providers.common"
+
+local M = {
+  name = "anthropic",
+  default_base_url = "https://api.anthropic.com/v1",
+  version = "2023-06-01",
+  default_max_tokens = 4096,
+}
+
+------------------------------------------------------------------------------
+-- Request
+------------------------------------------------------------------------------
+
+-- The assistant's content blocks: its signed thinking (only a signed block
+-- can be sent back), text, then tool_use blocks.
+local function assistant_blocks(m)
+  local blocks = {}
+  if type(m.thinking) == "string" and m.thinking ~= "" and type(m.thinking_signature) == "string" then
+    blocks[#blocks + 1] = { type = "thinking", thinking = m.thinking, signature = m.thinking_signature }
+  end
+  if type(m.content) == "string" and m.content ~= "" then
+    blocks[#blocks + 1] = { type = "text", text = m.content }
+  end
+  for _, c in ipairs(type(m.tool_calls) == "table" and m.tool_calls or {}) do
+    blocks[#blocks + 1] = { type = "tool_use", id = c.id, name = c.name,
+      input = common.arguments_value(c) }
+  end
+  return blocks
+end
+
+-- Translates the history. Tool results become tool_result blocks of one user
+-- message (consecutive results share it, and user text that follows joins it
+-- as a text block, as the API wants one user turn after a tool_use turn).
+local function messages(history)
+  local out, results = {}, nil
+  for _, m in ipairs(history) do
+    if m.role == "tool" then
+      if results == nil then
+        results = {}
+        out[#out + 1] = { role = "user", content = results }
+      end
+      results[#results + 1] = { type = "tool_result", tool_use_id = m.tool_call_id,
+        content = common.result_text(m.content), is_error = m.is_error == true }
+    elseif m.role == "user" and results ~= nil then
+      results[#results + 1] = { type = "text", text = m.content or "" }
+    else
+      results = nil
+      if m.role == "user" then
+        out[#out + 1] = { role = "user", content = m.content or "" }
+      else
+        local blocks = assistant_blocks(m)
+        out[#out + 1] = { role = "assistant", content = blocks[1] and blocks or (m.content or "") }
+      end
+    end
+  end
+  return out
+end
+
+-- Builds the HTTP request for `req` (see the brief's request shape).
+function M.build(req, opts)
+  common.check_request(M.name, req)
+  opts = opts or {}
+  local stream = req.stream ~= false
+  local body = { model = req.model, messages = common.array(messages(req.messages)),
+    max_tokens = req.max_tokens or M.default_max_tokens, stream = stream,
+    temperature = req.temperature }
+  if req.system ~= nil and req.system ~= "" then body.system = req.system end
+  if common.has_tools(req.tools) then
+    body.tools = {}
+    for i, t in ipairs(req.tools) do
+      body.tools[i] = { name = t.name, description = t.description,
+        input_schema = common.schema(t.parameters) }
+    end
+  end
+  local headers = { ["content-type"] = "application/json", ["anthropic-version"] = M.version }
+  if stream then headers.accept = "text/event-stream" end
+  if opts.api_key then headers["x-api-key"] = opts.api_key end
+  return {
+    method = "POST",
+    url = common.url(opts.base_url or M.default_base_url, "/messages"),
+    headers = common.headers(headers, opts.headers),
+    body = common.encode(body),
+  }
+end
+
+------------------------------------------------------------------------------
+-- Stream
+------------------------------------------------------------------------------
+
+local STOP = { end_turn = "stop", stop_sequence = "stop", max_tokens = "length",
+  tool_use = "tool_use", refusal = "stop", pause_turn = "stop",
+  model_context_window_exceeded = "length" }
+
+-- Merges a usage object into the running one: input arrives in
+-- message_start, output (cumulative) in message_delta. Normalized input
+-- counts every prompt token, cached or not, as OpenAI's does.
+local function merge_usage(dec, u)
+  if type(u) ~= "table" then return end
+  local raw = dec.raw_usage or {}
+  dec.raw_usage = raw
+  for _, k in ipairs({ "input_tokens", "output_tokens", "cache_read_input_tokens",
+      "cache_creation_input_tokens" }) do
+    if type(u[k]) == "number" then raw[k] = u[k] end
+  end
+  local read = raw.cache_read_input_tokens or 0
+  local write = raw.cache_creation_input_tokens or 0
+  dec:set_usage(common.usage((raw.input_tokens or 0) + read + write, raw.output_tokens, read, write))
+end
+
+local handlers = {}
+
+function handlers.message_start(dec, p)
+  local msg = type(p.message) == "table" and p.message or {}
+  dec:start(msg.id, msg.model)
+  merge_usage(dec, msg.usage)
+end
+
+function handlers.content_block_start(dec, p)
+  local block = type(p.content_block) == "table" and p.content_block or {}
+  if block.type == "tool_use" then
+    local call = dec:open_call(p.index, block.id, block.name)
+    if type(block.input) == "table" and next(block.input) ~= nil then
+      dec:add_arguments(call, common.encode(block.input)) -- a proxy that sent it whole
+    end
+  elseif block.type == "text" then
+    dec:add_text(block.text)
+  elseif block.type == "thinking" then
+    dec:add_thinking(block.thinking)
+  end
+end
+
+function handlers.content_block_delta(dec, p)
+  local d = type(p.delta) == "table" and p.delta or {}
+  if d.type == "text_delta" then
+    dec:add_text(d.text)
+  elseif d.type == "thinking_delta" then
+    dec:add_thinking(d.thinking)
+  elseif d.type == "signature_delta" then
+    dec:add_signature(d.signature, p.index)
+  elseif d.type == "input_json_delta" then
+    local call = dec:call(p.index)
+    if call then dec:add_arguments(call, d.partial_json) end
+  end
+end
+
+function handlers.content_block_stop(dec, p)
+  local call = dec:call(p.index)
+  if call then dec:close_call(call) end
+end
+
+function handlers.message_delta(dec, p)
+  local d = type(p.delta) == "table" and p.delta or {}
+  if type(d.stop_reason) == "string" then
+    dec:set_stop(STOP[d.stop_reason] or "stop", d.stop_reason)
+  end
+  merge_usage(dec, p.usage)
+end
+
+function handlers.message_stop(dec)
+  dec:complete()
+end
+
+function handlers.error(dec, p)
+  return dec:stream_error(p.error)
+end
+
+-- Dispatches one event on its payload `type` (the SSE event name repeats
+-- it); pings and unknown types are ignored.
+local function handle(dec, p, ev)
+  local kind = type(p.type) == "string" and p.type or ev.event
+  local h = handlers[kind]
+  if h then return h(dec, p) end
+end
+
+-- A decoder for one response stream; ctx = {model=}.
+function M.decoder(ctx)
+  return common.decoder(M.name, ctx, handle, nil, "message_stop")
+end
+
+return M

@@ -1,0 +1,482 @@
+-- Shared pieces of the provider adapters (openai, anthropic,
+-- openai_responses): a JSON encoder that keeps empty arrays and JSON Schema
+-- exact, request helpers, and the stream decoder skeleton that turns provider
+-- chunks into the normalized events of lua/luagent/EVENTS.md. Pure Lua, no I/O.
+local cjson = require "cjson"
+local errors = require "luagent.errors"
+
+local M = {}
+
+------------------------------------------------------------------------------
+-- JSON
+------------------------------------------------------------------------------
+
+-- The installed lua-cjson (2.1.0) cannot encode an empty array and prints
+-- numbers with 14 digits, so requests are encoded here; cjson only decodes
+-- (through a private instance, so nobody else's settings leak in) and
+-- escapes strings.
+local json = cjson.new()
+
+M.null = cjson.null
+-- Marks a table as a JSON array even when empty. Reuses cjson's marker when
+-- the installed cjson has one, so tables marked for either encode alike.
+M.array_mt = cjson.array_mt or { __name = "luagent.json.array" }
+local RAW_MT = { __name = "luagent.json.raw" }
+
+-- Marks `t` (or a new table) as a JSON array and returns it.
+function M.array(t)
+  return setmetatable(t or {}, M.array_mt)
+end
+
+-- Wraps already-encoded JSON text so the encoder splices it verbatim; used to
+-- replay tool arguments byte for byte.
+function M.raw(text)
+  return setmetatable({ text }, RAW_MT)
+end
+
+-- Shortest decimal text that reads back as the same float.
+local function encode_float(x)
+  if x ~= x or x == math.huge or x == -math.huge then
+    error("json.encode: cannot encode a non-finite number", 0)
+  end
+  for digits = 15, 17 do
+    local s = string.format("%." .. digits .. "g", x)
+    if tonumber(s) == x then return s end
+  end
+end
+
+-- Classifies a table: "array" with its length, or "object".
+local function table_kind(t)
+  local mt = getmetatable(t)
+  if mt == M.array_mt or t == cjson.empty_array then return "array", #t end
+  local n = 0
+  for k in pairs(t) do
+    if math.type(k) ~= "integer" or k < 1 then return "object" end
+    n = n + 1
+  end
+  if n > 0 and n == #t then return "array", n end
+  return "object"
+end
+
+local encode_value
+
+-- Appends the JSON text of table `t` to buffer `buf`.
+local function encode_table(t, buf, depth)
+  if getmetatable(t) == RAW_MT then buf[#buf + 1] = t[1]; return end
+  if depth > 200 then error("json.encode: nesting too deep (cycle?)", 0) end
+  local kind, n = table_kind(t)
+  if kind == "array" then
+    buf[#buf + 1] = "["
+    for i = 1, n do
+      if i > 1 then buf[#buf + 1] = "," end
+      encode_value(t[i], buf, depth + 1)
+    end
+    buf[#buf + 1] = "]"
+    return
+  end
+  local keys = {}
+  for k in pairs(t) do
+    local tk = type(k)
+    if tk ~= "string" and tk ~= "number" then
+      error("json.encode: cannot encode a " .. tk .. " key", 0)
+    end
+    keys[#keys + 1] = tostring(k)
+  end
+  table.sort(keys) -- deterministic bodies: cassettes and specs compare text
+  buf[#buf + 1] = "{"
+  for i, k in ipairs(keys) do
+    local v = t[k]
+    if v == nil then v = t[tonumber(k)] end
+    if i > 1 then buf[#buf + 1] = "," end
+    buf[#buf + 1] = json.encode(k)
+    buf[#buf + 1] = ":"
+    encode_value(v, buf, depth + 1)
+  end
+  buf[#buf + 1] = "}"
+end
+
+-- Appends the JSON text of any encodable value to `buf`.
+function encode_value(v, buf, depth)
+  local tv = type(v)
+  if tv == "string" then
+    buf[#buf + 1] = json.encode(v)
+  elseif tv == "number" then
+    buf[#buf + 1] = math.type(v) == "integer" and string.format("%d", v) or encode_float(v)
+  elseif tv == "boolean" then
+    buf[#buf + 1] = v and "true" or "false"
+  elseif tv == "table" then
+    encode_table(v, buf, depth)
+  elseif v == cjson.null then
+    buf[#buf + 1] = "null"
+  else
+    error("json.encode: cannot encode a " .. tv, 0)
+  end
+end
+
+-- Encodes `v` as JSON text. Empty tables are objects unless marked with
+-- M.array; non-finite numbers and functions raise.
+function M.encode(v)
+  local buf = {}
+  encode_value(v, buf, 0)
+  return table.concat(buf)
+end
+
+-- Decodes JSON text; returns the value, or nil and cjson's message.
+function M.decode(text)
+  local ok, v = pcall(json.decode, text)
+  if ok then return v end
+  return nil, tostring(v)
+end
+
+-- cjson decodes every number as a float; tools and token counts want 3, not
+-- 3.0. Turns integral floats into integers throughout `v` (in place).
+local function integerize(v)
+  if type(v) == "number" then return math.tointeger(v) or v end
+  if type(v) == "table" then
+    for k, x in pairs(v) do v[k] = integerize(x) end
+  end
+  return v
+end
+
+------------------------------------------------------------------------------
+-- Requests
+------------------------------------------------------------------------------
+
+-- Checks the parts of a request every adapter needs; misuse raises with the
+-- adapter's name (never with opts, which hold the key).
+function M.check_request(name, req)
+  if type(req) ~= "table" then error(name .. ".build: request must be a table", 3) end
+  if type(req.model) ~= "string" or req.model == "" then
+    error(name .. ".build: request.model must be a non-empty string", 3)
+  end
+  if type(req.messages) ~= "table" then error(name .. ".build: request.messages must be a table", 3) end
+  for i, m in ipairs(req.messages) do
+    if type(m) ~= "table" or (m.role ~= "user" and m.role ~= "assistant" and m.role ~= "tool") then
+      error(name .. ".build: messages[" .. i .. "] has no valid role (user, assistant, tool)", 3)
+    end
+  end
+end
+
+-- Joins a base URL (trailing slashes dropped) and a path.
+function M.url(base, path)
+  return (base:gsub("/+$", "")) .. path
+end
+
+-- Merges the adapter's headers with the caller's extra ones; names are
+-- lowercased so an extra header replaces a default one whatever its case.
+function M.headers(defaults, extra)
+  local h = {}
+  for k, v in pairs(defaults) do h[k:lower()] = v end
+  for k, v in pairs(extra or {}) do h[k:lower()] = v end
+  return h
+end
+
+-- JSON Schema keywords whose value is an array, and keywords whose value maps
+-- names to schemas (so a property named "required" is not taken for one).
+local ARRAY_KEYWORDS = { required = true, enum = true, anyOf = true, allOf = true,
+  oneOf = true, prefixItems = true, examples = true, type = true }
+local MAP_KEYWORDS = { properties = true, patternProperties = true, ["$defs"] = true,
+  definitions = true, dependentSchemas = true }
+
+-- Copies schema `s`, marking empty array keywords; tables that already have
+-- a metatable (marked arrays, raw JSON) are the caller's choice and kept.
+local function schema_copy(s)
+  if type(s) ~= "table" or getmetatable(s) ~= nil then return s end
+  local out = {}
+  for k, v in pairs(s) do
+    if ARRAY_KEYWORDS[k] and type(v) == "table" and next(v) == nil then
+      out[k] = M.array()
+    elseif MAP_KEYWORDS[k] and type(v) == "table" then
+      local map = {}
+      for name, sub in pairs(v) do map[name] = schema_copy(sub) end
+      out[k] = map
+    else
+      out[k] = schema_copy(v)
+    end
+  end
+  return out
+end
+
+-- A tool's parameters as JSON Schema ready to encode: a copy in which empty
+-- array keywords (`required = {}`) stay arrays; absent means "no arguments".
+function M.schema(parameters)
+  if parameters == nil then return { type = "object", properties = {} } end
+  return schema_copy(parameters)
+end
+
+-- True when `tools` holds at least one tool (empty lists are omitted).
+function M.has_tools(tools)
+  return type(tools) == "table" and tools[1] ~= nil
+end
+
+-- A tool call's arguments as JSON object text. Replays the exact text the
+-- model sent when it is still valid, else encodes the table.
+function M.arguments_text(call)
+  if type(call.raw_arguments) == "string" and type(M.decode(call.raw_arguments)) == "table" then
+    return call.raw_arguments
+  end
+  if type(call.arguments) == "table" then return M.encode(call.arguments) end
+  if type(call.arguments) == "string" and type(M.decode(call.arguments)) == "table" then
+    return call.arguments
+  end
+  return "{}"
+end
+
+-- A tool call's arguments as a value to embed in a body (Anthropic `input`).
+function M.arguments_value(call)
+  return M.raw(M.arguments_text(call))
+end
+
+-- A tool result's content as text.
+function M.result_text(content)
+  if content == nil then return "" end
+  if type(content) == "string" then return content end
+  if type(content) == "table" then return M.encode(content) end
+  return tostring(content)
+end
+
+------------------------------------------------------------------------------
+-- Stream decoding
+------------------------------------------------------------------------------
+
+-- Normalized usage with every field an integer (0 when not reported).
+function M.usage(input, output, cache_read, cache_write)
+  local function n(x) return math.tointeger(tonumber(x) or 0) or 0 end
+  return { type = "usage", input_tokens = n(input), output_tokens = n(output),
+    cache_read_tokens = n(cache_read), cache_write_tokens = n(cache_write) }
+end
+
+-- Decodes a tool call's assembled argument text. Returns the table, or nil
+-- and a message. Empty text means no arguments.
+local function decode_arguments(raw)
+  if raw == "" then return {} end
+  local v, err = M.decode(raw)
+  if v == nil then return nil, "invalid JSON arguments: " .. err end
+  if type(v) ~= "table" then return nil, "invalid JSON arguments: expected an object" end
+  return integerize(v)
+end
+
+local Decoder = {}
+Decoder.__index = Decoder
+
+-- Makes a decoder for adapter `name`. `handle(dec, payload, sse_event)` turns
+-- one decoded data payload into events through the methods below and returns
+-- nothing, or nil and an error from dec:fail(). `sentinel` is a data text that
+-- ends the stream ("[DONE]"). `terminator` names it in truncation messages.
+function M.decoder(name, ctx, handle, sentinel, terminator)
+  return setmetatable({
+    provider = name, model = ctx and ctx.model, handle = handle,
+    sentinel = sentinel, terminator = terminator,
+    n = 0, out = nil, started = false, ended = false, failed = nil, delivered = false,
+    text = {}, thinking = {}, calls = {}, by_key = {},
+    usage_ev = nil, stop = nil, raw_stop = nil,
+  }, Decoder)
+end
+
+-- Types that count as output the user has seen (retrying would repeat it).
+local DELIVERED = { text_delta = true, thinking_delta = true, tool_call_start = true,
+  tool_call_delta = true, tool_call_end = true }
+
+-- Feeds one SSE event; returns the array of normalized events it produced,
+-- or nil and an error record (sticky: later calls return the same error).
+function Decoder:feed(ev)
+  if self.failed then return nil, self.failed end
+  if type(ev) ~= "table" then error(self.provider .. " decoder: feed expects an SSE event table", 2) end
+  self.n = self.n + 1
+  local out = {}
+  self.out = out
+  local data = ev.data
+  if self.ended or data == nil or data == "" then return out end
+  if data == self.sentinel then
+    self:complete()
+    return self:flush(out)
+  end
+  local payload, jerr = M.decode(data)
+  if payload == nil then
+    return self:fail("protocol", "invalid JSON in SSE data at event " .. self.n .. ": " .. jerr,
+      { event_index = self.n })
+  end
+  if type(payload) ~= "table" then return out end
+  local ok, err = self.handle(self, payload, ev)
+  if ok == nil and err then return nil, err end
+  return self:flush(out)
+end
+
+-- Returns the final events once the body has ended, or nil and an error:
+-- `truncated` unless the stream's terminator or a stop reason was seen.
+function Decoder:finish()
+  if self.failed then return nil, self.failed end
+  local out = {}
+  self.out = out
+  if self.ended then return out end
+  if self.stop == nil then
+    return self:fail("truncated", "stream ended before " .. self.terminator, {})
+  end
+  self:complete()
+  return self:flush(out)
+end
+
+-- Notes what `out` delivered and returns it.
+function Decoder:flush(out)
+  for _, e in ipairs(out) do
+    if DELIVERED[e.type] then self.delivered = true; break end
+  end
+  return out
+end
+
+-- Records the decoder's failure; returns nil and the error. Events of the
+-- failing call are dropped, so `delivered` counts earlier calls only.
+function Decoder:fail(kind, message, fields)
+  fields.provider = self.provider
+  fields.delivered = self.delivered
+  if self.usage_ev then fields.usage = self:usage_table() end
+  self.failed = errors.new(kind, message, fields)
+  return nil, self.failed
+end
+
+-- Fails with a stream_error built from a provider's error object `obj`,
+-- keeping its type/code/status exactly as sent; `raw` (default `obj`) is the
+-- decoded object kept on the record.
+function Decoder:stream_error(obj, fallback, raw)
+  local t = type(obj) == "table" and obj or {}
+  local msg = t.message
+  if type(msg) ~= "string" or msg == "" then msg = fallback or "provider reported an error" end
+  local function keep(v) if v ~= cjson.null then return v end end
+  return self:fail("stream_error", msg, { type = keep(t.type), code = keep(t.code),
+    status = keep(t.status), raw = raw or obj })
+end
+
+-- Emits one event into the current output.
+function Decoder:emit(e)
+  self.out[#self.out + 1] = e
+end
+
+-- Emits message_start once; `id` and `model` come from the provider when
+-- known. Every content method calls it, so it always comes first.
+function Decoder:start(id, model)
+  if self.started then return end
+  self.started = true
+  if type(model) ~= "string" then model = self.model end
+  self:emit({ type = "message_start", provider = self.provider, model = model,
+    id = type(id) == "string" and id or nil })
+end
+
+-- Emits a text delta (empty strings are dropped).
+function Decoder:add_text(s)
+  if type(s) ~= "string" or s == "" then return end
+  self:start()
+  self.text[#self.text + 1] = s
+  self:emit({ type = "text_delta", text = s })
+end
+
+-- Emits a thinking delta (empty strings are dropped).
+function Decoder:add_thinking(s)
+  if type(s) ~= "string" or s == "" then return end
+  self:start()
+  self.thinking[#self.thinking + 1] = s
+  self:emit({ type = "thinking_delta", text = s })
+end
+
+-- Keeps the signature of thinking block `key` (Anthropic), which must go
+-- back with the thinking when the conversation continues. Not an event. A
+-- message with several signed blocks cannot be replayed as one, so keeps none.
+function Decoder:add_signature(s, key)
+  if type(s) ~= "string" then return end
+  if self.signature_key ~= nil and self.signature_key ~= key then self.signature_many = true end
+  self.signature_key = key
+  self.signature = (self.signature or "") .. s
+end
+
+-- Opens tool call `key` (the provider's handle for it: an index, a block
+-- index or an item id) and emits tool_call_start. Returns the call.
+function Decoder:open_call(key, id, name)
+  self:start()
+  local call = { index = #self.calls + 1, id = id, name = name, parts = {} }
+  self.calls[call.index] = call
+  if key ~= nil then self.by_key[key] = call end
+  self:emit({ type = "tool_call_start", index = call.index, id = id, name = name })
+  return call
+end
+
+-- Makes `key` a second name of `call` (an item id and an output index).
+function Decoder:alias(key, call)
+  if key ~= nil then self.by_key[key] = call end
+end
+
+-- The open or closed call known as `key`, or nil.
+function Decoder:call(key)
+  return self.by_key[key]
+end
+
+-- Appends argument text to an open call and emits tool_call_delta.
+function Decoder:add_arguments(call, s)
+  if call.closed or type(s) ~= "string" or s == "" then return end
+  call.parts[#call.parts + 1] = s
+  self:emit({ type = "tool_call_delta", index = call.index, id = call.id, arguments = s })
+end
+
+-- Closes a call: decodes its arguments (`full`, when the provider sends the
+-- whole text at the end, wins over the assembled parts) and emits
+-- tool_call_end. Invalid JSON is reported on the event, never raised.
+function Decoder:close_call(call, full)
+  if call.closed then return end
+  call.closed = true
+  call.raw = type(full) == "string" and full or table.concat(call.parts)
+  call.arguments, call.error = decode_arguments(call.raw)
+  self:emit({ type = "tool_call_end", index = call.index, id = call.id, name = call.name,
+    arguments = call.arguments, raw_arguments = call.raw, error = call.error })
+end
+
+-- Closes every call still open, in order.
+function Decoder:close_calls()
+  for _, call in ipairs(self.calls) do self:close_call(call) end
+end
+
+-- Records the latest normalized usage (an M.usage table).
+function Decoder:set_usage(u)
+  self.usage_ev = u
+end
+
+-- A copy of the usage without its `type`, as message_end and errors carry it.
+function Decoder:usage_table()
+  local u = self.usage_ev
+  return { input_tokens = u.input_tokens, output_tokens = u.output_tokens,
+    cache_read_tokens = u.cache_read_tokens, cache_write_tokens = u.cache_write_tokens }
+end
+
+-- Records the normalized and raw stop reason (see complete() for tool_use).
+function Decoder:set_stop(stop, raw)
+  self.stop, self.raw_stop = stop, raw
+end
+
+-- Ends the message: closes calls, emits usage (when known) and the one
+-- message_end with the assembled assistant message. A plain stop after tool
+-- calls is reported as tool_use: the calls still wait for their results.
+function Decoder:complete()
+  if self.ended then return end
+  self.ended = true
+  self:start()
+  self:close_calls()
+  local stop = self.stop or "stop"
+  if stop == "stop" and #self.calls > 0 then stop = "tool_use" end
+  local usage
+  if self.usage_ev then
+    self:emit(self.usage_ev)
+    usage = self:usage_table()
+  end
+  local message = { role = "assistant", content = table.concat(self.text) }
+  if #self.thinking > 0 then message.thinking = table.concat(self.thinking) end
+  if self.signature and not self.signature_many then message.thinking_signature = self.signature end
+  if #self.calls > 0 then
+    message.tool_calls = {}
+    for i, c in ipairs(self.calls) do
+      message.tool_calls[i] = { id = c.id, name = c.name, arguments = c.arguments,
+        raw_arguments = c.raw, error = c.error }
+    end
+  end
+  self:emit({ type = "message_end", stop_reason = stop, raw_stop_reason = self.raw_stop,
+    message = message, usage = usage })
+end
+
+M.Decoder = Decoder
+return M

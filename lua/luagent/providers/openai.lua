@@ -1,0 +1,125 @@
+-- OpenAI Chat Completions adapter (and the many servers that speak it):
+-- builds POST {base}/chat/completions and decodes its streamed chunks into
+-- the normalized events of lua/luagent/EVENTS.md. Pure Lua, no I/O.
+local common = require "luagent.providers.common"
+
+local M = {
+  name = "openai",
+  default_base_url = "https://api.openai.com/v1",
+}
+
+------------------------------------------------------------------------------
+-- Request
+------------------------------------------------------------------------------
+
+-- One history message in Chat Completions form.
+local function message(m)
+  if m.role == "user" then
+    return { role = "user", content = m.content or "" }
+  elseif m.role == "tool" then
+    return { role = "tool", tool_call_id = m.tool_call_id, content = common.result_text(m.content) }
+  end
+  local out = { role = "assistant" }
+  local calls = m.tool_calls
+  if type(calls) == "table" and calls[1] ~= nil then
+    out.tool_calls = {}
+    for i, c in ipairs(calls) do
+      out.tool_calls[i] = { id = c.id, type = "function",
+        ["function"] = { name = c.name, arguments = common.arguments_text(c) } }
+    end
+    if m.content ~= nil and m.content ~= "" then out.content = m.content end
+  else
+    out.content = m.content or ""
+  end
+  return out
+end
+
+-- Builds the HTTP request for `req` (see the brief's request shape).
+function M.build(req, opts)
+  common.check_request(M.name, req)
+  opts = opts or {}
+  local stream = req.stream ~= false
+  local messages = {}
+  if req.system ~= nil and req.system ~= "" then
+    messages[1] = { role = "system", content = req.system }
+  end
+  for _, m in ipairs(req.messages) do messages[#messages + 1] = message(m) end
+  local body = { model = req.model, messages = common.array(messages), stream = stream,
+    max_completion_tokens = req.max_tokens, temperature = req.temperature }
+  if stream then body.stream_options = { include_usage = true } end
+  if common.has_tools(req.tools) then
+    body.tools = {}
+    for i, t in ipairs(req.tools) do
+      body.tools[i] = { type = "function", ["function"] = { name = t.name,
+        description = t.description, parameters = common.schema(t.parameters) } }
+    end
+  end
+  local headers = { ["content-type"] = "application/json" }
+  if stream then headers.accept = "text/event-stream" end
+  if opts.api_key then headers.authorization = "Bearer " .. opts.api_key end
+  return {
+    method = "POST",
+    url = common.url(opts.base_url or M.default_base_url, "/chat/completions"),
+    headers = common.headers(headers, opts.headers),
+    body = common.encode(body),
+  }
+end
+
+------------------------------------------------------------------------------
+-- Stream
+------------------------------------------------------------------------------
+
+local STOP = { stop = "stop", length = "length", tool_calls = "tool_use",
+  function_call = "tool_use", content_filter = "stop" }
+
+-- Applies one tool_calls delta entry. Calls are keyed by `index`; servers
+-- that omit it are matched by id, else continue the last call.
+local function tool_delta(dec, tc)
+  local key = tc.index
+  if type(key) ~= "number" then
+    key = type(tc.id) == "string" and tc.id or dec.last_key or 0
+  end
+  dec.last_key = key
+  local call = dec:call(key)
+  local fn = type(tc["function"]) == "table" and tc["function"] or {}
+  if call == nil then
+    call = dec:open_call(key, type(tc.id) == "string" and tc.id or nil,
+      type(fn.name) == "string" and fn.name or nil)
+  end
+  dec:add_arguments(call, fn.arguments)
+end
+
+-- Turns one chunk into events.
+local function handle(dec, chunk)
+  if type(chunk.error) == "table" then return dec:stream_error(chunk.error) end
+  dec:start(chunk.id, chunk.model)
+  for _, choice in ipairs(type(chunk.choices) == "table" and chunk.choices or {}) do
+    local delta = type(choice.delta) == "table" and choice.delta or {}
+    dec:add_text(delta.content)
+    dec:add_thinking(delta.reasoning_content or delta.reasoning)
+    if type(delta.tool_calls) == "table" then
+      for _, tc in ipairs(delta.tool_calls) do
+        if type(tc) == "table" then tool_delta(dec, tc) end
+      end
+    end
+    local reason = choice.finish_reason
+    if reason == "error" then
+      return dec:stream_error(nil, "stream ended with finish_reason \"error\"")
+    elseif type(reason) == "string" then
+      dec:set_stop(STOP[reason] or "stop", reason)
+      dec:close_calls()
+    end
+  end
+  local u = chunk.usage
+  if type(u) == "table" then
+    local details = type(u.prompt_tokens_details) == "table" and u.prompt_tokens_details or {}
+    dec:set_usage(common.usage(u.prompt_tokens, u.completion_tokens, details.cached_tokens, 0))
+  end
+end
+
+-- A decoder for one response stream; ctx = {model=}.
+function M.decoder(ctx)
+  return common.decoder(M.name, ctx, handle, "[DONE]", "[DONE]")
+end
+
+return M
