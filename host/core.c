@@ -5,6 +5,7 @@
 #include <lauxlib.h>
 
 #include "backoff.h"
+#include "http.h"
 #include "loop.h"
 #include "sse.h"
 
@@ -16,5 +17,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_backoff_register(L);
   lg_sse_register(L);
   lg_loop_register(L);
+  lg_http_register(L);
   return 1;
 }

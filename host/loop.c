@@ -231,6 +231,7 @@ static void push_ready(lg_task *t) {
 void lg_task_wake(lg_wait *w) {
   lg_task *t = w->task;
   if (!t || t->state != T_WAITING || t->wait != w) return;
+  w->task = NULL; /* a late wake of an ended wait is a no-op */
   t->wait = NULL;
   t->loop->activity++;
   if (!t->co) t->state = T_READY; /* a blocking root: its run_until sees it */
@@ -242,6 +243,7 @@ static void cancel_wait(lg_task *t) {
   lg_wait *w = t->wait;
   t->wait = NULL;
   t->cancelled = 1;
+  if (w) w->task = NULL;
   if (w && w->cancel) w->cancel(w);
   if (!t->co) t->state = T_READY;
   else push_ready(t);

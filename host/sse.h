@@ -76,5 +76,7 @@ void lg_sse_free(lg_sse *p);
  * the stack. Declared here with a forward type so this header stays pure. */
 struct lua_State;
 void lg_sse_register(struct lua_State *L);
+/* Pushes `ev` as a Lua table {event=, data=, id=, retry=} (sse_lua.c). */
+void lg_sse_push_event(struct lua_State *L, const lg_sse_event *ev);
 
 #endif

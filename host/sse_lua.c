@@ -65,10 +65,8 @@ static int l_sse_parser(lua_State *L) {
   return 1;
 }
 
-/* Event callback: appends one event table to the results table on top. */
-static int push_event(void *ud, const lg_sse_event *ev) {
-  feed_ctx *c = ud;
-  lua_State *L = c->L;
+/* Pushes one event as a table {event=, data=, id=, retry=}. */
+void lg_sse_push_event(lua_State *L, const lg_sse_event *ev) {
   lua_createtable(L, 0, 4);
   lua_pushlstring(L, ev->type, ev->type_len);
   lua_setfield(L, -2, "event");
@@ -82,7 +80,13 @@ static int push_event(void *ud, const lg_sse_event *ev) {
     lua_pushinteger(L, (lua_Integer)ev->retry);
     lua_setfield(L, -2, "retry");
   }
-  lua_rawseti(L, -2, ++c->count);
+}
+
+/* Event callback: appends one event table to the results table on top. */
+static int push_event(void *ud, const lg_sse_event *ev) {
+  feed_ctx *c = ud;
+  lg_sse_push_event(c->L, ev);
+  lua_rawseti(c->L, -2, ++c->count);
   return 0;
 }
 

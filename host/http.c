@@ -1,0 +1,745 @@
+/* HTTP client on the loop: libcurl's multi socket API driven by libuv.
+ *
+ * One multi handle per Lua state (connections are reused across requests to
+ * the same host), one easy handle per request. curl's sockets are watched
+ * with uv_poll, curl's own timer is a uv_timer. Callbacks only move bytes
+ * into the request's C buffer and wake the waiting task; parsing SSE and
+ * building Lua values happen when Lua asks for the next event.
+ *
+ * Timeouts are per request and each has its own error: `connect` (curl's,
+ * real time), `first_byte` (until the response headers), `idle` (longest
+ * silence between body bytes) and `total` (the whole request). The last three
+ * run on the loop's clock, so they follow the virtual clock in simulations. */
+#include "http.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loop.h"
+#include "sse.h"
+
+#define HTTP_KEY "luagent.Http"
+#define REQ_MT "luagent.HttpRequest"
+#define HIGH_WATER ((size_t)1 << 20) /* pause the transfer above this */
+#define ERROR_BODY_MAX ((size_t)64 << 10)
+
+typedef struct {
+  CURLM *multi;
+  uv_timer_t *timer; /* curl's timer; malloc'd, freed in its close callback */
+  lg_loop *loop;
+  int closed;
+} http_ctx;
+
+typedef struct {
+  uv_poll_t poll;
+  curl_socket_t fd;
+  http_ctx *ctx;
+} http_sock;
+
+enum { R_CLOSED, R_HEADERS, R_BODY, R_DONE };
+
+typedef struct {
+  char *p;
+  size_t off, len, cap; /* unread bytes are p[off, len) */
+} bytebuf;
+
+typedef struct request {
+  http_ctx *ctx;
+  CURL *easy;
+  struct curl_slist *headers;
+  char *body;
+  int state;
+  int in_multi;
+  int paused;
+  int headers_done;     /* the final response's headers are complete */
+  long status;
+  bytebuf head;         /* raw header lines of the final response */
+  bytebuf in;           /* body bytes not yet read by Lua */
+  lg_sse sse;
+  int sse_on;
+  uint64_t received;    /* body bytes received */
+  int delivered;        /* some body byte or event reached Lua */
+  /* outcome once R_DONE: a curl code, or our own failure */
+  CURLcode result;
+  long os_errno;
+  const char *fail_kind;   /* set when we aborted it: timeout, protocol */
+  const char *fail_which;  /* which timeout */
+  char fail_msg[160];
+  char errbuf[CURL_ERROR_SIZE];
+  double idle_timeout;
+  lg_timer first_byte, idle, total;
+  lg_wait wait;
+} request;
+
+/* ------------------------------------------------------------- buffers */
+
+static int buf_append(bytebuf *b, const char *data, size_t n) {
+  if (b->off > 0 && b->off == b->len) b->off = b->len = 0;
+  if (b->len + n > b->cap) {
+    if (b->off > 0) { /* compact first */
+      memmove(b->p, b->p + b->off, b->len - b->off);
+      b->len -= b->off;
+      b->off = 0;
+    }
+    if (b->len + n > b->cap) {
+      size_t cap = b->cap ? b->cap : 16384;
+      while (cap < b->len + n) cap *= 2;
+      char *p = realloc(b->p, cap);
+      if (!p) return -1;
+      b->p = p;
+      b->cap = cap;
+    }
+  }
+  memcpy(b->p + b->len, data, n);
+  b->len += n;
+  return 0;
+}
+
+static size_t buf_unread(const bytebuf *b) { return b->len - b->off; }
+
+static void buf_free(bytebuf *b) {
+  free(b->p);
+  memset(b, 0, sizeof *b);
+}
+
+/* ---------------------------------------------------- request lifecycle */
+
+static void req_wake(request *r) {
+  lg_loop_activity(r->ctx->loop);
+  lg_task_wake(&r->wait);
+}
+
+static void stop_timers(request *r) {
+  lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
+  lg_loop_timer_stop(r->ctx->loop, &r->idle);
+  lg_loop_timer_stop(r->ctx->loop, &r->total);
+}
+
+/* Takes the easy handle out of the multi (aborting it if still running). */
+static void detach(request *r) {
+  if (r->in_multi) {
+    curl_multi_remove_handle(r->ctx->multi, r->easy);
+    r->in_multi = 0;
+    lg_loop_busy(r->ctx->loop, -1);
+  }
+  stop_timers(r);
+}
+
+/* Ends the request with our own failure (timeout, protocol error). */
+static void fail(request *r, const char *kind, const char *which, const char *msg) {
+  if (r->state == R_DONE || r->state == R_CLOSED) return;
+  detach(r);
+  r->fail_kind = kind;
+  r->fail_which = which;
+  snprintf(r->fail_msg, sizeof r->fail_msg, "%s", msg);
+  r->state = R_DONE;
+  req_wake(r);
+}
+
+/* Frees everything; idempotent (shared by close, __gc and __close). */
+static void req_close(request *r) {
+  if (r->state == R_CLOSED) return;
+  if (r->ctx && !r->ctx->closed) detach(r);
+  if (r->easy) curl_easy_cleanup(r->easy);
+  curl_slist_free_all(r->headers);
+  free(r->body);
+  buf_free(&r->head);
+  buf_free(&r->in);
+  if (r->sse_on) lg_sse_free(&r->sse);
+  r->easy = NULL;
+  r->headers = NULL;
+  r->body = NULL;
+  r->sse_on = 0;
+  r->state = R_CLOSED;
+}
+
+static void timer_fired(request *r, const char *which, const char *msg) {
+  char text[160];
+  snprintf(text, sizeof text, "%s", msg);
+  fail(r, "timeout", which, text);
+}
+
+static void first_byte_fired(lg_timer *t) {
+  request *r = (request *)((char *)t - offsetof(request, first_byte));
+  timer_fired(r, "first_byte", "no response headers within the first-byte timeout");
+}
+
+static void idle_fired(lg_timer *t) {
+  request *r = (request *)((char *)t - offsetof(request, idle));
+  timer_fired(r, "idle", "the stream was silent longer than the idle timeout");
+}
+
+static void total_fired(lg_timer *t) {
+  request *r = (request *)((char *)t - offsetof(request, total));
+  timer_fired(r, "total", "the request took longer than its total timeout");
+}
+
+/* ---------------------------------------------------- curl callbacks */
+
+static size_t on_header(char *data, size_t size, size_t n, void *ud) {
+  request *r = ud;
+  size_t len = size * n;
+  if (len >= 5 && memcmp(data, "HTTP/", 5) == 0) {
+    /* a new status line: a 1xx or a redirect hop starts over */
+    r->head.off = r->head.len = 0;
+    const char *sp = memchr(data, ' ', len);
+    r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+    return len;
+  }
+  if (len <= 2 && (len == 0 || data[0] == '\r' || data[0] == '\n')) {
+    if (r->status >= 200 && r->state == R_HEADERS) {
+      r->state = R_BODY;
+      r->headers_done = 1;
+      lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
+      if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
+      req_wake(r);
+    }
+    return len;
+  }
+  if (buf_append(&r->head, data, len) != 0) return 0;
+  return len;
+}
+
+static size_t on_body(char *data, size_t size, size_t n, void *ud) {
+  request *r = ud;
+  size_t len = size * n;
+  if (r->state == R_HEADERS) { /* body without a header block end; accept */
+    r->state = R_BODY;
+    r->headers_done = 1;
+    lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
+  }
+  if (buf_unread(&r->in) >= HIGH_WATER) {
+    r->paused = 1;
+    lg_loop_timer_stop(r->ctx->loop, &r->idle);
+    return CURL_WRITEFUNC_PAUSE; /* curl keeps these bytes and re-sends them */
+  }
+  if (buf_append(&r->in, data, len) != 0) return 0;
+  r->received += len;
+  if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
+  req_wake(r);
+  return len;
+}
+
+/* Moves finished transfers to R_DONE and wakes their tasks. */
+static void check_done(http_ctx *ctx) {
+  CURLMsg *msg;
+  int left;
+  while ((msg = curl_multi_info_read(ctx->multi, &left))) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    request *r = NULL;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+    if (!r) continue;
+    r->result = msg->data.result;
+    curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &r->os_errno);
+    detach(r);
+    r->state = R_DONE;
+    req_wake(r);
+  }
+}
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  http_sock *s = h->data;
+  int flags = 0, running;
+  if (status < 0) flags = CURL_CSELECT_ERR;
+  if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
+  if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
+  curl_multi_socket_action(s->ctx->multi, s->fd, flags, &running);
+  check_done(s->ctx);
+}
+
+static void on_curl_timer(uv_timer_t *h) {
+  http_ctx *ctx = h->data;
+  int running;
+  curl_multi_socket_action(ctx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  check_done(ctx);
+}
+
+static void free_on_close(uv_handle_t *h) { free(h); }
+
+static void sock_closed(uv_handle_t *h) { free(h->data); }
+
+/* CURLMOPT_SOCKETFUNCTION: start, change or stop watching a socket. */
+static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp) {
+  (void)e;
+  http_ctx *ctx = ud;
+  http_sock *s = sockp;
+  if (what == CURL_POLL_REMOVE) {
+    if (s) {
+      uv_poll_stop(&s->poll);
+      uv_close((uv_handle_t *)&s->poll, sock_closed);
+      curl_multi_assign(ctx->multi, fd, NULL);
+    }
+    return 0;
+  }
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s) return -1;
+    s->fd = fd;
+    s->ctx = ctx;
+    if (uv_poll_init_socket(lg_loop_uv(ctx->loop), &s->poll, fd) != 0) {
+      free(s);
+      return -1;
+    }
+    s->poll.data = s;
+    curl_multi_assign(ctx->multi, fd, s);
+  }
+  int events = 0;
+  if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) events |= UV_READABLE;
+  if (what == CURL_POLL_OUT || what == CURL_POLL_INOUT) events |= UV_WRITABLE;
+  uv_poll_start(&s->poll, events, on_poll);
+  return 0;
+}
+
+/* CURLMOPT_TIMERFUNCTION: curl asks to be called back in `ms` (-1: never). */
+static int on_timer_change(CURLM *m, long ms, void *ud) {
+  (void)m;
+  http_ctx *ctx = ud;
+  if (ms < 0) uv_timer_stop(ctx->timer);
+  else uv_timer_start(ctx->timer, on_curl_timer, (uint64_t)ms, 0);
+  return 0;
+}
+
+/* ------------------------------------------------------ the multi handle */
+
+static int l_http_gc(lua_State *L) {
+  http_ctx *ctx = lua_touserdata(L, 1);
+  if (ctx->closed) return 0;
+  ctx->closed = 1;
+  if (ctx->multi) curl_multi_cleanup(ctx->multi); /* removes its sockets */
+  if (ctx->timer) {
+    uv_timer_stop(ctx->timer);
+    uv_close((uv_handle_t *)ctx->timer, free_on_close);
+  }
+  return 0;
+}
+
+/* The multi handle of this Lua state, created on first use. */
+static http_ctx *http_get(lua_State *L) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, HTTP_KEY) == LUA_TUSERDATA) {
+    http_ctx *ctx = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return ctx;
+  }
+  lua_pop(L, 1);
+  lg_loop *loop = lg_loop_get(L);
+  static int global_init;
+  if (!global_init) {
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) luaL_error(L, "http: curl_global_init failed");
+    global_init = 1;
+  }
+  http_ctx *ctx = lua_newuserdatauv(L, sizeof *ctx, 0);
+  memset(ctx, 0, sizeof *ctx);
+  ctx->closed = 1;
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, l_http_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  ctx->loop = loop;
+  ctx->timer = malloc(sizeof *ctx->timer);
+  ctx->multi = curl_multi_init();
+  if (!ctx->timer || !ctx->multi) luaL_error(L, "http: out of memory");
+  uv_timer_init(lg_loop_uv(loop), ctx->timer);
+  ctx->timer->data = ctx;
+  ctx->closed = 0;
+  curl_multi_setopt(ctx->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(ctx->multi, CURLMOPT_SOCKETDATA, ctx);
+  curl_multi_setopt(ctx->multi, CURLMOPT_TIMERFUNCTION, on_timer_change);
+  curl_multi_setopt(ctx->multi, CURLMOPT_TIMERDATA, ctx);
+  lua_setfield(L, LUA_REGISTRYINDEX, HTTP_KEY);
+  return ctx;
+}
+
+/* ------------------------------------------------------ error records */
+
+/* The error kind for a curl result, refined by the socket's errno. */
+static const char *kind_of(CURLcode rc, long os_errno, int got_headers) {
+  switch (rc) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY: return "dns";
+    case CURLE_COULDNT_CONNECT:
+      return os_errno == ECONNREFUSED || os_errno == 0 ? "refused" : "transport";
+    case CURLE_OPERATION_TIMEDOUT: return "timeout";
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS: return "tls";
+    case CURLE_GOT_NOTHING: return "eof";
+    case CURLE_PARTIAL_FILE: return "truncated";
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_BAD_CONTENT_ENCODING: return "protocol";
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+      if (os_errno == ECONNRESET || os_errno == EPIPE) return "reset";
+      return got_headers ? "truncated" : "eof";
+    default: return "transport";
+  }
+}
+
+/* Pushes the error record of a failed request. */
+static void push_failure(lua_State *L, request *r) {
+  const char *kind = r->fail_kind;
+  const char *msg = r->fail_msg;
+  char text[CURL_ERROR_SIZE + 96];
+  if (!kind) {
+    kind = kind_of(r->result, r->os_errno, r->status > 0);
+    snprintf(text, sizeof text, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->result));
+    msg = text;
+  }
+  lg_error_push(L, kind, msg);
+  if (r->fail_which || (!r->fail_kind && r->result == CURLE_OPERATION_TIMEDOUT)) {
+    lua_pushstring(L, r->fail_which ? r->fail_which : "connect");
+    lua_setfield(L, -2, "which");
+  }
+  lua_pushinteger(L, r->fail_kind ? 0 : r->result);
+  lua_setfield(L, -2, "curl_code");
+  lua_pushstring(L, r->fail_kind ? "" : curl_easy_strerror(r->result));
+  lua_setfield(L, -2, "curl_message");
+  lua_pushinteger(L, (lua_Integer)r->received);
+  lua_setfield(L, -2, "bytes");
+  lua_pushboolean(L, r->delivered);
+  lua_setfield(L, -2, "delivered");
+  if (r->status > 0) {
+    lua_pushinteger(L, r->status);
+    lua_setfield(L, -2, "status");
+  }
+}
+
+/* True when the request ended in failure (not a clean end of body). */
+static int failed(const request *r) {
+  return r->state == R_DONE && (r->fail_kind || r->result != CURLE_OK);
+}
+
+/* ---------------------------------------------------- Lua: request */
+
+static request *check_req(lua_State *L) {
+  request *r = luaL_checkudata(L, 1, REQ_MT);
+  return r;
+}
+
+static void req_cancel(lg_wait *w) {
+  request *r = (request *)((char *)w - offsetof(request, wait));
+  detach(r);
+  if (r->state != R_CLOSED) r->state = R_DONE;
+  r->fail_kind = "cancelled";
+  snprintf(r->fail_msg, sizeof r->fail_msg, "request cancelled");
+}
+
+/* Reads timeout.<name> (seconds) from the table at index `t`, or 0. */
+static double timeout_field(lua_State *L, int t, const char *name) {
+  double v = 0;
+  if (lua_type(L, t) == LUA_TTABLE) {
+    lua_getfield(L, t, name);
+    if (!lua_isnil(L, -1)) {
+      if (!lua_isnumber(L, -1)) luaL_error(L, "http.request: timeout.%s must be a number", name);
+      v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+  }
+  return v;
+}
+
+/* Continuation: returns the request once its headers arrived, or nil, err
+ * when it ended before them. `ctx` is the request's stack index. */
+static int request_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  request *r = lua_touserdata(L, (int)ctx);
+  if (r->headers_done) {
+    lua_settop(L, (int)ctx);
+    return 1;
+  }
+  if (r->state != R_DONE) return lg_task_suspend(L, &r->wait, ctx, request_k);
+  if (!failed(r)) r->result = CURLE_GOT_NOTHING; /* ended without a response */
+  lua_pushnil(L);
+  push_failure(L, r);
+  req_close(r);
+  return 2;
+}
+
+/* http_request{method=, url=, headers=, body=, timeout={connect=,
+ * first_byte=, idle=, total=}, sse={max_line=, max_event=}} -> request once
+ * the response headers arrived, or nil, err. The request owns the transfer;
+ * close it (or let it be collected) to abort. */
+static int l_http_request(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  http_ctx *ctx = http_get(L);
+  lua_getfield(L, 1, "url");
+  const char *url = luaL_optstring(L, -1, NULL);
+  if (!url) return luaL_error(L, "http.request: url is required");
+  lua_getfield(L, 1, "method");
+  const char *method = luaL_optstring(L, -1, NULL);
+  lua_getfield(L, 1, "body");
+  size_t body_len = 0;
+  const char *body = luaL_optlstring(L, -1, NULL, &body_len);
+  lua_getfield(L, 1, "timeout");
+  int tmo = lua_gettop(L);
+  double t_connect = timeout_field(L, tmo, "connect");
+  double t_first = timeout_field(L, tmo, "first_byte");
+  double t_idle = timeout_field(L, tmo, "idle");
+  double t_total = timeout_field(L, tmo, "total");
+  size_t max_line = 0, max_event = 0;
+  if (lua_getfield(L, 1, "sse") == LUA_TTABLE) {
+    lua_getfield(L, -1, "max_line");
+    max_line = (size_t)luaL_optinteger(L, -1, 0);
+    lua_getfield(L, -2, "max_event");
+    max_event = (size_t)luaL_optinteger(L, -1, 0);
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 1);
+
+  request *r = lua_newuserdatauv(L, sizeof *r, 0);
+  memset(r, 0, sizeof *r);
+  r->state = R_CLOSED; /* safe for __gc until the transfer starts */
+  luaL_setmetatable(L, REQ_MT);
+  r->ctx = ctx;
+  r->wait.cancel = req_cancel;
+  r->first_byte.fire = first_byte_fired;
+  r->idle.fire = idle_fired;
+  r->total.fire = total_fired;
+  r->idle_timeout = t_idle;
+  lg_sse_init(&r->sse, max_line, max_event);
+  r->sse_on = 1;
+  r->easy = curl_easy_init();
+  if (!r->easy) return luaL_error(L, "http.request: out of memory");
+  r->state = R_HEADERS;
+
+  /* headers: a map {name = value} or a list {"Name: value", ...} */
+  if (lua_getfield(L, 1, "headers") == LUA_TTABLE) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+      const char *line;
+      if (lua_type(L, -2) == LUA_TNUMBER) {
+        line = luaL_checkstring(L, -1);
+      } else {
+        lua_pushfstring(L, "%s: %s", luaL_checkstring(L, -2), luaL_checkstring(L, -1));
+        line = lua_tostring(L, -1);
+        lua_replace(L, -2);
+      }
+      struct curl_slist *h = curl_slist_append(r->headers, line);
+      if (!h) return luaL_error(L, "http.request: out of memory");
+      r->headers = h;
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  /* no "Expect: 100-continue" round trip for request bodies */
+  struct curl_slist *h = curl_slist_append(r->headers, "Expect:");
+  if (!h) return luaL_error(L, "http.request: out of memory");
+  r->headers = h;
+
+  CURL *e = r->easy;
+  curl_easy_setopt(e, CURLOPT_URL, url);
+  curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+  const char *ca = getenv("CURL_CA_BUNDLE");
+  if (!ca) ca = getenv("SSL_CERT_FILE");
+  if (ca) curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+  if (t_connect > 0) curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(t_connect * 1000));
+  if (body) {
+    r->body = malloc(body_len ? body_len : 1);
+    if (!r->body) return luaL_error(L, "http.request: out of memory");
+    memcpy(r->body, body, body_len);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+  }
+  if (method) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+  else if (!body) curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+
+  if (curl_multi_add_handle(ctx->multi, e) != CURLM_OK)
+    return luaL_error(L, "http.request: cannot start the transfer");
+  r->in_multi = 1;
+  lg_loop_busy(ctx->loop, 1);
+  if (t_first > 0) lg_loop_timer_start(ctx->loop, &r->first_byte, t_first);
+  if (t_total > 0) lg_loop_timer_start(ctx->loop, &r->total, t_total);
+  return lg_task_suspend(L, &r->wait, lua_absindex(L, -1), request_k);
+}
+
+/* Resumes a paused transfer once Lua has drained the buffer. */
+static void maybe_unpause(request *r) {
+  if (r->paused && r->in_multi && buf_unread(&r->in) < HIGH_WATER / 2) {
+    r->paused = 0;
+    if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
+    curl_easy_pause(r->easy, CURLPAUSE_CONT);
+  }
+}
+
+/* Pushes nil (clean end) or nil, err (failure) for a finished body. */
+static int push_end(lua_State *L, request *r) {
+  lua_pushnil(L);
+  if (!failed(r)) return 1;
+  push_failure(L, r);
+  return 2;
+}
+
+static int read_k(lua_State *L, int status, lua_KContext ctx);
+
+/* req:read() -> the next chunk of body bytes, nil at the end, nil, err. */
+static int l_req_read(lua_State *L) {
+  check_req(L);
+  lua_settop(L, 1);
+  return read_k(L, LUA_OK, 0);
+}
+
+static int read_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  request *r = check_req(L);
+  if (r->state == R_CLOSED) return luaL_error(L, "read: request is closed");
+  size_t n = buf_unread(&r->in);
+  if (n > 0) {
+    lua_pushlstring(L, r->in.p + r->in.off, n);
+    r->in.off = r->in.len = 0;
+    r->delivered = 1;
+    maybe_unpause(r);
+    return 1;
+  }
+  if (r->state == R_DONE) return push_end(L, r);
+  return lg_task_suspend(L, &r->wait, 0, read_k);
+}
+
+/* SSE callback: pushes the event and stops the feed after it. */
+static int take_event(void *ud, const lg_sse_event *ev) {
+  lg_sse_push_event((lua_State *)ud, ev);
+  return 1;
+}
+
+static int event_k(lua_State *L, int status, lua_KContext ctx);
+
+/* req:event() -> the next SSE event {event=, data=, id=, retry=}, nil at the
+ * end of the stream, or nil, err (transport failure, or a protocol error for
+ * an oversized line or event). Bytes after the last complete event at the
+ * end of the stream are reported by req:info().partial. */
+static int l_req_event(lua_State *L) {
+  check_req(L);
+  lua_settop(L, 1);
+  return event_k(L, LUA_OK, 0);
+}
+
+static int event_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  request *r = check_req(L);
+  if (r->state == R_CLOSED) return luaL_error(L, "event: request is closed");
+  size_t n = buf_unread(&r->in);
+  if (n > 0) {
+    uint64_t before = lg_sse_offset(&r->sse);
+    int rc = lg_sse_feed(&r->sse, r->in.p + r->in.off, n, take_event, L);
+    if (rc < 0) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "SSE: %s at byte offset %llu", lg_sse_strerror(rc),
+               (unsigned long long)lg_sse_error_offset(&r->sse));
+      fail(r, "protocol", NULL, msg);
+      r->in.off = r->in.len = 0;
+      lua_pushnil(L);
+      push_failure(L, r);
+      lua_pushinteger(L, (lua_Integer)lg_sse_error_offset(&r->sse));
+      lua_setfield(L, -2, "offset");
+      return 2;
+    }
+    r->in.off += (size_t)(lg_sse_offset(&r->sse) - before);
+    maybe_unpause(r);
+    if (rc > 0) {
+      r->delivered = 1;
+      return 1;
+    }
+  }
+  if (r->state == R_DONE) return push_end(L, r);
+  return lg_task_suspend(L, &r->wait, 0, event_k);
+}
+
+/* req:status() -> the HTTP status code. */
+static int l_req_status(lua_State *L) {
+  lua_pushinteger(L, check_req(L)->status);
+  return 1;
+}
+
+/* req:headers() -> {lowercased name = value}; repeated names joined by ", ". */
+static int l_req_headers(lua_State *L) {
+  request *r = check_req(L);
+  lua_newtable(L);
+  const char *p = r->head.p ? r->head.p + r->head.off : "";
+  const char *end = r->head.p ? r->head.p + r->head.len : p;
+  while (p < end) {
+    const char *eol = memchr(p, '\n', (size_t)(end - p));
+    if (!eol) eol = end;
+    const char *colon = memchr(p, ':', (size_t)(eol - p));
+    if (colon) {
+      luaL_Buffer b;
+      luaL_buffinit(L, &b);
+      for (const char *c = p; c < colon; c++) luaL_addchar(&b, (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c));
+      luaL_pushresult(&b);
+      const char *v = colon + 1, *ve = eol;
+      while (v < ve && (*v == ' ' || *v == '\t')) v++;
+      while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+      lua_pushvalue(L, -1);
+      if (lua_rawget(L, -3) == LUA_TSTRING) {
+        lua_pushliteral(L, ", ");
+        lua_pushlstring(L, v, (size_t)(ve - v));
+        lua_concat(L, 3);
+      } else {
+        lua_pop(L, 1);
+        lua_pushlstring(L, v, (size_t)(ve - v));
+      }
+      lua_rawset(L, -3);
+    }
+    p = eol + 1;
+  }
+  return 1;
+}
+
+/* req:info() -> {bytes=, delivered=, done=, partial=, paused=}. */
+static int l_req_info(lua_State *L) {
+  request *r = check_req(L);
+  lua_createtable(L, 0, 5);
+  lua_pushinteger(L, (lua_Integer)r->received);
+  lua_setfield(L, -2, "bytes");
+  lua_pushboolean(L, r->delivered);
+  lua_setfield(L, -2, "delivered");
+  lua_pushboolean(L, r->state == R_DONE || r->state == R_CLOSED);
+  lua_setfield(L, -2, "done");
+  lua_pushboolean(L, r->sse_on && lg_sse_has_partial(&r->sse));
+  lua_setfield(L, -2, "partial");
+  lua_pushboolean(L, r->paused);
+  lua_setfield(L, -2, "paused");
+  return 1;
+}
+
+/* req:close(): aborts the transfer if running and frees it; idempotent. */
+static int l_req_close(lua_State *L) {
+  request *r = luaL_checkudata(L, 1, REQ_MT);
+  req_close(r);
+  return 0;
+}
+
+void lg_http_register(lua_State *L) {
+  static const luaL_Reg methods[] = {
+      {"read", l_req_read},       {"event", l_req_event}, {"status", l_req_status},
+      {"headers", l_req_headers}, {"info", l_req_info},   {"close", l_req_close},
+      {NULL, NULL}};
+  if (luaL_newmetatable(L, REQ_MT)) {
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_req_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_req_close);
+    lua_setfield(L, -2, "__close");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_http_request);
+  lua_setfield(L, -2, "http_request");
+}

@@ -1,0 +1,124 @@
+-- HTTP on the loop: luagent.http.request{...} returns a response once its
+-- headers arrive; the body is read as a stream (SSE events, NDJSON lines or
+-- raw chunks). A failure while the body streams is raised from the iterator
+-- and left in resp.error, so a loop over events never ends silently on a cut
+-- stream. Transport failures are error records (lua/luagent/EVENTS.md).
+local core = require "luagent.core"
+local errors = require "luagent.errors"
+
+local M = {}
+
+-- Error bodies are kept up to this size in `http` error records.
+M.ERROR_BODY_MAX = 64 * 1024
+
+local Response = {}
+Response.__index = Response
+
+-- Raises `err` after recording it on the response.
+local function raise(resp, err)
+  resp.error = err
+  error(err, 0)
+end
+
+-- resp:events() -> iterator of SSE events {event=, data=, id=, retry=}.
+function Response:events()
+  return function()
+    local ev, err = self._req:event()
+    if ev then return ev end
+    if err then raise(self, err) end
+    return nil
+  end
+end
+
+-- resp:read() -> the next chunk of raw body bytes, or nil at the end.
+function Response:read()
+  local chunk, err = self._req:read()
+  if chunk then return chunk end
+  if err then raise(self, err) end
+  return nil
+end
+
+-- resp:lines() -> iterator of body lines without their line ends (NDJSON);
+-- a last line without a newline is returned too.
+function Response:lines()
+  local pending, pos, done = "", 1, false
+  return function()
+    while true do
+      local nl = pending:find("\n", pos, true)
+      if nl then
+        local line = pending:sub(pos, nl - 1):gsub("\r$", "")
+        pos = nl + 1
+        return line
+      end
+      if done then
+        if pos <= #pending then
+          local line = pending:sub(pos)
+          pending, pos = "", 1
+          return line
+        end
+        return nil
+      end
+      local chunk = self:read()
+      if chunk then
+        pending, pos = pending:sub(pos) .. chunk, 1
+      else
+        done = true
+      end
+    end
+  end
+end
+
+-- resp:body([max]) -> the whole remaining body (up to `max` bytes, default
+-- unlimited); for small responses.
+function Response:body(max)
+  local parts, size = {}, 0
+  while true do
+    local chunk = self:read()
+    if not chunk then break end
+    parts[#parts + 1] = chunk
+    size = size + #chunk
+    if max and size >= max then break end
+  end
+  local s = table.concat(parts)
+  if max and #s > max then s = s:sub(1, max) end
+  return s
+end
+
+-- resp:info() -> {bytes=, delivered=, done=, partial=}.
+function Response:info() return self._req:info() end
+
+-- resp:close(): aborts the transfer (if still running) and frees it.
+function Response:close() self._req:close() end
+Response.__close = Response.close
+
+-- request{method=, url=, headers=, body=, timeout={connect=, first_byte=,
+-- idle=, total=}, sse={max_line=, max_event=}, http_errors=true}
+-- -> resp {status=, headers=} | nil, err.
+-- With http_errors (the default), a status >= 400 is returned as nil and an
+-- `http` error record with status, headers and the body (up to 64 KiB).
+function M.request(opts)
+  if type(opts) ~= "table" then error("http.request: expects a table", 2) end
+  local req, err = core.http_request(opts)
+  if not req then return nil, err end
+  local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req }, Response)
+  if resp.status >= 400 and opts.http_errors ~= false then
+    local ok, body = pcall(resp.body, resp, M.ERROR_BODY_MAX)
+    resp:close()
+    return nil, errors.new("http", string.format("HTTP %d", resp.status), {
+      status = resp.status, headers = resp.headers, body = ok and body or "",
+    })
+  end
+  return resp
+end
+
+-- fetch{...} -> {status=, headers=, body=} | nil, err: a request read whole.
+function M.fetch(opts)
+  local resp, err = M.request(opts)
+  if not resp then return nil, err end
+  local ok, body = pcall(resp.body, resp)
+  resp:close()
+  if not ok then return nil, body end
+  return { status = resp.status, headers = resp.headers, body = body }
+end
+
+return M
