@@ -51,6 +51,12 @@ function M.deadline(seconds, fn, ...)
   error(err, 0)
 end
 
+-- provider("kind/model") or provider{kind=, model=, base_url=, api_key=,
+-- headers=} -> a provider; see lua/luagent/provider.lua.
+function M.provider(spec)
+  return require("luagent.provider").new(spec)
+end
+
 -- Areas loaded on first use: luagent.http, luagent.mock, ...
 local lazy = {}
 setmetatable(M, {
