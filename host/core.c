@@ -8,6 +8,7 @@
 #include "http.h"
 #include "loop.h"
 #include "sse.h"
+#include "watch.h"
 
 int luaopen_luagent_core(lua_State *L) {
   lua_newtable(L);
@@ -18,5 +19,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_sse_register(L);
   lg_loop_register(L);
   lg_http_register(L);
+  lg_watch_register(L);
   return 1;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -72,8 +73,19 @@ static int traceback(lua_State *L) {
   return 1;
 }
 
+/* Many agents mean many sockets: lift the soft descriptor limit to the hard
+ * one, as servers do; failing to is harmless. */
+static void raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
 int main(int argc, char **argv) {
   char root[PATH_MAX];
+  raise_fd_limit();
   if (find_root(root, sizeof root) != 0) {
     fprintf(stderr, "luagent: cannot find its Lua library (lua/luagent/init.lua) "
                     "beside the executable; set LUAGENT_HOME\n");

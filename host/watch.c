@@ -1,0 +1,127 @@
+/* File watching: core.watch(path) -> watcher; watcher:wait() suspends the
+ * task until the file changes. The watch is on the file's folder, filtered
+ * by name, so editors that save by writing a new file and renaming it over
+ * the old one are seen too. Changes that arrive while nobody waits are
+ * coalesced into one. */
+#include "watch.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "loop.h"
+
+#define WATCH_MT "luagent.Watcher"
+
+typedef struct {
+  lg_wait wait;
+  lg_loop *loop;
+  uv_fs_event_t *handle; /* malloc'd: libuv owns it until its close callback */
+  char *name;            /* the file's base name */
+  int changes;           /* changes not yet reported */
+} watcher;
+
+static void on_closed(uv_handle_t *h) { free(h); }
+
+static void on_change(uv_fs_event_t *h, const char *filename, int events, int status) {
+  (void)events;
+  watcher *w = h->data;
+  if (!w || status < 0) return;
+  if (filename && strcmp(filename, w->name) != 0) return;
+  w->changes++;
+  lg_loop_activity(w->loop);
+  lg_task_wake(&w->wait);
+}
+
+/* Stops watching; idempotent (close, __gc and __close). */
+static void watcher_close(watcher *w) {
+  if (w->handle) {
+    w->handle->data = NULL;
+    uv_fs_event_stop(w->handle);
+    uv_close((uv_handle_t *)w->handle, on_closed);
+    w->handle = NULL;
+  }
+  free(w->name);
+  w->name = NULL;
+}
+
+static int l_watch_close(lua_State *L) {
+  watcher_close(luaL_checkudata(L, 1, WATCH_MT));
+  return 0;
+}
+
+/* watch(path) -> watcher, or nil, err when the folder cannot be watched. */
+static int l_watch(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  lg_loop *loop = lg_loop_get(L);
+  watcher *w = lua_newuserdatauv(L, sizeof *w, 0);
+  memset(w, 0, sizeof *w);
+  luaL_setmetatable(L, WATCH_MT);
+  w->loop = loop;
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  lua_pushlstring(L, path, slash ? (size_t)(slash - path) : 0);
+  const char *dir = slash ? (slash == path ? "/" : lua_tostring(L, -1)) : ".";
+  w->name = strdup(base);
+  w->handle = malloc(sizeof *w->handle);
+  if (!w->name || !w->handle) {
+    free(w->handle);
+    w->handle = NULL;
+    return luaL_error(L, "watch: out of memory");
+  }
+  uv_fs_event_init(lg_loop_uv(loop), w->handle);
+  w->handle->data = w;
+  int rc = uv_fs_event_start(w->handle, on_change, dir, 0);
+  if (rc != 0) {
+    watcher_close(w);
+    lua_pushnil(L);
+    lua_pushfstring(L, "watch: cannot watch '%s': %s", dir, uv_strerror(rc));
+    lg_error_push(L, "usage", lua_tostring(L, -1));
+    return 2;
+  }
+  lua_pop(L, 1);
+  return 1;
+}
+
+static int wait_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  watcher *w = luaL_checkudata(L, 1, WATCH_MT);
+  if (w->changes > 0) {
+    w->changes = 0;
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  if (!w->handle) return luaL_error(L, "wait: watcher is closed");
+  return lg_task_suspend(L, &w->wait, 0, wait_k);
+}
+
+/* watcher:wait() -> true once the file changed since the last wait. */
+static int l_watch_wait(lua_State *L) {
+  luaL_checkudata(L, 1, WATCH_MT);
+  lua_settop(L, 1);
+  return wait_k(L, LUA_OK, 0);
+}
+
+/* watcher:pending() -> number of changes not yet taken by wait(). */
+static int l_watch_pending(lua_State *L) {
+  watcher *w = luaL_checkudata(L, 1, WATCH_MT);
+  lua_pushinteger(L, w->changes);
+  return 1;
+}
+
+void lg_watch_register(lua_State *L) {
+  static const luaL_Reg methods[] = {
+      {"wait", l_watch_wait}, {"pending", l_watch_pending}, {"close", l_watch_close}, {NULL, NULL}};
+  if (luaL_newmetatable(L, WATCH_MT)) {
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_watch_close);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_watch_close);
+    lua_setfield(L, -2, "__close");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_watch);
+  lua_setfield(L, -2, "watch");
+}
