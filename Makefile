@@ -33,6 +33,8 @@ SPECS  ?= spec
 
 .PHONY: all deps test run bench fuzz install clean help san
 
+include mk/peers.mk
+
 all: deps $(B)/luagent $(B)/lua/luagent/core.so
 
 help:
@@ -44,6 +46,7 @@ help:
 	@echo "make bench      run the benchmarks in bench/"
 	@echo "make fuzz       fuzz the SSE parser (libFuzzer, 1,000,000 inputs)"
 	@echo "make install    install into PREFIX (default /usr/local)"
+	@echo "make peers      npm-install the test peers (aimock, openai, @anthropic-ai/sdk) into .peers/"
 
 # Installs only what is missing; a no-op (one dpkg-query) when all is there.
 deps:
@@ -95,4 +98,4 @@ install: all
 	cp -R lua policies examples $(DESTDIR)$(PREFIX)/share/luagent/
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san .peers

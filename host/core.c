@@ -8,6 +8,7 @@
 #include "http.h"
 #include "loop.h"
 #include "sse.h"
+#include "tcp.h"
 #include "watch.h"
 
 int luaopen_luagent_core(lua_State *L) {
@@ -18,6 +19,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_backoff_register(L);
   lg_sse_register(L);
   lg_loop_register(L);
+  lg_tcp_register(L);
   lg_http_register(L);
   lg_watch_register(L);
   return 1;

@@ -243,7 +243,9 @@ static void check_done(http_ctx *ctx) {
 static void on_poll(uv_poll_t *h, int status, int events) {
   http_sock *s = h->data;
   int flags = 0, running;
-  if (status < 0) flags = CURL_CSELECT_ERR;
+  /* On a socket error let curl read and write: it then meets the real
+   * errno (ECONNRESET) instead of a bare "poll error". */
+  if (status < 0) flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
   curl_multi_socket_action(s->ctx->multi, s->fd, flags, &running);

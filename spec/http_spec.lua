@@ -1,0 +1,306 @@
+-- The HTTP transport over loopback: each way a request can fail has its own
+-- error kind and fields; streams, cancellation, flow control and concurrency.
+local luagent = require "luagent"
+local http = require "luagent.http"
+local server = require "testserver"
+
+local function sse_head(extra)
+  local h = { "Content-Type: text/event-stream", "Connection: close" }
+  for _, x in ipairs(extra or {}) do h[#h + 1] = x end
+  return server.head(200, h)
+end
+
+-- Runs fn on the virtual clock, restoring the real clock afterwards.
+local function virtually(fn)
+  luagent.clock.virtual()
+  local ok, err = pcall(fn)
+  luagent.clock.real()
+  if not ok then error(err, 0) end
+end
+
+describe("http.request", function()
+  local srv
+  after_each(function() if srv then srv.close() srv = nil end end)
+
+  it("streams SSE events from a live server", function()
+    srv = server.serve(function(conn)
+      conn:write(sse_head())
+      for i = 1, 3 do
+        conn:write("data: " .. i .. "\n\n")
+        luagent.sleep(0.001)
+      end
+    end)
+    local resp = assert(http.request { url = srv.url .. "/s", method = "POST", body = "{}" })
+    assert.equal(200, resp.status)
+    assert.equal("text/event-stream", resp.headers["content-type"])
+    local got = {}
+    for ev in resp:events() do got[#got + 1] = ev.data end
+    assert.are.same({ "1", "2", "3" }, got)
+    assert.is_nil(resp.error)
+  end)
+
+  it("reads raw chunks and NDJSON lines", function()
+    srv = server.serve(function(conn)
+      conn:write(server.head(200, { "Connection: close" }))
+      conn:write('{"a":1}\n{"b"')
+      luagent.sleep(0.001)
+      conn:write(':2}\n{"c":3}')
+    end)
+    local resp = assert(http.request { url = srv.url })
+    local lines = {}
+    for line in resp:lines() do lines[#lines + 1] = line end
+    assert.are.same({ '{"a":1}', '{"b":2}', '{"c":3}' }, lines)
+  end)
+
+  it("sends method, headers and body", function()
+    local seen
+    srv = server.serve(function(conn, req)
+      seen = req
+      conn:write(server.head(200, { "Content-Length: 2" }) .. "ok")
+    end)
+    local r = assert(http.fetch { url = srv.url .. "/v1/x", method = "POST", body = '{"q":1}',
+      headers = { ["x-test"] = "yes", "X-Listed: also" } })
+    assert.equal("ok", r.body)
+    assert.equal("POST", seen.method)
+    assert.equal("/v1/x", seen.path)
+    assert.equal("yes", seen.headers["x-test"])
+    assert.equal("also", seen.headers["x-listed"])
+    assert.equal('{"q":1}', seen.body)
+  end)
+
+  it("reuses one connection for requests to the same host", function()
+    local conns = 0
+    local core = require "luagent.core"
+    local listener = assert(core.tcp_listen("127.0.0.1", 0))
+    local _, port = listener:address()
+    local acceptor = luagent.daemon(function()
+      while true do
+        local conn = listener:accept()
+        if not conn then return end
+        conns = conns + 1
+        luagent.daemon(function()
+          while server.read_request(conn) do
+            conn:write(server.head(200, { "Content-Length: 2" }) .. "ok")
+          end
+          conn:close()
+        end)
+      end
+    end)
+    for _ = 1, 5 do
+      assert.equal("ok", assert(http.fetch { url = "http://127.0.0.1:" .. port .. "/" }).body)
+    end
+    listener:close()
+    acceptor:cancel()
+    assert.equal(1, conns)
+  end)
+
+  describe("failures, each with its own kind", function()
+    -- The table the issue asks for: every failure and its fields.
+    local function check(err, kind, fields)
+      assert.is_table(err)
+      assert.equal(kind, err.kind, tostring(err))
+      assert.is_string(err.message)
+      assert.is_not_nil(err.curl_code)
+      assert.is_number(err.bytes)
+      assert.is_boolean(err.delivered)
+      for k, v in pairs(fields or {}) do assert.equal(v, err[k], k) end
+      assert.equal(kind .. ": " .. err.message, tostring(err))
+    end
+
+    it("refused: nothing listens on the port", function()
+      local core = require "luagent.core"
+      local probe = assert(core.tcp_listen("127.0.0.1", 0))
+      local _, port = probe:address()
+      probe:close()
+      local resp, err = http.request { url = "http://127.0.0.1:" .. port .. "/" }
+      assert.is_nil(resp)
+      check(err, "refused", { curl_code = 7, bytes = 0, delivered = false })
+    end)
+
+    it("dns: a .invalid host does not resolve", function()
+      local resp, err = http.request { url = "http://no-such-host.invalid/" }
+      assert.is_nil(resp)
+      check(err, "dns", { curl_code = 6 })
+    end)
+
+    it("eof: the connection closes before any response", function()
+      srv = server.serve(function() end)
+      local resp, err = http.request { url = srv.url }
+      assert.is_nil(resp)
+      check(err, "eof", { curl_code = 52 })
+    end)
+
+    it("tls: an https request to a plain server", function()
+      srv = server.serve(function(conn) conn:read(); conn:write("this is not TLS\r\n\r\n") end, { raw = true })
+      local resp, err = http.request { url = "https://127.0.0.1:" .. srv.port .. "/" }
+      assert.is_nil(resp)
+      check(err, "tls")
+    end)
+
+    it("reset: the peer resets the connection mid-body", function()
+      srv = server.serve(function(conn)
+        conn:write(sse_head() .. "data: one\n\n")
+        luagent.sleep(0.01)
+        conn:reset()
+      end)
+      local resp = assert(http.request { url = srv.url })
+      local got = {}
+      local ok, err = pcall(function() for ev in resp:events() do got[#got + 1] = ev.data end end)
+      assert.is_false(ok)
+      assert.are.same({ "one" }, got)
+      check(err, "reset", { delivered = true, status = 200 })
+      assert.is_true(err.bytes > 0)
+      assert.equal(err, resp.error)
+    end)
+
+    it("truncated: the body ends before its Content-Length", function()
+      srv = server.serve(function(conn)
+        conn:write(server.head(200, { "Content-Length: 100" }) .. string.rep("x", 10))
+      end)
+      local resp = assert(http.request { url = srv.url })
+      local ok, err = pcall(resp.body, resp)
+      assert.is_false(ok)
+      check(err, "truncated", { curl_code = 18, bytes = 10, delivered = true })
+    end)
+
+    it("timeout idle: a stalled stream fails on the virtual clock", function()
+      virtually(function()
+        srv = server.serve(function(conn)
+          conn:write(sse_head() .. "data: first\n\n")
+          luagent.sleep(3600) -- stall
+        end)
+        local t0 = luagent.now()
+        local resp = assert(http.request { url = srv.url, timeout = { idle = 30 } })
+        local ok, err = pcall(function() for _ in resp:events() do end end)
+        assert.is_false(ok)
+        check(err, "timeout", { which = "idle", delivered = true })
+        assert.is_true(math.abs(luagent.now() - t0 - 30) < 1, "fired at virtual 30 s")
+        srv.close(); srv = nil
+      end)
+    end)
+
+    it("timeout first_byte: headers that never come", function()
+      virtually(function()
+        srv = server.serve(function() luagent.sleep(3600) end)
+        local t0 = luagent.now()
+        local resp, err = http.request { url = srv.url, timeout = { first_byte = 20 } }
+        assert.is_nil(resp)
+        check(err, "timeout", { which = "first_byte", bytes = 0 })
+        assert.is_true(math.abs(luagent.now() - t0 - 20) < 1)
+        srv.close(); srv = nil
+      end)
+    end)
+
+    it("timeout total: the whole request took too long", function()
+      virtually(function()
+        srv = server.serve(function(conn)
+          conn:write(sse_head())
+          for i = 1, 100 do conn:write("data: " .. i .. "\n\n"); luagent.sleep(1) end
+        end)
+        local resp = assert(http.request { url = srv.url, timeout = { total = 10, idle = 5 } })
+        local n = 0
+        local ok, err = pcall(function() for _ in resp:events() do n = n + 1 end end)
+        assert.is_false(ok)
+        check(err, "timeout", { which = "total" })
+        assert.is_true(n >= 5 and n <= 11, "events before the deadline: " .. n)
+        srv.close(); srv = nil
+      end)
+    end)
+
+    it("http: a 429 with a JSON body keeps status, headers and body", function()
+      srv = server.serve(function(conn)
+        local body = '{"error":{"type":"rate_limit_error","message":"slow down"}}'
+        conn:write(server.head(429, { "Retry-After: 7", "Content-Type: application/json",
+          "Content-Length: " .. #body }) .. body)
+      end)
+      local resp, err = http.request { url = srv.url }
+      assert.is_nil(resp)
+      assert.equal("http", err.kind)
+      assert.equal(429, err.status)
+      assert.equal("7", err.headers["retry-after"])
+      assert.matches("rate_limit_error", err.body)
+    end)
+
+    it("http: error bodies are kept up to 64 KiB", function()
+      srv = server.serve(function(conn)
+        local body = string.rep("e", 200 * 1024)
+        conn:write(server.head(500, { "Content-Length: " .. #body }) .. body)
+      end)
+      local _, err = http.request { url = srv.url }
+      assert.equal(500, err.status)
+      assert.equal(64 * 1024, #err.body)
+    end)
+
+    it("protocol: an SSE line over the limit, with its byte offset", function()
+      srv = server.serve(function(conn)
+        conn:write(sse_head() .. "data: ok\n\ndata: " .. string.rep("x", 5000) .. "\n\n")
+      end)
+      local resp = assert(http.request { url = srv.url, sse = { max_line = 1024 } })
+      local got = {}
+      local ok, err = pcall(function() for ev in resp:events() do got[#got + 1] = ev.data end end)
+      assert.is_false(ok)
+      assert.are.same({ "ok" }, got)
+      check(err, "protocol")
+      assert.matches("offset", err.message)
+      assert.equal(10 + 1024, err.offset) -- the byte that made the line too long
+    end)
+  end)
+
+  it("aborts the transfer at once when its task is cancelled mid-stream", function()
+    srv = server.serve(function(conn)
+      conn:write(sse_head())
+      for i = 1, 1000 do conn:write("data: " .. i .. "\n\n"); luagent.sleep(0.01) end
+    end)
+    local seen = 0
+    local t = luagent.spawn(function()
+      local resp = assert(http.request { url = srv.url })
+      for _ in resp:events() do seen = seen + 1 end
+    end)
+    while seen < 2 do luagent.sleep(0.005) end
+    t:cancel("enough")
+    local ok, err = pcall(t.join, t)
+    assert.is_false(ok)
+    assert.equal("cancelled", err.kind)
+    assert.equal(0, luagent.stats().busy)
+    assert.is_true(seen < 1000)
+  end)
+
+  it("pauses a fast sender while Lua is slow, and loses nothing", function()
+    local size = 8 * 1024 * 1024
+    srv = server.serve(function(conn)
+      conn:write(server.head(200, { "Content-Length: " .. size }))
+      local block = string.rep("z", 64 * 1024)
+      for _ = 1, size / #block do conn:write(block) end
+    end)
+    local resp = assert(http.request { url = srv.url })
+    luagent.sleep(0.2) -- let the buffer fill: the transfer must pause
+    assert.is_true(resp:info().paused)
+    local total = 0
+    while true do
+      local chunk = resp:read()
+      if not chunk then break end
+      total = total + #chunk
+    end
+    assert.equal(size, total)
+  end)
+
+  it("runs 1,000 concurrent streams on one loop", function()
+    srv = server.serve(function(conn)
+      conn:write(sse_head())
+      for i = 1, 3 do conn:write("data: " .. i .. "\n\n") end
+    end)
+    local tasks, sums = {}, {}
+    for i = 1, 1000 do
+      tasks[i] = luagent.spawn(function()
+        local resp = assert(http.request { url = srv.url, timeout = { total = 60 } })
+        local sum = 0
+        for ev in resp:events() do sum = sum + tonumber(ev.data) end
+        sums[i] = sum
+      end)
+    end
+    for i = 1, 1000 do tasks[i]:join() end
+    for i = 1, 1000 do assert.equal(6, sums[i]) end
+    assert.equal(1000, srv.requests)
+    assert.equal(0, luagent.stats().busy)
+  end)
+end)
