@@ -20,6 +20,7 @@ M.kinds = {
   stream_error = true,-- the provider reported an error inside the stream
   transport = true,   -- any other transport failure (curl code in `curl_code`)
   usage = true,       -- bad input from a user: flag, file, spec
+  unusable = true,    -- a 200 reply with nothing usable (empty, leaked markup)
 }
 
 -- One metatable for records made in C and in Lua: the core's when it is

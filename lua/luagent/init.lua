@@ -57,6 +57,12 @@ function M.provider(spec)
   return require("luagent.provider").new(spec)
 end
 
+-- stream{model=, messages=, system=, tools=, policy=, max_tokens=} ->
+-- iterator of events, retries included; complete{...} -> the final message,
+-- or nil, err. See lua/luagent/retry.lua.
+function M.stream(opts) return require("luagent.retry").stream(opts) end
+function M.complete(opts) return require("luagent.retry").complete(opts) end
+
 -- Areas loaded on first use: luagent.http, luagent.mock, ...
 local lazy = {}
 setmetatable(M, {

@@ -1,0 +1,184 @@
+-- Events are the spine: every model call's events are returned to its
+-- caller and published here, where consumers (the JSON-lines writer, the
+-- retry-safe filter, later logs, traces and the cost meter) subscribe. A new
+-- kind of observer is a new consumer; the retry loop does not change.
+local json = require "luagent.providers.common"
+
+local M = {}
+
+------------------------------------------------------------------------------
+-- The bus
+------------------------------------------------------------------------------
+
+local subscribers = {}
+
+-- subscribe(fn) -> unsubscribe function. fn(event) runs for every event
+-- published, in order. A consumer that raises is removed and reported once:
+-- an observer must never break the call it observes.
+function M.subscribe(fn)
+  if type(fn) ~= "function" then error("events.subscribe: expects a function", 2) end
+  subscribers[#subscribers + 1] = fn
+  return function()
+    for i, f in ipairs(subscribers) do
+      if f == fn then table.remove(subscribers, i) return end
+    end
+  end
+end
+
+-- publish(event): hands the event to every subscriber.
+function M.publish(ev)
+  for i = #subscribers, 1, -1 do
+    local fn = subscribers[i]
+    local ok, err = pcall(fn, ev)
+    if not ok then
+      table.remove(subscribers, i)
+      io.stderr:write("luagent: an event consumer failed and was removed: ", tostring(err), "\n")
+    end
+  end
+end
+
+------------------------------------------------------------------------------
+-- JSON lines
+------------------------------------------------------------------------------
+
+-- Plain copy of an event for encoding: error records become their fields,
+-- functions and other non-data values are left out.
+local function plain(v, depth)
+  if type(v) ~= "table" then
+    if type(v) == "function" or type(v) == "userdata" or type(v) == "thread" then return nil end
+    return v
+  end
+  if depth > 20 then return nil end
+  local out = {}
+  for k, x in pairs(v) do
+    if type(k) == "string" or math.type(k) == "integer" then out[k] = plain(x, depth + 1) end
+  end
+  if getmetatable(v) == json.array_mt then setmetatable(out, json.array_mt) end
+  return out
+end
+
+-- to_json(event) -> one line of JSON (no newline).
+function M.to_json(ev)
+  return json.encode(plain(ev, 0))
+end
+
+-- jsonl(file) -> a consumer writing each event as one JSON line to file.
+function M.jsonl(file)
+  file = file or io.stdout
+  return function(ev)
+    file:write(M.to_json(ev), "\n")
+    file:flush()
+  end
+end
+
+------------------------------------------------------------------------------
+-- Retry-safe filter, for append-only sinks (pipes, logs)
+------------------------------------------------------------------------------
+
+local RetrySafe = {}
+RetrySafe.__index = RetrySafe
+
+-- RetrySafe.new(sink) -> filter. filter:push(ev) for each event of ONE
+-- call's stream, filter:finish() at its end (which also resets it):
+-- - a successful attempt reaches sink whole, when it ends;
+-- - a retried attempt disappears, leaving only its provider_retry;
+-- - an attempt that fails for good arrives as its message_start and error
+--   message_end, without its deltas (the end event keeps the content);
+-- - stream_reset is dropped (nothing partial was shown); every other event
+--   passes at once.
+function M.retry_safe_filter(sink)
+  return setmetatable({ sink = sink, held = nil, failed_end = nil }, RetrySafe)
+end
+
+-- Releases a held failed attempt: its start and its error end.
+function RetrySafe:release_failure()
+  local start, stop = self.held and self.held[1], self.failed_end
+  self.held, self.failed_end = nil, nil
+  if start then self.sink(start) end
+  if stop then self.sink(stop) end
+end
+
+function RetrySafe:push(ev)
+  if self.failed_end then
+    if ev.type == "provider_retry" then
+      self.held, self.failed_end = nil, nil -- retried: it disappears
+    else
+      self:release_failure()
+    end
+  end
+  local t = ev.type
+  if t == "message_start" then
+    self.held = { ev }
+  elseif t == "stream_reset" then
+    return
+  elseif self.held and t == "message_end" then
+    if ev.stop_reason == "error" then
+      self.failed_end = ev
+    else
+      local held = self.held
+      self.held = nil
+      for _, e in ipairs(held) do self.sink(e) end
+      self.sink(ev)
+    end
+  elseif self.held then
+    self.held[#self.held + 1] = ev
+  else
+    self.sink(ev)
+  end
+end
+
+-- Ends the stream: a failed attempt still held is released; an attempt
+-- left open (no message_end) is dropped.
+function RetrySafe:finish()
+  if self.failed_end then self:release_failure() end
+  self.held = nil
+end
+
+-- retry_safe(iter) -> iterator with the same filtering, for `for ev in ...`.
+function M.retry_safe(iter)
+  local out, head, tail = {}, 1, 0
+  local filter = M.retry_safe_filter(function(ev)
+    tail = tail + 1
+    out[tail] = ev
+  end)
+  local done = false
+  return function()
+    while true do
+      if head <= tail then
+        local ev = out[head]
+        out[head] = nil
+        head = head + 1
+        return ev
+      end
+      if done then return nil end
+      local ev = iter()
+      if ev == nil then
+        done = true
+        filter:finish()
+      else
+        filter:push(ev)
+      end
+    end
+  end
+end
+
+-- retry_safe_consumer(sink) -> a bus consumer keeping one filter per call
+-- (events carry `call`), finishing a call's filter at its final event.
+function M.retry_safe_consumer(sink)
+  local filters = {}
+  return function(ev)
+    local id = ev.call or 0
+    local f = filters[id]
+    if not f then
+      f = M.retry_safe_filter(sink)
+      filters[id] = f
+    end
+    f:push(ev)
+    if ev.final then
+      f:finish()
+      filters[id] = nil
+    end
+  end
+end
+
+return M

@@ -1,0 +1,282 @@
+-- The retry loop: one model call, attempted until it succeeds, fails for
+-- good, or runs out of attempts or time. Each step is an event, in an order
+-- frozen by spec/retry_spec.lua and documented in EVENTS.md:
+--
+--   attempt events ... message_end{stop_reason="error", error_message=
+--   "attempt N of M failed and will be retried: <error>"} (only if the attempt had
+--   opened a message), provider_retry{attempt, max_attempts, error,
+--   delay_ms}, stream_reset (before the next attempt's first event, if an
+--   earlier attempt had streamed anything), attempt events ..., message_end.
+--
+-- The final failure is never followed by provider_retry; it ends the stream
+-- with message_end{stop_reason="error", error=<record>}. Cancellation during
+-- a backoff ends the call at once with message_end{stop_reason="aborted"}
+-- and then raises `cancelled` (cancellation always raises).
+local luagent_core = require "luagent.core"
+local errors = require "luagent.errors"
+local classify = require "luagent.classify"
+local policies = require "luagent.policy"
+local provider_mod = require "luagent.provider"
+local events = require "luagent.events"
+
+local M = {}
+
+-- Where WARN lines go; a function(line). Specs and embedders replace it.
+M.log = function(line) io.stderr:write(line, "\n") end
+
+------------------------------------------------------------------------------
+-- Policies: a name, a file (watched and reloaded), a table, or the default
+------------------------------------------------------------------------------
+
+local loaders = {} -- path -> loader, shared by every call using that file
+
+-- Starts a daemon task that reloads `loader` whenever its file changes and
+-- reports a broken edit once per change, keeping the previous policy.
+local function watch(loader)
+  local w = luagent_core.watch(loader.path)
+  if not w then return end
+  local task = luagent_core.spawn(function()
+    while true do
+      w:wait()
+      local _, err = loader:reload()
+      if err then
+        M.log("luagent: policy " .. tostring(err.message) .. " (the previous policy stays in force)")
+      end
+    end
+  end)
+  task:set_daemon(true)
+  loader.watcher = task
+end
+
+-- A loader for the policy file `path` (loaded once per process, watched).
+function M.policy_file(path)
+  local l = loaders[path]
+  if l then return l end
+  local loader, err = policies.loader(path)
+  if err then error(err, 0) end
+  loaders[path] = loader
+  watch(loader)
+  return loader
+end
+
+-- Resolves opts.policy into something with :get() returning a policy.
+local function resolve_policy(spec)
+  if spec == nil then spec = "default" end
+  if type(spec) == "table" and spec.get then return spec end
+  if type(spec) == "table" then
+    local p, err = policies.new(spec, "policy table")
+    if not p then error(err, 0) end
+    return { get = function() return p end }
+  end
+  if type(spec) ~= "string" then error("stream: policy must be a name, a file or a table", 3) end
+  local path = policies.find(spec)
+  if not path then error(errors.new("usage", "stream: no policy named '" .. spec .. "' (looked in " .. policies.path .. ")"), 0) end
+  return M.policy_file(path)
+end
+
+------------------------------------------------------------------------------
+-- Usage arithmetic
+------------------------------------------------------------------------------
+
+local USAGE_FIELDS = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens" }
+
+local function add_usage(total, u)
+  if type(u) ~= "table" then return total end
+  total = total or { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 }
+  for _, f in ipairs(USAGE_FIELDS) do total[f] = total[f] + (tonumber(u[f]) or 0) end
+  return total
+end
+
+------------------------------------------------------------------------------
+-- The loop
+------------------------------------------------------------------------------
+
+local function seconds(v) return v and v > 0 and v or nil end
+
+local calls = 0 -- numbers the calls of this process: events carry `call`
+
+-- stream{model=, messages=, system=, tools=, policy=, max_tokens=,
+-- temperature=, seed=} -> iterator of events. `model` is "kind/model" or a
+-- provider. The iterator returns nil after the final message_end.
+function M.stream(opts)
+  if type(opts) ~= "table" then error("stream: expects a table", 2) end
+  local provider = opts.model
+  if type(provider) == "string" or (type(provider) == "table" and getmetatable(provider) ~= provider_mod.Provider) then
+    provider = provider_mod.new(provider)
+  end
+  if not provider then error("stream: model is required", 2) end
+  local policy_src = resolve_policy(opts.policy)
+  local rng = luagent_core.backoff_rng(opts.seed or math.random(0, 2 ^ 31))
+  local request = {
+    system = opts.system, messages = opts.messages or {}, tools = opts.tools,
+    max_tokens = opts.max_tokens, temperature = opts.temperature,
+  }
+
+  calls = calls + 1
+  local call_id = calls
+  local started = luagent_core.now()
+  local queue, head, tail = {}, 1, 0
+  local state = "start"       -- start | streaming | waiting | done | raise
+  local attempt, it = 0, nil
+  local opened, streamed_any = false, false
+  local usage_total, attempt_usage = nil, nil
+  local delay, prev_delay, pending_error = 0, nil, nil
+  local policy = policy_src:get()
+
+  local function push(ev)
+    tail = tail + 1
+    queue[tail] = ev
+  end
+
+  local function final_failure(err, reason)
+    push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
+           total_usage = usage_total, attempts = attempt, reason = reason, final = true }
+    state = "done"
+  end
+
+  -- Decides what a failed attempt leads to: a retry after a wait, or the end.
+  local function failed(err)
+    if errors.is(err) and err.kind == "cancelled" then error(err, 0) end
+    if type(err) ~= "table" then err = errors.new("transport", tostring(err)) end
+    if err.kind == "timeout" and err.which == "total" then err.which = "attempt" end
+    if type(err.usage) == "table" then attempt_usage = err.usage end -- what the cut stream had reported
+    usage_total = add_usage(usage_total, attempt_usage)
+    local max_attempts = policy.max_retries + 1
+    local deadline = seconds(policy.total_deadline)
+    local d = classify.classify(err, {
+      attempt = attempt,
+      deadline_expired = deadline and luagent_core.now() - started >= deadline or false,
+      report = function(msg) M.log("luagent: " .. msg) end,
+    }, policy)
+    err.class = err.class or d.class
+    if d.class == "context_overflow" and policy.on_context_overflow then
+      policies.run_limited(policy.on_context_overflow, policies.limits.hook,
+        { error = err, request = request, attempt = attempt })
+    end
+    if not d.retryable then
+      return final_failure(err, d.reason)
+    end
+    if attempt >= max_attempts then
+      return final_failure(err, "no attempts left (" .. max_attempts .. ")")
+    end
+    local wait, why = policies.delay(policy, attempt, d.retry_after, rng, prev_delay)
+    if not wait then
+      return final_failure(errors.new(err.kind, err.message .. " (" .. why .. ")", err), why)
+    end
+    if deadline and luagent_core.now() - started + wait >= deadline then
+      return final_failure(err, string.format("the wait of %.3g s would pass the total deadline of %g s", wait, deadline))
+    end
+    local text = tostring(err)
+    if opened then
+      push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
+             error_message = string.format("attempt %d of %d failed and will be retried: %s", attempt, max_attempts, text) }
+    end
+    local info = { type = "provider_retry", attempt = attempt, max_attempts = max_attempts,
+                   error = text, delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why }
+    push(info)
+    M.log(string.format("WARN provider error (attempt %d/%d), retrying in %.1fs: %s", attempt, max_attempts, wait, text))
+    if policy.on_retry then
+      local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
+        { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
+      if not ok then M.log("luagent: " .. tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
+    end
+    delay, prev_delay = wait, wait
+    state = "waiting"
+  end
+
+  local function start_attempt()
+    policy = policy_src:get() -- an edited policy applies from the next attempt
+    attempt = attempt + 1
+    opened, attempt_usage = false, nil
+    local deadline = seconds(policy.total_deadline)
+    local limit = seconds(policy.attempt_timeout)
+    if deadline then
+      local left = deadline - (luagent_core.now() - started)
+      limit = limit and math.min(limit, left) or left
+    end
+    local stream, err = provider:stream(request, {
+      timeout = { total = limit, idle = seconds(policy.idle_timeout) },
+    })
+    if not stream then return failed(err) end
+    it = stream
+    state = "streaming"
+  end
+
+  local function next_event()
+    local ok, ev = pcall(it)
+    if not ok then return failed(ev) end
+    if ev == nil then -- adapters end with message_end; a bare end is a cut
+      return failed(errors.new("truncated", "stream ended without message_end"))
+    end
+    if attempt > 1 and streamed_any and not opened and ev.type ~= "usage" then
+      push { type = "stream_reset", attempt = attempt }
+      streamed_any = false
+    end
+    if ev.type == "message_start" then opened = true end
+    if ev.type == "text_delta" or ev.type == "thinking_delta" or ev.type == "tool_call_start" then
+      streamed_any = true
+    end
+    if ev.type == "usage" then attempt_usage = ev end
+    if ev.type == "message_end" then
+      local bad, why = classify.unusable(ev.message)
+      if bad then
+        return failed(errors.new("unusable", "unusable reply: " .. why, { unusable = true }))
+      end
+      usage_total = add_usage(usage_total, attempt_usage)
+      ev.total_usage = usage_total
+      ev.attempts = attempt
+      ev.final = true
+      state = "done"
+    end
+    push(ev)
+  end
+
+  return function()
+    while true do
+      local ev = queue[head]
+      if ev then
+        queue[head] = nil
+        head = head + 1
+        ev.call = call_id
+        events.publish(ev)
+        return ev
+      end
+      if state == "done" then return nil end
+      if state == "raise" then
+        state = "done"
+        error(pending_error, 0)
+      end
+      if state == "start" then
+        start_attempt()
+      elseif state == "streaming" then
+        next_event()
+      elseif state == "waiting" then
+        local ok, err = pcall(luagent_core.sleep, delay)
+        if ok then
+          state = "start"
+        else
+          -- cancelled during the backoff: end at once, no further request
+          push { type = "message_end", stop_reason = "aborted", error = err,
+                 total_usage = usage_total, attempts = attempt, final = true }
+          pending_error, state = err, "raise"
+        end
+      end
+    end
+  end
+end
+
+-- complete{...} -> the final assistant message (with .usage, .total_usage
+-- and .attempts), or nil and the error record of the final failure.
+function M.complete(opts)
+  local final -- the last message_end is the call's outcome
+  for ev in M.stream(opts) do
+    if ev.type == "message_end" then final = ev end
+  end
+  if not final then return nil, errors.new("truncated", "the call ended without an answer") end
+  if final.stop_reason == "error" then return nil, final.error end
+  local msg = final.message or {}
+  msg.stop_reason, msg.usage, msg.total_usage, msg.attempts = final.stop_reason, final.usage, final.total_usage, final.attempts
+  return msg
+end
+
+return M

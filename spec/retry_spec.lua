@@ -1,0 +1,283 @@
+-- The retry loop end to end against the mock provider on loopback (real
+-- libcurl, real sockets), on the virtual clock: which faults are retried,
+-- how many requests each costs, the exact event sequences, usage carried
+-- over, abort during backoff, retry-safe mode and policy hot reload.
+local luagent = require "luagent"
+local mock = require "luagent.mock"
+local retry = require "luagent.retry"
+local events = require "luagent.events"
+
+local logs
+before_each(function()
+  logs = {}
+  retry.log = function(line) logs[#logs + 1] = line end
+  luagent.clock.virtual()
+end)
+after_each(function()
+  retry.log = function(line) io.stderr:write(line, "\n") end
+  luagent.clock.real()
+end)
+
+-- One call against a fresh mock with `faults`; returns the events, the
+-- number of model requests the mock received, and the elapsed virtual time.
+local function call(faults, opts)
+  opts = opts or {}
+  local srv = assert(mock.start { faults = faults, seed = 7 })
+  local kind = opts.kind or "openai"
+  local base = srv.url .. "/v1"
+  local evs = {}
+  local t0 = luagent.now()
+  local ok, err = pcall(function()
+    for ev in luagent.stream {
+      model = { kind = kind, model = "test-model", base_url = base, api_key = "k" },
+      messages = { { role = "user", content = "hello there" } },
+      policy = opts.policy, seed = 3,
+    } do evs[#evs + 1] = ev end
+  end)
+  local n = #srv:requests()
+  srv:close()
+  if not ok then error(err, 0) end
+  return evs, n, luagent.now() - t0
+end
+
+local function types(evs)
+  local out = {}
+  for _, e in ipairs(evs) do out[#out + 1] = e.type end
+  return table.concat(out, " ")
+end
+
+local function count(evs, t)
+  local n = 0
+  for _, e in ipairs(evs) do if e.type == t then n = n + 1 end end
+  return n
+end
+
+local function final(evs) return evs[#evs] end
+
+describe("each fault of the mock, under the default policy", function()
+  -- fault -> requests the call costs -> how it ends. The table of the issue.
+  local cases = {
+    { "503@1", 2, "stop" },
+    { "500@1", 2, "stop" },
+    { "502@1", 2, "stop" },
+    { "504@1", 2, "stop" },
+    { "529@1", 2, "stop" },
+    { "429:retry-after=2@1", 2, "stop" },
+    { "429:retry-after-ms=1500@1", 2, "stop" },
+    { "429:retry-after-date=+5@1", 2, "stop" },
+    { "402:in-flight@1", 2, "stop" },
+    { "close@1", 2, "stop" },
+    { "reset:bytes=200@1", 2, "stop" },
+    { "stall:secs=1000@1", 2, "stop" },               -- attempt timeout (600 s)
+    { "stall:secs=1000:after=100@1", 2, "stop" },     -- idle timeout (120 s)
+    { "stream-error:overloaded_error@1", 2, "stop" },
+    { "stream-error:rate_limit_error@1", 2, "stop" },
+    { "stream-error:no_capacity:after=0@1", 2, "stop" },
+    { "cut@1", 2, "stop" },
+    { "empty@1", 2, "stop" },
+    { "leak@1", 2, "stop" },
+    { "cut:finished@1", 1, "stop" },                  -- finished answers are never paid twice
+    { "500:x-should-retry=false@1", 2, "stop" },      -- the default policy does not obey it
+    { "401@1", 1, "error", "auth" },
+    { "400:overflow@1", 1, "error", "context_overflow" },
+    { "402@1", 1, "error", "payment" },
+    { "bad-json@1", 1, "error", "permanent" },
+    { "404@1", 1, "error", "client" },
+  }
+  for _, c in ipairs(cases) do
+    local fault, requests, outcome, class = c[1], c[2], c[3], c[4]
+    it(fault .. " -> " .. requests .. " request(s), " .. outcome, function()
+      local evs, n = call(fault)
+      assert.equal(requests, n, types(evs))
+      local last = final(evs)
+      assert.equal("message_end", last.type)
+      assert.equal(outcome, last.stop_reason, tostring(last.error))
+      assert.is_true(last.final)
+      assert.equal(requests - 1, count(evs, "provider_retry"))
+      if class then assert.equal(class, last.error.class, tostring(last.error)) end
+      if outcome == "stop" then assert.equal("hello there", last.message.content) end
+    end)
+  end
+
+  it("stops at once when the server asks for longer than the policy waits", function()
+    local evs, n = call("429:retry-after=600@1")
+    assert.equal(1, n)
+    assert.equal("error", final(evs).stop_reason)
+    assert.matches("server asked for 600 s; policy waits at most 60 s", final(evs).error.message)
+  end)
+
+  it("waits what the server asked (plus a little jitter), not the backoff", function()
+    local evs, n, elapsed = call("429:retry-after=7@1")
+    assert.equal(2, n)
+    local r = evs[1]
+    assert.equal("provider_retry", r.type)
+    assert.is_true(r.delay_ms >= 7000 and r.delay_ms <= 8000, r.delay_ms)
+    assert.is_true(elapsed >= 7 and elapsed < 8.5)
+  end)
+end)
+
+describe("the event contract", function()
+  it("closes a failed attempt that opened a message, then provider_retry, then stream_reset", function()
+    local evs = call("stream-error:overloaded_error@1")
+    assert.equal("message_start text_delta message_end provider_retry stream_reset "
+      .. "message_start text_delta text_delta usage message_end", types(evs))
+    local failed_end, r = evs[3], evs[4]
+    assert.equal("error", failed_end.stop_reason)
+    assert.matches("^attempt 1 of 6 failed and will be retried: ", failed_end.error_message)
+    assert.is_nil(failed_end.final)
+    assert.equal(1, r.attempt)
+    assert.equal(6, r.max_attempts)
+    assert.is_number(r.delay_ms)
+    assert.matches("overloaded", r.error:lower())
+    for _, e in ipairs(evs) do assert.equal(evs[1].call, e.call) end
+  end)
+
+  it("sends only provider_retry for an attempt that failed before streaming", function()
+    local evs = call("503@1")
+    assert.equal("provider_retry message_start text_delta text_delta usage message_end", types(evs))
+  end)
+
+  it("never follows the final failure with provider_retry", function()
+    local evs, n = call("503", { policy = { max_retries = 2 } })
+    assert.equal(3, n)
+    assert.equal("provider_retry provider_retry message_end", types(evs))
+    assert.equal(2, evs[2].attempt)
+    assert.equal(3, evs[2].max_attempts)
+    assert.equal("error", final(evs).stop_reason)
+    assert.matches("no attempts left", final(evs).reason)
+  end)
+
+  it("logs one WARN line per retry", function()
+    call("503@1-2")
+    assert.equal(2, #logs)
+    assert.matches("^WARN provider error %(attempt 1/6%), retrying in %d+%.%ds: http: HTTP 503$", logs[1])
+    assert.matches("attempt 2/6", logs[2])
+  end)
+
+  it("carries the usage of failed attempts into the call's total", function()
+    local evs = call("stream-error:overloaded_error@1", { kind = "anthropic" })
+    local last = final(evs)
+    assert.equal("stop", last.stop_reason)
+    local one = last.usage.input_tokens
+    assert.is_true(one > 0)
+    assert.equal(2 * one, last.total_usage.input_tokens) -- the failed attempt read the prompt too
+    assert.equal(2, last.attempts)
+  end)
+
+  it("ends at once when cancelled during the backoff: aborted, no further request", function()
+    local srv = assert(mock.start { faults = "503", seed = 1 })
+    local seen = {}
+    local t = luagent.spawn(function()
+      for ev in luagent.stream { model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" },
+                                  messages = { { role = "user", content = "hi" } } } do
+        seen[#seen + 1] = ev
+      end
+    end)
+    while #seen == 0 do luagent.sleep(0) end
+    assert.equal("provider_retry", seen[1].type)
+    t:cancel("user")
+    local ok, err = pcall(t.join, t)
+    assert.is_false(ok)
+    assert.equal("cancelled", err.kind)
+    assert.equal("provider_retry message_end", types(seen))
+    assert.equal("aborted", seen[2].stop_reason)
+    assert.equal(1, #srv:requests())
+    srv:close()
+  end)
+
+  it("complete() returns the final message, or nil and the final error", function()
+    local srv = assert(mock.start { faults = "503@1,401@3", seed = 1 })
+    local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    local msg = assert(luagent.complete { model = model, messages = { { role = "user", content = "a b" } } })
+    assert.equal("a b", msg.content)
+    assert.equal(2, msg.attempts)
+    local none, err = luagent.complete { model = model, messages = { { role = "user", content = "x" } } }
+    assert.is_nil(none)
+    assert.equal("http", err.kind)
+    assert.equal(401, err.status)
+    srv:close()
+  end)
+end)
+
+describe("retry-safe mode", function()
+  it("holds each attempt until it succeeds; a retried one leaves only provider_retry", function()
+    local evs = call("stream-error:overloaded_error@1")
+    local i = 0
+    local filtered = {}
+    for ev in events.retry_safe(function() i = i + 1 return evs[i] end) do filtered[#filtered + 1] = ev end
+    assert.equal("provider_retry message_start text_delta text_delta usage message_end", types(filtered))
+  end)
+
+  it("lets a final failure through as message_start and its error end, without deltas", function()
+    local evs = call("stream-error:overloaded_error", { policy = { max_retries = 1 } })
+    local i = 0
+    local filtered = {}
+    for ev in events.retry_safe(function() i = i + 1 return evs[i] end) do filtered[#filtered + 1] = ev end
+    assert.equal("provider_retry message_start message_end", types(filtered))
+    assert.equal("error", filtered[3].stop_reason)
+    assert.is_true(filtered[3].final)
+  end)
+
+  it("works on the bus, one filter per call", function()
+    local got = {}
+    local stop = events.subscribe(events.retry_safe_consumer(function(ev) got[#got + 1] = ev end))
+    call("stream-error:overloaded_error@1")
+    stop()
+    assert.equal("provider_retry message_start text_delta text_delta usage message_end", types(got))
+  end)
+end)
+
+describe("policy files", function()
+  local dir, path
+  before_each(function()
+    dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir))
+    path = dir .. "/mine.lua"
+  end)
+  after_each(function() os.execute("rm -rf " .. dir) end)
+
+  local function write(text)
+    local f = assert(io.open(path, "w"))
+    f:write(text)
+    f:close()
+  end
+
+  -- Waits (bounded) until the watcher has seen the edit.
+  local function settle(loader, version)
+    luagent.clock.real()
+    for _ = 1, 200 do
+      if loader.version > version or loader.error then break end
+      luagent.sleep(0.01)
+    end
+    luagent.clock.virtual()
+  end
+
+  it("applies an edit to the next call; a broken edit keeps the old policy and says file:line", function()
+    write("return { max_retries = 0 }\n")
+    local _, n = call("503@1-5", { policy = path })
+    assert.equal(1, n)
+    local loader = retry.policy_file(path)
+    local v = loader.version
+    write("return { max_retries = 3,\n  backoff = { strategy = 'fixed', base = 1 } }\n")
+    settle(loader, v)
+    assert.equal(v + 1, loader.version)
+    local evs
+    evs, n = call("503@1-5", { policy = path })
+    assert.equal(4, n)
+    assert.equal(1000, evs[1].delay_ms)
+    v = loader.version
+    write("return { max_retries = 1,\n  backoff = { strategy = = 'fixed' } }\n")
+    settle(loader, v)
+    assert.equal(v, loader.version)
+    local reported = table.concat(logs, "\n")
+    assert.matches(path:gsub("%p", "%%%0") .. ":2:", reported)
+    assert.matches("previous policy stays", reported)
+    _, n = call("503@1-5", { policy = path })
+    assert.equal(4, n) -- the old policy (3 retries) is still in force
+  end)
+
+  it("names a missing policy", function()
+    assert.has_error(function() luagent.stream { model = "openai/x", policy = "no-such-policy" } end)
+  end)
+end)
