@@ -31,7 +31,27 @@ Runs FILE.lua as the main task on the event loop, with `arg` set as `lua`
 does (arg[0] = FILE.lua, arg[1..] = args), and waits for every task it
 spawned (daemon tasks excepted).
 
-  -h, --help    show this help
+The embedded default: when no provider key is set (OPENAI_API_KEY,
+ANTHROPIC_API_KEY, OPENROUTER_API_KEY) and there is a cassette (--cassette,
+or FILE.cassette.jsonl beside the script), or when --mock or --faults is
+given, luagent starts its mock provider on loopback in this process, points
+every provider at it, and says so on stderr. Traffic still goes through
+libcurl and real sockets.
+
+options:
+  --policy FILE       retry policy for calls that name none (watched: edits
+                      apply to the next attempt; a broken edit keeps the old)
+  --faults SPEC       inject faults into the mock (see 'luagent help faults')
+  --cassette FILE     replay this recorded run from the mock (at its
+                      recorded pace; --fast replays without pauses)
+  --mock              use the mock provider even when a key is set
+  --seed N            seed for the mock's faults and the retry jitter
+  --record FILE       save every model exchange of this run as a cassette
+  --events jsonl      write every event as one JSON line to stdout
+  --retry-safe        hold each attempt's events until it succeeds (for
+                      pipes and logs); applies to --events and to scripts
+                      that read luagent.options.retry_safe
+  -h, --help          show this help
 
 Exit codes: 0 done; 1 the script raised an error (printed as
 "luagent: FILE:LINE: message" with a traceback); 2 usage error or missing
@@ -57,19 +77,130 @@ local function describe_error(err)
   return tostring(err)
 end
 
-function M.run(args)
-  local i = 1
+-- Options of `luagent run`: name -> true when it takes a value.
+local RUN_FLAGS = {
+  policy = true, faults = true, cassette = true, seed = true, record = true, events = true,
+  mock = false, ["retry-safe"] = false, fast = false,
+}
+
+-- Parses run's options; returns opts, index of FILE, or nil, message.
+local function parse_run_args(args)
+  local opts, i = {}, 1
   while args[i] and args[i]:sub(1, 1) == "-" and args[i] ~= "-" do
-    local flag = args[i]
-    if flag == "-h" or flag == "--help" then
-      io.write(HELP.run)
-      return 0
-    elseif flag == "--" then
+    local a = args[i]
+    if a == "--" then return opts, i + 1 end
+    if a == "-h" or a == "--help" then opts.help = true return opts, i end
+    local name, value = a:match("^%-%-([%w%-]+)=(.*)$")
+    name = name or a:match("^%-%-([%w%-]+)$")
+    local takes = name and RUN_FLAGS[name]
+    if takes == nil then return nil, string.format("run: unknown flag '%s'", a) end
+    if takes and value == nil then
       i = i + 1
-      break
-    else
-      return usage_error("run: unknown flag '%s'", flag)
+      value = args[i]
+      if value == nil then return nil, string.format("run: flag '%s' needs a value", a) end
+    elseif not takes and value ~= nil then
+      return nil, string.format("run: flag '--%s' takes no value", name)
     end
+    opts[name] = takes and value or true
+    i = i + 1
+  end
+  if opts.events and opts.events ~= "jsonl" then
+    return nil, string.format("run: --events supports 'jsonl', not '%s'", opts.events)
+  end
+  if opts.seed and not math.tointeger(tonumber(opts.seed)) then
+    return nil, string.format("run: --seed wants an integer, got '%s'", opts.seed)
+  end
+  return opts, i
+end
+
+local function any_key()
+  for _, name in ipairs({ "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY" }) do
+    local v = os.getenv(name)
+    if v and v ~= "" then return true end
+  end
+  return false
+end
+
+-- Sets up what the options ask for before the script runs: the embedded
+-- mock, recording, event output, the default policy. Returns a cleanup
+-- function, or nil and an exit code after reporting the problem.
+local function prepare(opts, file)
+  local luagent = require "luagent"
+  local retry = require "luagent.retry"
+  local provider = require "luagent.provider"
+  local events = require "luagent.events"
+  local seed = opts.seed and math.tointeger(tonumber(opts.seed))
+  luagent.options = { retry_safe = opts["retry-safe"] or false, seed = seed }
+  local cleanups = {}
+  if opts.policy then
+    local fh = io.open(opts.policy, "r")
+    if not fh then return nil, usage_error("run: cannot open policy '%s'", opts.policy) end
+    fh:close()
+    local ok, err = pcall(retry.policy_file, opts.policy)
+    if not ok then
+      say("luagent: %s", tostring(type(err) == "table" and err.message or err))
+      return nil, 1
+    end
+    retry.default_policy = opts.policy
+  end
+  if seed then retry.default_seed = seed end
+  local cassette = opts.cassette
+  if not cassette then
+    local own = file:gsub("%.lua$", "") .. ".cassette.jsonl"
+    local fh = io.open(own, "r")
+    if fh then fh:close() cassette = own end
+  end
+  local use_mock = opts.mock or opts.faults or (not any_key() and (opts.cassette or cassette))
+  if opts.cassette and not io.open(opts.cassette, "r") then
+    return nil, usage_error("run: cannot open cassette '%s'", opts.cassette)
+  end
+  if use_mock then
+    local mock = require "luagent.mock"
+    -- a replay streams at its recorded pace, as the live run did
+    local srv, err = mock.start { cassette = cassette, faults = opts.faults, seed = seed or 0,
+                                  recorded_speed = cassette ~= nil and not opts.fast }
+    if not srv then
+      if err and err.kind == "usage" then return nil, usage_error("run: %s", err.message) end
+      say("luagent: %s", tostring(err))
+      return nil, 1
+    end
+    provider.embedded = { url = srv.url, api_key = "mock-key" }
+    local what = {}
+    if cassette then what[#what + 1] = "replaying " .. cassette end
+    if opts.faults then what[#what + 1] = "faults " .. opts.faults end
+    say("luagent: %s: using the embedded mock provider at %s%s",
+      any_key() and "--mock" or "no API key set", srv.url,
+      #what > 0 and " (" .. table.concat(what, ", ") .. ")" or "")
+    cleanups[#cleanups + 1] = function()
+      for _, d in ipairs(srv:divergences()) do say("luagent: cassette divergence: %s", d) end
+      srv:close()
+    end
+  end
+  if opts.record then
+    local rec, err = require("luagent.record").open(opts.record)
+    if not rec then return nil, usage_error("run: %s", err) end
+    provider.recorder = rec
+    cleanups[#cleanups + 1] = function()
+      rec:close()
+      say("luagent: recorded %d exchange(s) to %s", rec.count, opts.record)
+    end
+  end
+  if opts.events then
+    local sink = events.jsonl(io.stdout)
+    if opts["retry-safe"] then sink = events.retry_safe_consumer(sink) end
+    cleanups[#cleanups + 1] = events.subscribe(sink)
+  end
+  return function()
+    for i = #cleanups, 1, -1 do cleanups[i]() end
+  end
+end
+
+function M.run(args)
+  local opts, i = parse_run_args(args)
+  if not opts then return usage_error("%s", i) end
+  if opts.help then
+    io.write(HELP.run)
+    return 0
   end
   local file = args[i]
   if not file then return usage_error("run: missing FILE.lua") end
@@ -85,9 +216,12 @@ function M.run(args)
   for j = i + 1, #args do script_args[#script_args + 1] = args[j] end
   _G.arg = script_args
 
+  local cleanup, code = prepare(opts, file)
+  if not cleanup then return code end
   local main = core.spawn(chunk, table.unpack(script_args))
   core.on_sigint(main)
   local finished, stuck = core.run()
+  cleanup()
   if main:status() == "failed" then
     local _, err = pcall(main.join, main)
     if core.interrupted() and type(err) == "table" and err.kind == "cancelled" then
@@ -132,6 +266,10 @@ local COMMANDS = {
 -- main(argv, root) -> exit code. argv[0] is the program, argv[1] the command.
 function M.main(argv, root)
   M.root = root
+  if root then
+    local policy = require "luagent.policy"
+    policy.path = "policies/?.lua;" .. root .. "/policies/?.lua"
+  end
   local cmd = argv[1]
   if cmd == nil or cmd == "-h" or cmd == "--help" then
     io.write(USAGE)

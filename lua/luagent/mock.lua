@@ -336,9 +336,10 @@ local function model(state, req, format, body)
     if not recorded then
       state.divergences[#state.divergences + 1] = message
       if state.on_divergence then state.on_divergence(message) end
-      return respond(state, req, { status = 409, headers = {
+      -- 422: a permanent client error, so no retry policy resends it
+      return respond(state, req, { status = 422, headers = {
         { "Content-Type", replies.json_type }, { "x-should-retry", "false" } },
-        body = replies.error_body(format, 409, { type = "cassette_divergence", message = message }) })
+        body = replies.error_body(format, 422, { type = "cassette_divergence", message = message }) })
     end
   end
   local kind = fault and fault.kind

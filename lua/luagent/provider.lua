@@ -16,6 +16,12 @@ M.kinds = {
                  base_url = "https://openrouter.ai/api/v1" },
 }
 
+-- Set by `luagent run` when the embedded mock provider stands in for every
+-- provider (no API key): {url=<mock base>, api_key=<placeholder>}.
+M.embedded = nil
+-- Set by `luagent run --record FILE`: a recorder (lua/luagent/record.lua).
+M.recorder = nil
+
 -- Default per-attempt timeouts (seconds); the retry policy may override them.
 M.default_timeout = { connect = 10, first_byte = 120, idle = 60 }
 
@@ -58,15 +64,21 @@ function M.new(spec)
   if not info then error("provider: unknown kind '" .. tostring(spec.kind) .. "'", 2) end
   if type(spec.model) ~= "string" or spec.model == "" then error("provider: model is required", 2) end
   local adapter = require("luagent.providers." .. info.adapter)
+  local base_url = spec.base_url or os.getenv(info.base_env) or info.base_url or adapter.default_base_url
+  local key = spec.api_key or os.getenv(info.key_env)
+  if M.embedded and not spec.base_url then
+    base_url = M.embedded.url .. (spec.kind == "openrouter" and "/api/v1" or "/v1")
+    key = M.embedded.api_key
+  end
   local p = setmetatable({
     kind = spec.kind,
     model = spec.model,
     adapter = adapter,
-    base_url = spec.base_url or os.getenv(info.base_env) or info.base_url or adapter.default_base_url,
+    base_url = base_url,
     headers = spec.headers,
     timeout = spec.timeout,
   }, Provider)
-  secrets[p] = spec.api_key or os.getenv(info.key_env)
+  secrets[p] = key
   return p
 end
 
@@ -97,11 +109,16 @@ function Provider:stream(request, opts)
   req.model = req.model or self.model
   local ok, built = pcall(self.adapter.build, req, { base_url = self.base_url, api_key = key, headers = self.headers })
   if not ok then error(scrub({ message = tostring(built) }, key).message, 2) end
+  local rec = M.recorder and M.recorder:begin(built)
   local resp, err = http.request {
     method = built.method, url = built.url, headers = built.headers, body = built.body,
     timeout = timeouts(self, opts and opts.timeout),
   }
-  if not resp then return nil, scrub(err, key) end
+  if not resp then
+    if rec then rec:finish(err) end
+    return nil, scrub(err, key)
+  end
+  if rec then rec:response(resp.status, resp.headers) end
   local dec = self.adapter.decoder { model = req.model }
   local events = resp:events()
   local queue, head, finished = {}, 1, false
@@ -109,6 +126,7 @@ function Provider:stream(request, opts)
   local function fail(e)
     resp:close()
     finished = true
+    if rec then rec:finish(e) end
     error(scrub(e, key), 0)
   end
 
@@ -125,13 +143,23 @@ function Provider:stream(request, opts)
       if not got then fail(sse) end
       local out, derr
       if sse then
+        if rec then rec:event(sse) end
         out, derr = dec:feed(sse)
       else
         out, derr = dec:finish()
         finished = true
         resp:close()
+        if rec then rec:finish() end
       end
       if not out then fail(derr) end
+      -- the answer is complete at its message_end: record it now, since a
+      -- caller may stop pulling here, and release the transfer
+      local last = out[#out]
+      if last and last.type == "message_end" and not finished then
+        finished = true
+        resp:close()
+        if rec then rec:finish() end
+      end
       queue, head = out, 1
     end
   end, resp

@@ -21,6 +21,11 @@ local events = require "luagent.events"
 
 local M = {}
 
+-- The policy of calls that name none (`luagent run --policy FILE` sets it),
+-- and the jitter seed of calls that give none (`--seed`).
+M.default_policy = "default"
+M.default_seed = nil
+
 -- Where WARN lines go; a function(line). Specs and embedders replace it.
 M.log = function(line) io.stderr:write(line, "\n") end
 
@@ -61,7 +66,7 @@ end
 
 -- Resolves opts.policy into something with :get() returning a policy.
 local function resolve_policy(spec)
-  if spec == nil then spec = "default" end
+  if spec == nil then spec = M.default_policy end
   if type(spec) == "table" and spec.get then return spec end
   if type(spec) == "table" then
     local p, err = policies.new(spec, "policy table")
@@ -106,14 +111,16 @@ function M.stream(opts)
   end
   if not provider then error("stream: model is required", 2) end
   local policy_src = resolve_policy(opts.policy)
-  local rng = luagent_core.backoff_rng(opts.seed or math.random(0, 2 ^ 31))
+  calls = calls + 1
+  local call_id = calls
+  -- a run-wide seed still gives each call its own jitter sequence
+  local seed = opts.seed or (M.default_seed and M.default_seed + call_id) or math.random(0, 2 ^ 31)
+  local rng = luagent_core.backoff_rng(seed)
   local request = {
     system = opts.system, messages = opts.messages or {}, tools = opts.tools,
     max_tokens = opts.max_tokens, temperature = opts.temperature,
   }
 
-  calls = calls + 1
-  local call_id = calls
   local started = luagent_core.now()
   local queue, head, tail = {}, 1, 0
   local state = "start"       -- start | streaming | waiting | done | raise

@@ -137,7 +137,7 @@ Serves a mock model provider over HTTP on loopback:
 
   --listen HOST:PORT   where to listen (default 127.0.0.1:0, a free port)
   --cassette FILE      replay a recorded run, in order; a request that
-                       differs from the recording gets a 409 that says where
+                       differs from the recording gets a 422 that says where
   --faults SPEC        inject faults (see `luagent help faults`)
   --seed N             seed for @p: fault scopes (default 0)
   --ttft SECONDS       time to first token

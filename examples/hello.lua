@@ -1,0 +1,43 @@
+-- hello.lua: one streamed model call, printed as it arrives.
+--
+--   build/luagent run examples/hello.lua              (no key: the embedded mock
+--                                                      replays hello.cassette.jsonl)
+--   build/luagent run --faults 503@1 examples/hello.lua   (see a retry)
+--   OPENAI_API_KEY=... build/luagent run examples/hello.lua   (a live call)
+--
+-- Retries are visible: a failed attempt's partial text is followed by a
+-- reset marker, and each retry is announced with its wait.
+local luagent = require "luagent"
+
+local model = os.getenv("LUAGENT_MODEL") or "openai/gpt-4o-mini"
+local stream = luagent.stream {
+  model = model,
+  system = "You are a concise assistant.",
+  messages = { { role = "user", content = "In three sentences: why should an agent retry a failed model call with jittered backoff?" } },
+  max_tokens = 200,
+}
+-- For pipes and logs (`--retry-safe`): only attempts that succeeded arrive.
+if luagent.options and luagent.options.retry_safe then stream = luagent.events.retry_safe(stream) end
+
+io.stderr:write(string.format("luagent: asking %s\n", model))
+for ev in stream do
+  if ev.type == "text_delta" then
+    io.write(ev.text)
+    io.flush()
+  elseif ev.type == "provider_retry" then
+    io.stderr:write(string.format("\n[attempt %d of %d failed: %s; retrying in %.2f s]\n",
+      ev.attempt, ev.max_attempts, ev.error, ev.delay_ms / 1000))
+  elseif ev.type == "stream_reset" then
+    io.write("\n[the retry starts the answer over]\n")
+  elseif ev.type == "message_end" and ev.final then
+    io.write("\n")
+    io.flush()
+    local u = ev.total_usage or {}
+    if ev.stop_reason == "error" then
+      io.stderr:write(string.format("[failed after %d attempt(s): %s]\n", ev.attempts or 0, tostring(ev.error)))
+      os.exit(1)
+    end
+    io.stderr:write(string.format("[%s after %d attempt(s); tokens in %d, out %d]\n",
+      ev.stop_reason, ev.attempts or 0, u.input_tokens or 0, u.output_tokens or 0))
+  end
+end
