@@ -16,3 +16,4 @@ if [ -f bench/sse_parse.c ]; then
   ${CC:-cc} -std=c11 -O2 -Ihost host/sse.c bench/sse_parse.c -o "$B/bench/sse_parse"
   "$B/bench/sse_parse"
 fi
+B="$B" sh bench/stream.sh

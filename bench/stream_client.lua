@@ -1,0 +1,91 @@
+-- Benchmark client (not a test): luagent's whole streaming path (HTTP on
+-- the loop, SSE framing in C, the OpenAI adapter decoding every chunk into
+-- normalized events) against bench/stream_server.lua. Streams R requests
+-- one after another and reports the CPU this process used for them.
+--   build/luagent run bench/stream_client.lua URL R N [MODE]
+-- N is the server's text chunks per response, to check what arrived. MODE
+-- splits the path to show where the CPU goes: "provider" (default, the
+-- whole path), "sse" (HTTP and SSE events as Lua tables, no decoding),
+-- "json" (sse plus cjson.decode of every payload). One warm-up request
+-- (module loading, the connection) is not measured. Prints one line:
+-- "<mode> chunks=<SSE events> text=<text_delta events> cpu=<s>".
+local luagent = require "luagent"
+local http = require "luagent.http"
+local common = require "luagent.providers.common"
+
+local url, r, n = arg[1], math.tointeger(tonumber(arg[2] or "")), math.tointeger(tonumber(arg[3] or ""))
+local mode = arg[4] or "provider"
+if not url or not r or not n or not (mode == "provider" or mode == "sse" or mode == "json") then
+  io.stderr:write("usage: luagent run bench/stream_client.lua URL R N [provider|sse|json]\n")
+  os.exit(2)
+end
+
+local provider = luagent.provider { kind = "openai", model = "bench", base_url = url, api_key = "x" }
+local request = { messages = { { role = "user", content = "Say something." } }, max_tokens = 4096 }
+
+-- Counts the SSE events the adapter is fed (one counter increment per event
+-- around the real decoder), so the chunk count is what crossed the wire.
+local sse_events = 0
+local adapter = provider.adapter
+provider.adapter = setmetatable({
+  decoder = function(ctx)
+    local dec = adapter.decoder(ctx)
+    return {
+      feed = function(_, ev) sse_events = sse_events + 1; return dec:feed(ev) end,
+      finish = function() return dec:finish() end,
+    }
+  end,
+}, { __index = adapter })
+
+-- Whole path: streams one request through the provider; returns its
+-- text_delta count. Raises on a failure or on an end the server never sends.
+local function via_provider()
+  local events = assert(provider:stream(request))
+  local text, stop, usage = 0, nil, nil
+  for ev in events do
+    local t = ev.type
+    if t == "text_delta" then
+      text = text + 1
+    elseif t == "message_end" then
+      stop, usage = ev.stop_reason, ev.usage
+    end
+  end
+  if stop ~= "stop" or not usage or usage.output_tokens ~= 2 * n then
+    error(string.format("bad stream end: stop=%s output_tokens=%s", tostring(stop),
+      tostring(usage and usage.output_tokens)))
+  end
+  return text
+end
+
+-- Partial paths: the same HTTP request, SSE events only (and, in "json"
+-- mode, each payload decoded). Returns the count of content chunks, or
+-- nil in "sse" mode, which does not look into the payloads.
+local built = adapter.build({ model = "bench", messages = request.messages, max_tokens = request.max_tokens },
+  { base_url = url, api_key = "x" })
+local function via_http()
+  local resp = assert(http.request { method = built.method, url = built.url, headers = built.headers,
+    body = built.body, timeout = { connect = 10, first_byte = 120, idle = 60 } })
+  local text = 0
+  for ev in resp:events() do
+    sse_events = sse_events + 1
+    if mode == "json" and ev.data ~= "[DONE]" then
+      local chunk = assert(common.decode(ev.data))
+      local choice = chunk.choices[1]
+      if choice and choice.delta.content then text = text + 1 end
+    end
+  end
+  resp:close()
+  if mode == "json" then return text end
+end
+
+local one = mode == "provider" and via_provider or via_http
+one()
+sse_events = 0
+local text = 0
+local t0 = os.clock()
+for _ = 1, r do text = text + (one() or 0) end
+local cpu = os.clock() - t0
+if mode ~= "sse" and text ~= r * n then
+  error(string.format("text_delta events: %d, expected %d", text, r * n))
+end
+print(string.format("%s chunks=%d text=%s cpu=%.4f", mode, sse_events, mode == "sse" and "-" or text, cpu))
