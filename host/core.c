@@ -5,6 +5,7 @@
 #include <lauxlib.h>
 
 #include "backoff.h"
+#include "guard.h"
 #include "http.h"
 #include "loop.h"
 #include "sse.h"
@@ -22,5 +23,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_tcp_register(L);
   lg_http_register(L);
   lg_watch_register(L);
+  lg_guard_register(L);
   return 1;
 }

@@ -21,6 +21,8 @@ M.kinds = {
   transport = true,   -- any other transport failure (curl code in `curl_code`)
   usage = true,       -- bad input from a user: flag, file, spec
   unusable = true,    -- a 200 reply with nothing usable (empty, leaked markup)
+  circuit_open = true,           -- the endpoint's breaker refused the call; `retry_at`
+  retry_budget_exhausted = true, -- the endpoint's retry budget refused a retry; `tokens`
 }
 
 -- One metatable for records made in C and in Lua: the core's when it is
