@@ -33,9 +33,9 @@ SPECS  ?= spec
 
 .PHONY: all deps test run bench fuzz install clean help san
 
-include mk/peers.mk
-
 all: deps $(B)/luagent $(B)/lua/luagent/core.so
+
+include mk/peers.mk
 
 help:
 	@echo "make            build $(B)/luagent and $(B)/lua/luagent/core.so"

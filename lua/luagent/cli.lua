@@ -13,7 +13,9 @@ backoff and a shared circuit breaker in a small C core.
 
 commands:
   run FILE.lua [args...]   run a Lua script as the main task
-  help [TOPIC]             show help: run, faults
+  mock [options]           serve the mock provider (luagent mock --help)
+  sim [options]            the contention simulation (luagent help sim)
+  help [TOPIC]             show help: run, faults, sim
 
 options:
   -h, --help               show this help
@@ -261,6 +263,7 @@ local COMMANDS = {
   run = M.run,
   help = function(args) return help(args[1]) end,
   mock = function(args) return require("luagent.mock").main(args) end,
+  sim = function(args) return require("luagent.sim").main(args) end,
 }
 
 -- main(argv, root) -> exit code. argv[0] is the program, argv[1] the command.

@@ -63,6 +63,12 @@ end
 function M.stream(opts) return require("luagent.retry").stream(opts) end
 function M.complete(opts) return require("luagent.retry").complete(opts) end
 
+-- health([now]) -> {[endpoint] = {state=, failures=, consecutive=, trips=,
+-- tokens=, cooldown_until=, open_until=}}: the shared protection state.
+function M.health(now)
+  return require("luagent.endpoint").health(now or core.now())
+end
+
 -- Areas loaded on first use: luagent.http, luagent.mock, ...
 local lazy = {}
 setmetatable(M, {

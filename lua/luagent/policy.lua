@@ -25,6 +25,11 @@ M.defaults = {
   total_deadline = 1800,
   honor_x_should_retry = false,
   unusable_retries = 1,
+  -- shared per endpoint by every call of the process (lua/luagent/endpoint.lua);
+  -- {} means the endpoint's defaults, false turns the piece off
+  breaker = {},
+  budget = {},
+  cooldown = {},
 }
 
 -- Per-strategy parameters used when a policy names a strategy but leaves a
@@ -183,6 +188,7 @@ local check = {
     return v == false or (finite(v) and v >= 0), "a number of seconds >= 0, or false for none"
   end,
   table = function(v) return type(v) == "table", "a table" end,
+  table_or_false = function(v) return v == false or type(v) == "table", "a table, or false for none" end,
   hooks = function(v) return is_function_list(v), "a function or a list of functions" end,
   statuses = function(v)
     return is_status_list(v), 'a list of HTTP statuses (100..599) or classes like "5xx"'
@@ -207,6 +213,7 @@ local FIELDS = {
   retry_statuses = check.statuses,
   backoff = check.table, retry_after = check.table,
   classify = check.hooks, on_retry = check.fn, on_context_overflow = check.fn,
+  breaker = check.table_or_false, budget = check.table_or_false, cooldown = check.table_or_false,
 }
 local BACKOFF_FIELDS = {
   strategy = check.strategy, base = check.seconds, max = check.seconds,
@@ -342,6 +349,9 @@ function M.new(t, source, text)
     classify = hooks and table.move(hooks, 1, #hooks, 1, {}) or {},
     on_retry = t.on_retry,
     on_context_overflow = t.on_context_overflow,
+    breaker = pick(t.breaker, D.breaker),
+    budget = pick(t.budget, D.budget),
+    cooldown = pick(t.cooldown, D.cooldown),
   }, Policy)
 end
 

@@ -18,6 +18,7 @@ local classify = require "luagent.classify"
 local policies = require "luagent.policy"
 local provider_mod = require "luagent.provider"
 local events = require "luagent.events"
+local endpoint = require "luagent.endpoint"
 
 local M = {}
 
@@ -83,6 +84,19 @@ end
 -- Usage arithmetic
 ------------------------------------------------------------------------------
 
+-- Classes of failure that say something about the provider: they count
+-- against the endpoint's breaker and budget. Auth errors, context overflow,
+-- bad requests and the caller's own cancellation do not.
+local COUNTED = { rate_limited = true, overloaded = true, server = true, transport = true, timeout = true }
+
+-- The endpoint of a call, or nil when the policy turns protection off.
+local function endpoint_for(provider, policy)
+  if not (policy.breaker or policy.budget or policy.cooldown) then return nil end
+  return endpoint.get(endpoint.key(provider.base_url), {
+    breaker = policy.breaker or nil, budget = policy.budget or nil, cooldown = policy.cooldown or nil,
+  })
+end
+
 local USAGE_FIELDS = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens" }
 
 local function add_usage(total, u)
@@ -129,10 +143,22 @@ function M.stream(opts)
   local usage_total, attempt_usage = nil, nil
   local delay, prev_delay, pending_error = 0, nil, nil
   local policy = policy_src:get()
+  local ep, was_probe = nil, false
 
   local function push(ev)
     tail = tail + 1
     queue[tail] = ev
+  end
+
+  local function push_all(list)
+    for _, ev in ipairs(list or {}) do push(ev) end
+  end
+
+  -- Tells the endpoint how the attempt went; `counted` failures only.
+  local function record(ok, counted)
+    if not ep then return end
+    push_all(ep:record(luagent_core.now(), ok, counted, was_probe))
+    was_probe = false
   end
 
   local function final_failure(err, reason)
@@ -143,7 +169,10 @@ function M.stream(opts)
 
   -- Decides what a failed attempt leads to: a retry after a wait, or the end.
   local function failed(err)
-    if errors.is(err) and err.kind == "cancelled" then error(err, 0) end
+    if errors.is(err) and err.kind == "cancelled" then
+      record(false, false) -- frees the probe slot if this was the probe
+      error(err, 0)
+    end
     if type(err) ~= "table" then err = errors.new("transport", tostring(err)) end
     if err.kind == "timeout" and err.which == "total" then err.which = "attempt" end
     if type(err.usage) == "table" then attempt_usage = err.usage end -- what the cut stream had reported
@@ -156,6 +185,10 @@ function M.stream(opts)
       report = function(msg) M.log("luagent: " .. msg) end,
     }, policy)
     err.class = err.class or d.class
+    record(false, COUNTED[d.class] or false)
+    if ep and d.retry_after and (d.class == "rate_limited" or d.class == "overloaded") then
+      push_all(ep:set_cooldown(luagent_core.now() + d.retry_after))
+    end
     if d.class == "context_overflow" and policy.on_context_overflow then
       policies.run_limited(policy.on_context_overflow, policies.limits.hook,
         { error = err, request = request, attempt = attempt })
@@ -193,6 +226,20 @@ function M.stream(opts)
 
   local function start_attempt()
     policy = policy_src:get() -- an edited policy applies from the next attempt
+    ep = endpoint_for(provider, policy)
+    if ep then
+      -- a server-given wait holds every agent on this endpoint, released
+      -- with jitter; then the breaker and the retry budget must agree
+      local hold = ep:cooldown_wait(luagent_core.now(), rng)
+      if hold > 0 then
+        delay, state = hold, "waiting"
+        return
+      end
+      local ok, probe_or_err, evs = ep:admit(attempt > 0, luagent_core.now())
+      push_all(evs)
+      if not ok then return final_failure(probe_or_err, probe_or_err.message) end
+      was_probe = probe_or_err or false
+    end
     attempt = attempt + 1
     opened, attempt_usage = false, nil
     local deadline = seconds(policy.total_deadline)
@@ -229,6 +276,7 @@ function M.stream(opts)
       if bad then
         return failed(errors.new("unusable", "unusable reply: " .. why, { unusable = true }))
       end
+      record(true, true)
       usage_total = add_usage(usage_total, attempt_usage)
       ev.total_usage = usage_total
       ev.attempts = attempt
