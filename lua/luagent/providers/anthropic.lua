@@ -78,12 +78,7 @@ function M.build(req, opts)
   local headers = { ["content-type"] = "application/json", ["anthropic-version"] = M.version }
   if stream then headers.accept = "text/event-stream" end
   if opts.api_key then headers["x-api-key"] = opts.api_key end
-  return {
-    method = "POST",
-    url = common.url(opts.base_url or M.default_base_url, "/messages"),
-    headers = common.headers(headers, opts.headers),
-    body = common.encode(body),
-  }
+  return common.post(M, opts, "/messages", headers, body)
 end
 
 ------------------------------------------------------------------------------
@@ -167,13 +162,7 @@ function handlers.error(dec, p)
   return dec:stream_error(p.error)
 end
 
--- Dispatches one event on its payload `type` (the SSE event name repeats
--- it); pings and unknown types are ignored.
-local function handle(dec, p, ev)
-  local kind = type(p.type) == "string" and p.type or ev.event
-  local h = handlers[kind]
-  if h then return h(dec, p) end
-end
+local handle = common.dispatch(handlers)
 
 -- A decoder for one response stream; ctx = {model=}.
 function M.decoder(ctx)

@@ -162,6 +162,28 @@ function M.url(base, path)
   return (base:gsub("/+$", "")) .. path
 end
 
+-- The HTTP request every adapter builds: POST {base}{path} with the JSON
+-- `body`, the adapter's `headers` merged with the caller's `opts.headers`.
+function M.post(adapter, opts, path, headers, body)
+  return {
+    method = "POST",
+    url = M.url(opts.base_url or adapter.default_base_url, path),
+    headers = M.headers(headers, opts.headers),
+    body = M.encode(body),
+  }
+end
+
+-- A decoder's `handle` that dispatches each payload on its `type` (or the
+-- SSE event name) to handlers[type](dec, payload); unknown types (pings,
+-- new event kinds) are ignored.
+function M.dispatch(handlers)
+  return function(dec, p, ev)
+    local kind = type(p.type) == "string" and p.type or ev.event
+    local h = handlers[kind]
+    if h then return h(dec, p) end
+  end
+end
+
 -- Merges the adapter's headers with the caller's extra ones; names are
 -- lowercased so an extra header replaces a default one whatever its case.
 function M.headers(defaults, extra)

@@ -57,12 +57,7 @@ function M.build(req, opts)
   local headers = { ["content-type"] = "application/json" }
   if stream then headers.accept = "text/event-stream" end
   if opts.api_key then headers.authorization = "Bearer " .. opts.api_key end
-  return {
-    method = "POST",
-    url = common.url(opts.base_url or M.default_base_url, "/chat/completions"),
-    headers = common.headers(headers, opts.headers),
-    body = common.encode(body),
-  }
+  return common.post(M, opts, "/chat/completions", headers, body)
 end
 
 ------------------------------------------------------------------------------

@@ -53,12 +53,7 @@ function M.build(req, opts)
   local headers = { ["content-type"] = "application/json" }
   if stream then headers.accept = "text/event-stream" end
   if opts.api_key then headers.authorization = "Bearer " .. opts.api_key end
-  return {
-    method = "POST",
-    url = common.url(opts.base_url or M.default_base_url, "/responses"),
-    headers = common.headers(headers, opts.headers),
-    body = common.encode(body),
-  }
+  return common.post(M, opts, "/responses", headers, body)
 end
 
 ------------------------------------------------------------------------------
@@ -152,13 +147,7 @@ handlers["error"] = function(dec, p)
   return dec:stream_error({ code = p.code, message = p.message }, nil, p)
 end
 
--- Dispatches one event on its payload `type` (the SSE event name repeats
--- it); unknown types are ignored.
-local function handle(dec, p, ev)
-  local kind = type(p.type) == "string" and p.type or ev.event
-  local h = handlers[kind]
-  if h then return h(dec, p) end
-end
+local handle = common.dispatch(handlers)
 
 -- A decoder for one response stream; ctx = {model=}.
 function M.decoder(ctx)
