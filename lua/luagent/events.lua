@@ -2,7 +2,7 @@
 -- caller and published here, where consumers (the JSON-lines writer, the
 -- retry-safe filter, later logs, traces and the cost meter) subscribe. A new
 -- kind of observer is a new consumer; the retry loop does not change.
-local json = require "luagent.providers.common"
+local json = require "luagent.json"
 
 local M = {}
 

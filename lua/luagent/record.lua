@@ -4,7 +4,7 @@
 -- one JSON line the moment it ends, so a run that dies keeps what it had.
 local core = require "luagent.core"
 local cassette = require "luagent.mock.cassette"
-local json = require "luagent.providers.common"
+local json = require "luagent.json"
 
 local M = {}
 

@@ -6,11 +6,11 @@
 --
 -- A response here is a table {status=, headers={{name, value}...},
 -- events={{event=, data=}...}} for a stream, or {status=, headers=, body=}.
-local cjson = require "cjson"
+local json = require "luagent.json"
 
 local M = {}
 
-M.null = cjson.null
+M.null = json.null
 
 -- Wire format by endpoint path. "openrouter" is the OpenAI chat format with
 -- OpenRouter's error shapes.
@@ -22,121 +22,14 @@ M.formats = {
 }
 
 ------------------------------------------------------------------------------
--- JSON encoding with a stable key order
+-- JSON: replies must be deterministic byte for byte and look like the real
+-- thing, so objects are built with json.object (key order kept)
 ------------------------------------------------------------------------------
 
--- cjson neither keeps key order nor tells [] from {}; replies must be
--- deterministic byte for byte and look like the real thing, so objects built
--- here remember their key order and arrays are marked.
-local order = setmetatable({}, { __mode = "k" })
-local arrays = setmetatable({}, { __mode = "k" })
-
--- An object whose keys encode in the order given: object(k1, v1, k2, v2...).
--- A nil value drops its key; use M.null for an explicit null.
-function M.object(...)
-  local t, keys = {}, {}
-  for i = 1, select("#", ...), 2 do
-    local k, v = select(i, ...)
-    if v ~= nil then keys[#keys + 1] = k; t[k] = v end
-  end
-  order[t] = keys
-  return t
-end
-
--- Marks `t` (default a new table) as a JSON array, so that {} encodes as [].
-function M.array(t)
-  t = t or {}
-  arrays[t] = true
-  return t
-end
-
-local escapes = {
-  ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
-  ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t",
-}
-
--- A JSON string literal; UTF-8 passes through, control bytes are escaped.
-local function quote(s)
-  return '"' .. s:gsub('[%c"\\]', function(c)
-    return escapes[c] or string.format("\\u%04x", c:byte())
-  end) .. '"'
-end
-
--- Encodes a number as JSON: integers exactly, floats in the shortest of
--- %.14g / %.17g that reads back equal.
-local function number(n)
-  if math.type(n) == "integer" then return string.format("%d", n) end
-  if n ~= n or n == math.huge or n == -math.huge then
-    error("replies.encode: cannot encode " .. tostring(n), 3)
-  end
-  local s = string.format("%.14g", n)
-  if tonumber(s) ~= n then s = string.format("%.17g", n) end
-  return s
-end
-
--- True when the plain table `t` is a non-empty sequence 1..n.
-local function is_sequence(t)
-  local n = #t
-  if n == 0 then return false end
-  local count = 0
-  for _ in pairs(t) do count = count + 1 end
-  return count == n
-end
-
-local encode
-
--- Appends the JSON for `v` to the buffer `out`.
-function encode(v, out)
-  local tv = type(v)
-  if v == nil or v == M.null then out[#out + 1] = "null"
-  elseif tv == "boolean" then out[#out + 1] = tostring(v)
-  elseif tv == "number" then out[#out + 1] = number(v)
-  elseif tv == "string" then out[#out + 1] = quote(v)
-  elseif tv == "table" then
-    if arrays[v] or is_sequence(v) then
-      out[#out + 1] = "["
-      for i = 1, #v do
-        if i > 1 then out[#out + 1] = "," end
-        encode(v[i], out)
-      end
-      out[#out + 1] = "]"
-    else
-      local keys = order[v]
-      if not keys then
-        keys = {}
-        for k in pairs(v) do keys[#keys + 1] = tostring(k) end
-        table.sort(keys)
-      end
-      out[#out + 1] = "{"
-      for i, k in ipairs(keys) do
-        if i > 1 then out[#out + 1] = "," end
-        out[#out + 1] = quote(k)
-        out[#out + 1] = ":"
-        local value = v[k]
-        if value == nil then value = v[tonumber(k)] end
-        encode(value, out)
-      end
-      out[#out + 1] = "}"
-    end
-  else
-    error("replies.encode: cannot encode a " .. tv, 3)
-  end
-end
-
--- Encodes `v` as compact JSON. Objects made by M.object keep their order,
--- other tables sort their keys; an empty plain table is {}.
-function M.encode(v)
-  local out = {}
-  encode(v, out)
-  return table.concat(out)
-end
-
--- Decodes JSON text; nil, message when it is not JSON.
-function M.decode(text)
-  local ok, v = pcall(cjson.decode, text)
-  if ok then return v end
-  return nil, tostring(v)
-end
+M.object = json.object
+M.array = json.array
+M.encode = json.encode
+M.decode = json.decode
 
 ------------------------------------------------------------------------------
 -- Reading a request
@@ -677,10 +570,10 @@ function M.status_error(format, fault, ctx)
   local status, args = fault.status, fault.args or {}
   local headers = base_headers(format, M.json_type, ctx.n)
   if args["retry-after"] then
-    headers[#headers + 1] = { "Retry-After", number(args["retry-after"]) }
+    headers[#headers + 1] = { "Retry-After", json.encode(args["retry-after"]) }
   end
   if args["retry-after-ms"] then
-    headers[#headers + 1] = { "retry-after-ms", number(args["retry-after-ms"]) }
+    headers[#headers + 1] = { "retry-after-ms", json.encode(args["retry-after-ms"]) }
   end
   if args["retry-after-date"] then
     local when = math.floor((ctx.now or os.time()) + args["retry-after-date"])

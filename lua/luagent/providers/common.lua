@@ -1,132 +1,22 @@
 -- Shared pieces of the provider adapters (openai, anthropic,
--- openai_responses): a JSON encoder that keeps empty arrays and JSON Schema
--- exact, request helpers, and the stream decoder skeleton that turns provider
+-- openai_responses): JSON that keeps empty arrays and JSON Schema exact,
+-- request helpers, and the stream decoder skeleton that turns provider
 -- chunks into the normalized events of lua/luagent/EVENTS.md. Pure Lua, no I/O.
-local cjson = require "cjson"
+local json = require "luagent.json"
 local errors = require "luagent.errors"
 
 local M = {}
 
 ------------------------------------------------------------------------------
--- JSON
+-- JSON (lua/luagent/json.lua; re-exported for the adapters)
 ------------------------------------------------------------------------------
 
--- The installed lua-cjson (2.1.0) cannot encode an empty array and prints
--- numbers with 14 digits, so requests are encoded here; cjson only decodes
--- (through a private instance, so nobody else's settings leak in) and
--- escapes strings.
-local json = cjson.new()
-
-M.null = cjson.null
--- Marks a table as a JSON array even when empty. Reuses cjson's marker when
--- the installed cjson has one, so tables marked for either encode alike.
-M.array_mt = cjson.array_mt or { __name = "luagent.json.array" }
-local RAW_MT = { __name = "luagent.json.raw" }
-
--- Marks `t` (or a new table) as a JSON array and returns it.
-function M.array(t)
-  return setmetatable(t or {}, M.array_mt)
-end
-
--- Wraps already-encoded JSON text so the encoder splices it verbatim; used to
--- replay tool arguments byte for byte.
-function M.raw(text)
-  return setmetatable({ text }, RAW_MT)
-end
-
--- Shortest decimal text that reads back as the same float.
-local function encode_float(x)
-  if x ~= x or x == math.huge or x == -math.huge then
-    error("json.encode: cannot encode a non-finite number", 0)
-  end
-  for digits = 15, 17 do
-    local s = string.format("%." .. digits .. "g", x)
-    if tonumber(s) == x then return s end
-  end
-end
-
--- Classifies a table: "array" with its length, or "object".
-local function table_kind(t)
-  local mt = getmetatable(t)
-  if mt == M.array_mt or t == cjson.empty_array then return "array", #t end
-  local n = 0
-  for k in pairs(t) do
-    if math.type(k) ~= "integer" or k < 1 then return "object" end
-    n = n + 1
-  end
-  if n > 0 and n == #t then return "array", n end
-  return "object"
-end
-
-local encode_value
-
--- Appends the JSON text of table `t` to buffer `buf`.
-local function encode_table(t, buf, depth)
-  if getmetatable(t) == RAW_MT then buf[#buf + 1] = t[1]; return end
-  if depth > 200 then error("json.encode: nesting too deep (cycle?)", 0) end
-  local kind, n = table_kind(t)
-  if kind == "array" then
-    buf[#buf + 1] = "["
-    for i = 1, n do
-      if i > 1 then buf[#buf + 1] = "," end
-      encode_value(t[i], buf, depth + 1)
-    end
-    buf[#buf + 1] = "]"
-    return
-  end
-  local keys = {}
-  for k in pairs(t) do
-    local tk = type(k)
-    if tk ~= "string" and tk ~= "number" then
-      error("json.encode: cannot encode a " .. tk .. " key", 0)
-    end
-    keys[#keys + 1] = tostring(k)
-  end
-  table.sort(keys) -- deterministic bodies: cassettes and specs compare text
-  buf[#buf + 1] = "{"
-  for i, k in ipairs(keys) do
-    local v = t[k]
-    if v == nil then v = t[tonumber(k)] end
-    if i > 1 then buf[#buf + 1] = "," end
-    buf[#buf + 1] = json.encode(k)
-    buf[#buf + 1] = ":"
-    encode_value(v, buf, depth + 1)
-  end
-  buf[#buf + 1] = "}"
-end
-
--- Appends the JSON text of any encodable value to `buf`.
-function encode_value(v, buf, depth)
-  local tv = type(v)
-  if tv == "string" then
-    buf[#buf + 1] = json.encode(v)
-  elseif tv == "number" then
-    buf[#buf + 1] = math.type(v) == "integer" and string.format("%d", v) or encode_float(v)
-  elseif tv == "boolean" then
-    buf[#buf + 1] = v and "true" or "false"
-  elseif tv == "table" then
-    encode_table(v, buf, depth)
-  elseif v == cjson.null then
-    buf[#buf + 1] = "null"
-  else
-    error("json.encode: cannot encode a " .. tv, 0)
-  end
-end
-
--- Encodes `v` as JSON text. Empty tables are objects unless marked with
--- M.array; non-finite numbers and functions raise.
-function M.encode(v)
-  local buf = {}
-  encode_value(v, buf, 0)
-  return table.concat(buf)
-end
-
--- Decodes JSON text; returns the value, or nil and cjson's message.
-function M.decode(text)
-  local ok, v = pcall(json.decode, text)
-  if ok then return v end
-  return nil, tostring(v)
-end
+M.null = json.null
+M.array_mt = json.array_mt
+M.array = json.array
+M.raw = json.raw
+M.encode = json.encode
+M.decode = json.decode
 
 -- cjson decodes every number as a float; tools and token counts want 3, not
 -- 3.0. Turns integral floats into integers throughout `v` (in place).
@@ -363,7 +253,7 @@ function Decoder:stream_error(obj, fallback, raw)
   local t = type(obj) == "table" and obj or {}
   local msg = t.message
   if type(msg) ~= "string" or msg == "" then msg = fallback or "provider reported an error" end
-  local function keep(v) if v ~= cjson.null then return v end end
+  local function keep(v) if v ~= json.null then return v end end
   return self:fail("stream_error", msg, { type = keep(t.type), code = keep(t.code),
     status = keep(t.status), raw = raw or obj })
 end

@@ -1,0 +1,154 @@
+-- JSON for everything luagent writes: request bodies, mock replies,
+-- cassettes, event lines. Debian's lua-cjson 2.1.0 cannot encode an empty
+-- array, prints numbers with 14 digits and orders keys at random, so
+-- encoding is done here; cjson only decodes (a private instance, so nobody
+-- else's settings leak in).
+--
+-- Output is deterministic byte for byte: objects made with json.object keep
+-- the order given, other tables sort their keys; tables marked with
+-- json.array are arrays even when empty; json.raw splices encoded text.
+local cjson = require "cjson"
+
+local M = {}
+
+local decoder = cjson.new()
+
+M.null = cjson.null
+-- The array marker; cjson's own when it has one, so both encode alike.
+M.array_mt = cjson.array_mt or { __name = "luagent.json.array" }
+local RAW_MT = { __name = "luagent.json.raw" }
+local key_order = setmetatable({}, { __mode = "k" })
+
+-- Marks `t` (or a new table) as a JSON array and returns it.
+function M.array(t)
+  return setmetatable(t or {}, M.array_mt)
+end
+
+-- Wraps already-encoded JSON text so the encoder splices it verbatim (tool
+-- arguments replayed byte for byte).
+function M.raw(text)
+  return setmetatable({ text }, RAW_MT)
+end
+
+-- An object whose keys encode in the order given: object(k1, v1, k2, v2, ...).
+-- A nil value drops its key; use json.null for an explicit null.
+function M.object(...)
+  local t, keys = {}, {}
+  for i = 1, select("#", ...), 2 do
+    local k, v = select(i, ...)
+    if v ~= nil then
+      keys[#keys + 1] = k
+      t[k] = v
+    end
+  end
+  key_order[t] = keys
+  return t
+end
+
+local escapes = {
+  ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
+  ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t",
+}
+
+-- A JSON string literal; UTF-8 passes through, control bytes are escaped.
+local function quote(s)
+  return '"' .. s:gsub('[%c"\\]', function(c)
+    return escapes[c] or string.format("\\u%04x", c:byte())
+  end) .. '"'
+end
+
+-- Integers exactly; floats as the shortest text that reads back equal.
+local function number(x)
+  if math.type(x) == "integer" then return string.format("%d", x) end
+  if x ~= x or x == math.huge or x == -math.huge then
+    error("json.encode: cannot encode a non-finite number", 0)
+  end
+  for digits = 15, 17 do
+    local s = string.format("%." .. digits .. "g", x)
+    if tonumber(s) == x then return s end
+  end
+end
+
+-- "array" and its length, or "object", for a table.
+local function kind_of(t)
+  if getmetatable(t) == M.array_mt or t == cjson.empty_array then return "array", #t end
+  if key_order[t] then return "object" end
+  local n = 0
+  for k in pairs(t) do
+    if math.type(k) ~= "integer" or k < 1 then return "object" end
+    n = n + 1
+  end
+  if n > 0 and n == #t then return "array", n end
+  return "object"
+end
+
+local encode
+
+-- Appends the JSON of table `t` to `buf`.
+local function encode_table(t, buf, depth)
+  if getmetatable(t) == RAW_MT then
+    buf[#buf + 1] = t[1]
+    return
+  end
+  if depth > 200 then error("json.encode: nesting too deep (cycle?)", 0) end
+  local kind, n = kind_of(t)
+  if kind == "array" then
+    buf[#buf + 1] = "["
+    for i = 1, n do
+      if i > 1 then buf[#buf + 1] = "," end
+      encode(t[i], buf, depth + 1)
+    end
+    buf[#buf + 1] = "]"
+    return
+  end
+  local keys = key_order[t]
+  if not keys then
+    keys = {}
+    for k in pairs(t) do
+      local tk = type(k)
+      if tk ~= "string" and tk ~= "number" then
+        error("json.encode: cannot encode a " .. tk .. " key", 0)
+      end
+      keys[#keys + 1] = tostring(k)
+    end
+    table.sort(keys)
+  end
+  buf[#buf + 1] = "{"
+  for i, k in ipairs(keys) do
+    local v = t[k]
+    if v == nil then v = t[tonumber(k)] end
+    if i > 1 then buf[#buf + 1] = "," end
+    buf[#buf + 1] = quote(k)
+    buf[#buf + 1] = ":"
+    encode(v, buf, depth + 1)
+  end
+  buf[#buf + 1] = "}"
+end
+
+-- Appends the JSON of any encodable value to `buf`.
+function encode(v, buf, depth)
+  local tv = type(v)
+  if tv == "string" then buf[#buf + 1] = quote(v)
+  elseif tv == "number" then buf[#buf + 1] = number(v)
+  elseif tv == "boolean" then buf[#buf + 1] = v and "true" or "false"
+  elseif v == nil or v == M.null then buf[#buf + 1] = "null"
+  elseif tv == "table" then encode_table(v, buf, depth)
+  else error("json.encode: cannot encode a " .. tv, 0)
+  end
+end
+
+-- Encodes `v` as compact JSON text; non-finite numbers and functions raise.
+function M.encode(v)
+  local buf = {}
+  encode(v, buf, 0)
+  return table.concat(buf)
+end
+
+-- Decodes JSON text: the value, or nil and cjson's message.
+function M.decode(text)
+  local ok, v = pcall(decoder.decode, text)
+  if ok then return v end
+  return nil, tostring(v)
+end
+
+return M
