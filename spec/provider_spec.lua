@@ -112,6 +112,28 @@ describe("provider:stream", function()
     local _, rerr = p:stream { messages = {} }
     outputs[#outputs + 1] = rerr
     srv = nil
+    -- a recording of the same failures
+    local rec_path = os.tmpname()
+    local provider_mod = require "luagent.provider"
+    provider_mod.recorder = assert(require("luagent.record").open(rec_path))
+    srv = server.serve(stream_handler { error_event = true })
+    p = provider(srv.url)
+    pcall(function() for _ in assert(p:stream { messages = {} }) do end end)
+    srv.close()
+    srv = server.serve(function(conn, req)
+      local body = '{"error":"invalid key ' .. req.headers["authorization"] .. '"}'
+      conn:write(server.head(401, { "Content-Length: " .. #body }) .. body)
+    end)
+    p = provider(srv.url)
+    p:stream { messages = {} }
+    provider_mod.recorder:close()
+    provider_mod.recorder = nil
+    local f = assert(io.open(rec_path))
+    outputs[#outputs + 1] = f:read("a")
+    f:close()
+    os.remove(rec_path)
+    local _, exchanges = outputs[#outputs]:gsub("\n", "")
+    assert.equal(2, exchanges) -- both failures were recorded
     local all = table.concat(dump(outputs), "\n")
     assert.matches("invalid key Bearer %*%*%*", all) -- the echo was there, scrubbed
     assert.is_nil(all:find(KEY, 1, true))

@@ -236,7 +236,10 @@ describe("policy files", function()
     assert(os.execute("mkdir -p " .. dir))
     path = dir .. "/mine.lua"
   end)
-  after_each(function() os.execute("rm -rf " .. dir) end)
+  after_each(function()
+    retry.forget_policy(path)
+    os.execute("rm -rf " .. dir)
+  end)
 
   local function write(text)
     local f = assert(io.open(path, "w"))
@@ -279,6 +282,123 @@ describe("policy files", function()
   end)
 
   it("names a missing policy", function()
-    assert.has_error(function() luagent.stream { model = "openai/x", policy = "no-such-policy" } end)
+    local ok, err = pcall(luagent.stream, { model = "openai/x", policy = "no-such-policy" })
+    assert.is_false(ok)
+    assert.equal("usage", err.kind)
+    assert.matches("no policy named 'no%-such%-policy'", err.message)
+  end)
+end)
+
+describe("cancellation, breakage and protection settings", function()
+  local function model(srv) return { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } end
+
+  it("ends with a final aborted event on the bus when cancelled mid-stream", function()
+    local srv = assert(mock.start { seed = 1, tps = 0.1 }) -- a slow stream
+    local seen = {}
+    local stop = events.subscribe(function(ev) seen[#seen + 1] = ev end)
+    local t = luagent.spawn(function()
+      for _ in luagent.stream { model = model(srv), messages = { { role = "user", content = "a b c d e f" } } } do end
+    end)
+    while #seen < 2 do luagent.sleep(0.001) end
+    t:cancel()
+    local ok, err = pcall(t.join, t)
+    stop()
+    assert.is_false(ok)
+    assert.equal("cancelled", err.kind)
+    local last = seen[#seen]
+    assert.equal("message_end", last.type)
+    assert.equal("aborted", last.stop_reason)
+    assert.is_true(last.final)
+    assert.equal(0, luagent.stats().busy)
+    srv:close()
+  end)
+
+  it("does not swallow a cancellation that lands while an error body is read", function()
+    local srv = assert(mock.start { faults = "503", seed = 1 })
+    local t = luagent.spawn(function()
+      luagent.complete { model = model(srv), messages = { { role = "user", content = "x" } } }
+      return "went on"
+    end)
+    luagent.sleep(0) luagent.sleep(0)
+    t:cancel()
+    local ok, err = pcall(t.join, t)
+    assert.is_false(ok)
+    assert.equal("cancelled", err.kind)
+    srv:close()
+  end)
+
+  it("frees the breaker's probe when the probe is cancelled before its headers", function()
+    local srv = assert(mock.start { faults = "503@1-5,stall:secs=100@6", seed = 1 })
+    local policy = { max_retries = 0, breaker = { consecutive = 5, open_for = 1 }, budget = false, cooldown = false }
+    for _ = 1, 5 do luagent.complete { model = model(srv), messages = { { role = "user", content = "x" } }, policy = policy } end
+    luagent.sleep(1.5) -- the open time is over: the next call is the probe
+    local probe = luagent.spawn(function()
+      luagent.complete { model = model(srv), messages = { { role = "user", content = "x" } }, policy = policy }
+    end)
+    luagent.sleep(1) -- the probe waits on its stalled headers
+    probe:cancel()
+    pcall(probe.join, probe)
+    local msg, err = luagent.complete { model = model(srv), messages = { { role = "user", content = "y" } }, policy = policy }
+    assert.is_nil(err, err and tostring(err))
+    assert.equal("y", msg.content) -- the next caller could probe at once
+    srv:close()
+  end)
+
+  it("turns the breaker and the budget off with false", function()
+    local srv = assert(mock.start { faults = "503", seed = 1 })
+    local policy = { max_retries = 0, breaker = false, budget = false, cooldown = false }
+    for _ = 1, 12 do
+      local _, err = luagent.complete { model = model(srv), messages = { { role = "user", content = "x" } }, policy = policy }
+      assert.equal("http", err.kind) -- never circuit_open
+    end
+    assert.equal(12, #srv:requests())
+    srv:close()
+  end)
+
+  it("keeps the endpoint's events in retry-safe mode", function()
+    local srv = assert(mock.start { faults = "stream-error:overloaded_error@1-3", seed = 1 })
+    local policy = { max_retries = 3, backoff = { strategy = "fixed", base = 1 },
+                     breaker = { consecutive = 2, open_for = 1 }, budget = false, cooldown = false }
+    local got = {}
+    for ev in events.retry_safe(luagent.stream { model = model(srv), policy = policy,
+                                                  messages = { { role = "user", content = "x" } } }) do
+      got[#got + 1] = ev.type
+    end
+    got = table.concat(got, " ")
+    assert.matches("circuit_open", got)
+    -- the retried attempts leave their provider_retry and the endpoint's events
+    assert.matches("^provider_retry circuit_open provider_retry circuit_half_open", got)
+    srv:close()
+  end)
+
+  it("raises an adapter's programming error instead of retrying it", function()
+    local srv = assert(mock.start { seed = 1 })
+    local p = luagent.provider { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    p.adapter = setmetatable({ decoder = function() return { feed = function() local x = nil; return x.oops end } end },
+                             { __index = p.adapter })
+    local ok, err = pcall(luagent.complete, { model = p, messages = { { role = "user", content = "x" } } })
+    assert.is_false(ok)
+    assert.is_string(err)
+    assert.matches("attempt to index a nil value", err)
+    assert.equal(1, #srv:requests())
+    srv:close()
+  end)
+
+  it("reports an on_context_overflow hook that fails", function()
+    local srv = assert(mock.start { faults = "400:overflow", seed = 1 })
+    local policy = { on_context_overflow = function() error("cannot shorten") end }
+    local _, err = luagent.complete { model = model(srv), policy = policy, messages = { { role = "user", content = "x" } } }
+    assert.equal("context_overflow", err.class)
+    assert.matches("cannot shorten", table.concat(logs, "\n"))
+    srv:close()
+  end)
+
+  it("aborts the attempt in flight when the caller leaves the loop early", function()
+    local srv = assert(mock.start { seed = 1, tps = 10 })
+    for ev in luagent.stream { model = model(srv), messages = { { role = "user", content = "one two three four five" } } } do
+      if ev.type == "text_delta" then break end
+    end
+    assert.equal(0, luagent.stats().busy)
+    srv:close()
   end)
 end)

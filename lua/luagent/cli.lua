@@ -35,8 +35,8 @@ spawned (daemon tasks excepted).
 
 The embedded default: when no provider key is set (OPENAI_API_KEY,
 ANTHROPIC_API_KEY, OPENROUTER_API_KEY) and there is a cassette (--cassette,
-or FILE.cassette.jsonl beside the script), or when --mock or --faults is
-given, luagent starts its mock provider on loopback in this process, points
+or FILE.cassette.jsonl beside the script), or when --mock, --faults or
+--cassette is given, luagent starts its mock provider on loopback in this process, points
 every provider at it, and says so on stderr. Traffic still goes through
 libcurl and real sockets.
 
@@ -152,9 +152,12 @@ local function prepare(opts, file)
     local fh = io.open(own, "r")
     if fh then fh:close() cassette = own end
   end
-  local use_mock = opts.mock or opts.faults or (not any_key() and (opts.cassette or cassette))
-  if opts.cassette and not io.open(opts.cassette, "r") then
-    return nil, usage_error("run: cannot open cassette '%s'", opts.cassette)
+  -- an explicit cassette or fault spec means the mock, key or not
+  local use_mock = opts.mock or opts.faults or opts.cassette or (not any_key() and cassette)
+  if opts.cassette then
+    local fh = io.open(opts.cassette, "r")
+    if not fh then return nil, usage_error("run: cannot open cassette '%s'", opts.cassette) end
+    fh:close()
   end
   if use_mock then
     local mock = require "luagent.mock"
@@ -171,7 +174,7 @@ local function prepare(opts, file)
     if cassette then what[#what + 1] = "replaying " .. cassette end
     if opts.faults then what[#what + 1] = "faults " .. opts.faults end
     say("luagent: %s: using the embedded mock provider at %s%s",
-      any_key() and "--mock" or "no API key set", srv.url,
+      any_key() and "as asked" or "no API key set", srv.url,
       #what > 0 and " (" .. table.concat(what, ", ") .. ")" or "")
     cleanups[#cleanups + 1] = function()
       for _, d in ipairs(srv:divergences()) do say("luagent: cassette divergence: %s", d) end

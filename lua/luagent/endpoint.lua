@@ -68,7 +68,7 @@ local function check_opts(opts)
     end
   end
   local cd = opts.cooldown
-  if cd == nil then return M.default_jitter end
+  if cd == nil or cd == false then return M.default_jitter end
   if type(cd) ~= "table" then misuse("get", "cooldown must be a table", 2) end
   for k in pairs(cd) do
     if k ~= "jitter" then misuse("get", "unknown option 'cooldown." .. tostring(k) .. "'", 2) end
@@ -82,18 +82,20 @@ local function check_opts(opts)
 end
 
 -- The endpoint for `key`, created on first use from `opts` ({breaker=<see
--- core.breaker>, budget=<see core.retry_budget>, cooldown={jitter=}}); later
--- calls return the same endpoint and ignore `opts`. A bad option raises,
--- naming the field, and registers nothing.
+-- core.breaker>, budget=<see core.retry_budget>, cooldown={jitter=}}; false
+-- for breaker or budget means none); later calls return the same endpoint
+-- and ignore `opts`. A bad option raises, naming the field, and registers
+-- nothing.
 function M.get(key, opts)
   if type(key) ~= "string" or key == "" then misuse("get", "key must be a non-empty string", 1) end
   local ep = registry[key]
   if ep then return ep end
   local jitter = check_opts(opts)
+  local b, bu = opts and opts.breaker, opts and opts.budget
   ep = setmetatable({
     key = key,
-    breaker = core.breaker(opts and opts.breaker),
-    budget = core.retry_budget(opts and opts.budget),
+    breaker = b ~= false and core.breaker(b) or nil,
+    budget = bu ~= false and core.retry_budget(bu) or nil,
     jitter = jitter,
     cooldown_until = nil, -- no cooldown yet
     seen = nil,           -- the latest `now` seen
@@ -122,13 +124,14 @@ end
 function Endpoint:admit(is_retry, now)
   self:_see("admit", now)
   local key, events = self.key, {}
-  if is_retry and not self.budget:allow_retry() then
+  if is_retry and self.budget and not self.budget:allow_retry() then
     local tokens, max = self.budget:tokens()
     local msg = string.format("retry budget of %s exhausted: %g of %g tokens, retries need more than %g",
       key, tokens, max, max / 2)
     return nil, errors.new("retry_budget_exhausted", msg,
       { endpoint = key, tokens = tokens, retryable = false }), events
   end
+  if not self.breaker then return true, false, events end
   local verdict, retry_at, moved = self.breaker:allow(now)
   if moved then events[1] = { type = "circuit_half_open", endpoint = key } end
   if not verdict then
@@ -166,6 +169,7 @@ end
 function Endpoint:record(now, ok, counted, was_probe)
   self:_see("record", now)
   local events = {}
+  if not self.breaker then was_probe = false end
   if was_probe == nil then
     local state, c = self.breaker:state(now)
     was_probe = state == "half_open" and c.probe_out
@@ -174,13 +178,14 @@ function Endpoint:record(now, ok, counted, was_probe)
     if was_probe then self.breaker:release() end
     return events
   end
-  if ok then
+  if not self.budget then -- nothing to spend or earn
+  elseif ok then
     self.budget:success()
   elseif self.budget:failure() then
     events[#events + 1] = { type = "retry_budget_exhausted", endpoint = self.key,
                             tokens = (self.budget:tokens()) }
   end
-  local moved = self.breaker:record(now, ok, was_probe)
+  local moved = self.breaker and self.breaker:record(now, ok, was_probe)
   if moved then events[#events + 1] = self:_transition(now, moved) end
   return events
 end
@@ -227,7 +232,8 @@ end
 -- Inspection
 ------------------------------------------------------------------------------
 
--- A snapshot of every endpoint, as a fresh table the caller owns:
+-- A snapshot of every endpoint, as a fresh table the caller owns (state
+-- "none" and no counts without a breaker, no tokens without a budget):
 -- {[key] = {state=, failures=, consecutive=, calls=, trips=, probe_out=,
 --  open_until= (nil while closed), tokens=, max_tokens=, cooldown_until=
 --  (nil when none was set)}}. The breaker's state is read at `now`; without
@@ -239,8 +245,10 @@ function M.health(now)
   end
   local out = {}
   for key, ep in pairs(registry) do
-    local state, c = ep.breaker:state(now or ep.seen or -math.huge)
-    local tokens, max = ep.budget:tokens()
+    local state, c = "none", {}
+    if ep.breaker then state, c = ep.breaker:state(now or ep.seen or -math.huge) end
+    local tokens, max
+    if ep.budget then tokens, max = ep.budget:tokens() end
     out[key] = {
       state = state, failures = c.failures, consecutive = c.consecutive,
       calls = c.calls, trips = c.trips, probe_out = c.probe_out,

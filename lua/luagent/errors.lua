@@ -53,5 +53,11 @@ function M.is(v)
   return type(v) == "table" and type(v.kind) == "string" and M.kinds[v.kind] ~= nil
 end
 
+-- True when `v` is a cancellation. Code that catches errors with pcall
+-- must raise these again: cancellation always reaches the task's top.
+function M.is_cancel(v)
+  return type(v) == "table" and v.kind == "cancelled"
+end
+
 M.metatable = Error
 return M

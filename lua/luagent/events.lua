@@ -3,6 +3,7 @@
 -- retry-safe filter, later logs, traces and the cost meter) subscribe. A new
 -- kind of observer is a new consumer; the retry loop does not change.
 local json = require "luagent.json"
+local errors = require "luagent.errors"
 
 local M = {}
 
@@ -31,6 +32,7 @@ function M.publish(ev)
     local fn = subscribers[i]
     local ok, err = pcall(fn, ev)
     if not ok then
+      if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
       table.remove(subscribers, i)
       io.stderr:write("luagent: an event consumer failed and was removed: ", tostring(err), "\n")
     end
@@ -75,6 +77,12 @@ end
 -- Retry-safe filter, for append-only sinks (pipes, logs)
 ------------------------------------------------------------------------------
 
+-- Events that belong to one attempt's message (held); others pass at once.
+local ATTEMPT_EVENTS = {
+  message_start = true, text_delta = true, thinking_delta = true, tool_call_start = true,
+  tool_call_delta = true, tool_call_end = true, usage = true, message_end = true,
+}
+
 local RetrySafe = {}
 RetrySafe.__index = RetrySafe
 
@@ -99,18 +107,23 @@ function RetrySafe:release_failure()
 end
 
 function RetrySafe:push(ev)
+  local t = ev.type
   if self.failed_end then
-    if ev.type == "provider_retry" then
+    if t == "provider_retry" then
       self.held, self.failed_end = nil, nil -- retried: it disappears
+    elseif not ATTEMPT_EVENTS[t] then
+      self.sink(ev) -- an endpoint event: the failed attempt's fate is still open
+      return
     else
       self:release_failure()
     end
   end
-  local t = ev.type
   if t == "message_start" then
     self.held = { ev }
   elseif t == "stream_reset" then
     return
+  elseif not ATTEMPT_EVENTS[t] then
+    self.sink(ev) -- provider_retry, endpoint events, ...: never held
   elseif self.held and t == "message_end" then
     if ev.stop_reason == "error" then
       self.failed_end = ev

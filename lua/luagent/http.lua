@@ -104,6 +104,7 @@ function M.request(opts)
   if resp.status >= 400 and opts.http_errors ~= false then
     local ok, body = pcall(resp.body, resp, M.ERROR_BODY_MAX)
     resp:close()
+    if not ok and errors.is_cancel(body) then error(body, 0) end
     return nil, errors.new("http", string.format("HTTP %d", resp.status), {
       status = resp.status, headers = resp.headers, body = ok and body or "",
     })
@@ -117,7 +118,10 @@ function M.fetch(opts)
   if not resp then return nil, err end
   local ok, body = pcall(resp.body, resp)
   resp:close()
-  if not ok then return nil, body end
+  if not ok then
+    if errors.is_cancel(body) or not errors.is(body) then error(body, 0) end
+    return nil, body
+  end
   return { status = resp.status, headers = resp.headers, body = body }
 end
 

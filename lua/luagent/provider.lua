@@ -37,10 +37,14 @@ function Provider:__tostring()
   return string.format("provider %s/%s at %s", self.kind, self.model, self.base_url)
 end
 
+-- Keys shorter than this are placeholders (mocks, specs), not secrets worth
+-- rewriting every message for.
+local MIN_SECRET = 8
+
 -- Replaces every occurrence of the key in the strings of `err` (messages,
--- echoed bodies) with "***".
+-- echoed bodies) with "***". Cancellation records are left alone.
 local function scrub(err, key)
-  if type(err) ~= "table" or not key or key == "" then return err end
+  if type(err) ~= "table" or not key or #key < MIN_SECRET or err.kind == "cancelled" then return err end
   local function clean(s) return (s:gsub(key:gsub("%p", "%%%0"), "***")) end
   for k, v in pairs(err) do
     if type(v) == "string" then err[k] = clean(v)
@@ -98,10 +102,12 @@ local function timeouts(self, call)
   return t
 end
 
--- provider:stream(request [, opts]) -> iterator of normalized events | nil, err.
+-- provider:stream(request [, opts]) -> iterator, nil, nil, response | nil, err.
 -- request: {system=, messages=, tools=, max_tokens=, temperature=} (model is
 -- the provider's unless given). opts.timeout overrides timeouts. The
--- iterator raises an error record when the stream fails after it began.
+-- iterator raises an error record when the stream fails after it began. The
+-- response is the generic for's closing value: leaving the loop early
+-- aborts the transfer at once.
 function Provider:stream(request, opts)
   local key = secrets[self]
   local req = {}
@@ -109,14 +115,15 @@ function Provider:stream(request, opts)
   req.model = req.model or self.model
   local ok, built = pcall(self.adapter.build, req, { base_url = self.base_url, api_key = key, headers = self.headers })
   if not ok then error(scrub({ message = tostring(built) }, key).message, 2) end
-  local rec = M.recorder and M.recorder:begin(built)
+  local rec = M.recorder and M.recorder:begin(built, function(s) return scrub({ s = s }, key).s end)
   local resp, err = http.request {
     method = built.method, url = built.url, headers = built.headers, body = built.body,
     timeout = timeouts(self, opts and opts.timeout),
   }
   if not resp then
+    err = scrub(err, key)
     if rec then rec:finish(err) end
-    return nil, scrub(err, key)
+    return nil, err
   end
   if rec then rec:response(resp.status, resp.headers) end
   local dec = self.adapter.decoder { model = req.model }
@@ -126,8 +133,9 @@ function Provider:stream(request, opts)
   local function fail(e)
     resp:close()
     finished = true
+    e = scrub(e, key)
     if rec then rec:finish(e) end
-    error(scrub(e, key), 0)
+    error(e, 0)
   end
 
   return function()
@@ -162,7 +170,7 @@ function Provider:stream(request, opts)
       end
       queue, head = out, 1
     end
-  end, resp
+  end, nil, nil, resp
 end
 
 M.Provider = Provider

@@ -21,11 +21,13 @@ end
 local Exchange = {}
 Exchange.__index = Exchange
 
--- rec:begin(built) -> an exchange for the request `built` (method, url, body).
-function Recorder:begin(built)
+-- rec:begin(built [, scrub]) -> an exchange for the request `built`
+-- (method, url, body); scrub(text) removes secrets from recorded text (the
+-- provider's key, echoed in an error or event).
+function Recorder:begin(built, scrub)
   local body = json.decode(built.body or "") or built.body
   return setmetatable({
-    rec = self, t0 = core.now(), events = {},
+    rec = self, t0 = core.now(), events = {}, scrub = scrub or function(s) return s end,
     request = { method = built.method, path = built.url:gsub("^%a+://[^/]+", ""), body = body },
   }, Exchange)
 end
@@ -38,7 +40,7 @@ end
 -- ex:event(sse) records one SSE event with its time.
 function Exchange:event(ev)
   self.events[#self.events + 1] = { t = math.floor((core.now() - self.t0) * 1000 + 0.5) / 1000,
-                                     event = ev.event, data = ev.data }
+                                     event = ev.event, data = self.scrub(ev.data) }
 end
 
 -- ex:finish([err]) writes the exchange; an HTTP error keeps its body.

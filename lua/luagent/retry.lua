@@ -8,10 +8,13 @@
 --   delay_ms}, stream_reset (before the next attempt's first event, if an
 --   earlier attempt had streamed anything), attempt events ..., message_end.
 --
--- The final failure is never followed by provider_retry; it ends the stream
--- with message_end{stop_reason="error", error=<record>}. Cancellation during
--- a backoff ends the call at once with message_end{stop_reason="aborted"}
--- and then raises `cancelled` (cancellation always raises).
+-- Events of the shared endpoint (circuit_*, retry_budget_exhausted,
+-- cooldown) come after the failed attempt's message_end, before its
+-- provider_retry. The final failure is never followed by provider_retry; it
+-- ends the stream with message_end{stop_reason="error", error=<record>,
+-- final=true}. Cancellation ends the call at once with a final
+-- message_end{stop_reason="aborted"} and then raises `cancelled`
+-- (cancellation always raises); during a backoff, no further request is sent.
 local luagent_core = require "luagent.core"
 local errors = require "luagent.errors"
 local classify = require "luagent.classify"
@@ -19,6 +22,7 @@ local policies = require "luagent.policy"
 local provider_mod = require "luagent.provider"
 local events = require "luagent.events"
 local endpoint = require "luagent.endpoint"
+local queue = require "luagent.queue"
 
 local M = {}
 
@@ -65,6 +69,15 @@ function M.policy_file(path)
   return loader
 end
 
+-- Stops watching the policy file `path` and forgets its loader (specs; an
+-- embedder that is done with a file).
+function M.forget_policy(path)
+  local l = loaders[path]
+  if not l then return end
+  if l.watcher then l.watcher:cancel("policy forgotten") end
+  loaders[path] = nil
+end
+
 -- Resolves opts.policy into something with :get() returning a policy.
 local function resolve_policy(spec)
   if spec == nil then spec = M.default_policy end
@@ -89,11 +102,13 @@ end
 -- bad requests and the caller's own cancellation do not.
 local COUNTED = { rate_limited = true, overloaded = true, server = true, transport = true, timeout = true }
 
--- The endpoint of a call, or nil when the policy turns protection off.
+-- The endpoint of a call, or nil when the policy turns protection off. The
+-- endpoint is configured by the first policy that reaches it (its state is
+-- shared; a later policy's breaker and budget settings do not rebuild it).
 local function endpoint_for(provider, policy)
   if not (policy.breaker or policy.budget or policy.cooldown) then return nil end
   return endpoint.get(endpoint.key(provider.base_url), {
-    breaker = policy.breaker or nil, budget = policy.budget or nil, cooldown = policy.cooldown or nil,
+    breaker = policy.breaker, budget = policy.budget, cooldown = policy.cooldown,
   })
 end
 
@@ -115,15 +130,15 @@ local function seconds(v) return v and v > 0 and v or nil end
 local calls = 0 -- numbers the calls of this process: events carry `call`
 
 -- stream{model=, messages=, system=, tools=, policy=, max_tokens=,
--- temperature=, seed=} -> iterator of events. `model` is "kind/model" or a
--- provider. The iterator returns nil after the final message_end.
+-- temperature=, seed=} -> iterator of events (and, as the generic for's
+-- closing value, an object that aborts the attempt in flight when the loop
+-- is left early). `model` is "kind/model" or a provider. The iterator
+-- returns nil after the final message_end.
 function M.stream(opts)
   if type(opts) ~= "table" then error("stream: expects a table", 2) end
   local provider = opts.model
-  if type(provider) == "string" or (type(provider) == "table" and getmetatable(provider) ~= provider_mod.Provider) then
-    provider = provider_mod.new(provider)
-  end
-  if not provider then error("stream: model is required", 2) end
+  if provider == nil then error("stream: model is required", 2) end
+  if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(provider) end
   local policy_src = resolve_policy(opts.policy)
   calls = calls + 1
   local call_id = calls
@@ -136,84 +151,110 @@ function M.stream(opts)
   }
 
   local started = luagent_core.now()
-  local queue, head, tail = {}, 1, 0
+  local out = queue.new()
   local state = "start"       -- start | streaming | waiting | done | raise
-  local attempt, it = 0, nil
+  local attempt, it, resp = 0, nil, nil
   local opened, streamed_any = false, false
   local usage_total, attempt_usage = nil, nil
   local delay, prev_delay, pending_error = 0, nil, nil
   local policy = policy_src:get()
   local ep, was_probe = nil, false
 
-  local function push(ev)
-    tail = tail + 1
-    queue[tail] = ev
+  local function now() return luagent_core.now() end
+
+  -- Seconds left before the policy's total deadline (nil: no deadline).
+  local function time_left()
+    local deadline = seconds(policy.total_deadline)
+    return deadline and deadline - (now() - started)
   end
 
-  local function push_all(list)
-    for _, ev in ipairs(list or {}) do push(ev) end
-  end
-
-  -- Tells the endpoint how the attempt went; `counted` failures only.
+  -- Tells the endpoint how the attempt went (`counted` failures only);
+  -- returns the events that caused.
   local function record(ok, counted)
-    if not ep then return end
-    push_all(ep:record(luagent_core.now(), ok, counted, was_probe))
+    if not ep then return {} end
+    local evs = ep:record(now(), ok, counted, was_probe)
     was_probe = false
+    return evs
   end
 
   local function final_failure(err, reason)
-    push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
-           total_usage = usage_total, attempts = attempt, reason = reason, final = true }
+    out:push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
+               total_usage = usage_total, attempts = attempt, reason = reason, final = true }
     state = "done"
+  end
+
+  -- The task was cancelled: the call ends here. Its final event goes
+  -- straight to the bus (nobody pulls the iterator again), then it raises.
+  local function cancelled(err)
+    record(false, false) -- frees the breaker's probe slot if this was the probe
+    if resp then resp:close() end
+    state = "done"
+    events.publish { type = "message_end", stop_reason = "aborted", error = err, final = true,
+                     total_usage = usage_total, attempts = attempt, call = call_id }
+    error(err, 0)
   end
 
   -- Decides what a failed attempt leads to: a retry after a wait, or the end.
   local function failed(err)
-    if errors.is(err) and err.kind == "cancelled" then
-      record(false, false) -- frees the probe slot if this was the probe
-      error(err, 0)
+    if errors.is(err) and err.kind == "cancelled" then cancelled(err) end
+    if not errors.is(err) then
+      record(false, false)
+      error(err, 0) -- a programming error (an adapter's bug) raises
     end
-    if type(err) ~= "table" then err = errors.new("transport", tostring(err)) end
+    if resp then resp:close() resp = nil end
     if err.kind == "timeout" and err.which == "total" then err.which = "attempt" end
     if type(err.usage) == "table" then attempt_usage = err.usage end -- what the cut stream had reported
     usage_total = add_usage(usage_total, attempt_usage)
     local max_attempts = policy.max_retries + 1
-    local deadline = seconds(policy.total_deadline)
+    local left = time_left()
     local d = classify.classify(err, {
       attempt = attempt,
-      deadline_expired = deadline and luagent_core.now() - started >= deadline or false,
+      deadline_expired = left ~= nil and left <= 0,
       report = function(msg) M.log("luagent: " .. msg) end,
     }, policy)
     err.class = err.class or d.class
-    record(false, COUNTED[d.class] or false)
-    if ep and d.retry_after and (d.class == "rate_limited" or d.class == "overloaded") then
-      push_all(ep:set_cooldown(luagent_core.now() + d.retry_after))
+    local side = record(false, COUNTED[d.class] or false)
+    if ep and policy.cooldown and d.retry_after and (d.class == "rate_limited" or d.class == "overloaded") then
+      for _, e in ipairs(ep:set_cooldown(now() + d.retry_after)) do side[#side + 1] = e end
     end
     if d.class == "context_overflow" and policy.on_context_overflow then
-      policies.run_limited(policy.on_context_overflow, policies.limits.hook,
+      local ok, herr = policies.run_limited(policy.on_context_overflow, policies.limits.hook,
         { error = err, request = request, attempt = attempt })
+      if not ok then M.log("luagent: " .. tostring(herr) .. " (on_context_overflow hook failed)") end
     end
+    -- decide; the endpoint's events follow the attempt's own message_end
+    local wait, why, final_reason
     if not d.retryable then
-      return final_failure(err, d.reason)
+      final_reason = d.reason
+    elseif attempt >= max_attempts then
+      final_reason = "no attempts left (" .. max_attempts .. ")"
+    elseif ep and ep.budget and policy.budget and not ep.budget:allow_retry() then
+      err = errors.new("retry_budget_exhausted", "retry budget of " .. ep.key
+        .. " exhausted; the attempt failed with " .. tostring(err), { endpoint = ep.key, cause = err })
+      final_reason = "retry budget exhausted"
+    else
+      wait, why = policies.delay(policy, attempt, d.retry_after, rng, prev_delay)
+      if not wait then
+        err = errors.new(err.kind, err.message .. " (" .. why .. ")", err)
+        final_reason = why
+      elseif left and wait >= left then
+        final_reason = string.format("the wait of %.3g s would pass the total deadline of %g s",
+          wait, policy.total_deadline)
+      end
     end
-    if attempt >= max_attempts then
-      return final_failure(err, "no attempts left (" .. max_attempts .. ")")
-    end
-    local wait, why = policies.delay(policy, attempt, d.retry_after, rng, prev_delay)
-    if not wait then
-      return final_failure(errors.new(err.kind, err.message .. " (" .. why .. ")", err), why)
-    end
-    if deadline and luagent_core.now() - started + wait >= deadline then
-      return final_failure(err, string.format("the wait of %.3g s would pass the total deadline of %g s", wait, deadline))
+    if final_reason then
+      out:push_all(side)
+      return final_failure(err, final_reason)
     end
     local text = tostring(err)
     if opened then
-      push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
-             error_message = string.format("attempt %d of %d failed and will be retried: %s", attempt, max_attempts, text) }
+      out:push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
+                 error_message = string.format("attempt %d of %d failed and will be retried: %s",
+                   attempt, max_attempts, text) }
     end
-    local info = { type = "provider_retry", attempt = attempt, max_attempts = max_attempts,
-                   error = text, delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why }
-    push(info)
+    out:push_all(side)
+    out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = text,
+               delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why }
     M.log(string.format("WARN provider error (attempt %d/%d), retrying in %.1fs: %s", attempt, max_attempts, wait, text))
     if policy.on_retry then
       local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
@@ -226,33 +267,41 @@ function M.stream(opts)
 
   local function start_attempt()
     policy = policy_src:get() -- an edited policy applies from the next attempt
+    local left = time_left()
+    if left and left <= 0 then
+      return final_failure(errors.new("timeout", string.format("total deadline of %g s passed",
+        policy.total_deadline), { which = "total_deadline" }), "the total deadline passed")
+    end
     ep = endpoint_for(provider, policy)
     if ep then
       -- a server-given wait holds every agent on this endpoint, released
       -- with jitter; then the breaker and the retry budget must agree
-      local hold = ep:cooldown_wait(luagent_core.now(), rng)
+      local hold = policy.cooldown and ep:cooldown_wait(now(), rng) or 0
       if hold > 0 then
+        if left and hold >= left then
+          return final_failure(errors.new("timeout", string.format(
+            "the endpoint's cooldown (%.3g s) would pass the total deadline", hold),
+            { which = "total_deadline" }), "cooldown past the total deadline")
+        end
         delay, state = hold, "waiting"
         return
       end
-      local ok, probe_or_err, evs = ep:admit(attempt > 0, luagent_core.now())
-      push_all(evs)
+      local ok, probe_or_err, evs = ep:admit(attempt > 0, now())
+      out:push_all(evs)
       if not ok then return final_failure(probe_or_err, probe_or_err.message) end
       was_probe = probe_or_err or false
     end
     attempt = attempt + 1
     opened, attempt_usage = false, nil
-    local deadline = seconds(policy.total_deadline)
     local limit = seconds(policy.attempt_timeout)
-    if deadline then
-      local left = deadline - (luagent_core.now() - started)
-      limit = limit and math.min(limit, left) or left
-    end
-    local stream, err = provider:stream(request, {
+    if left then limit = limit and math.min(limit, left) or left end
+    -- provider:stream -> iterator, nil, nil, response | nil, err
+    local ok, stream, perr, _, r = pcall(provider.stream, provider, request, {
       timeout = { total = limit, idle = seconds(policy.idle_timeout) },
     })
-    if not stream then return failed(err) end
-    it = stream
+    if not ok then return failed(stream) end -- cancelled while connecting, or a bug
+    if not stream then return failed(perr) end
+    it, resp = stream, r
     state = "streaming"
   end
 
@@ -263,7 +312,7 @@ function M.stream(opts)
       return failed(errors.new("truncated", "stream ended without message_end"))
     end
     if attempt > 1 and streamed_any and not opened and ev.type ~= "usage" then
-      push { type = "stream_reset", attempt = attempt }
+      out:push { type = "stream_reset", attempt = attempt }
       streamed_any = false
     end
     if ev.type == "message_start" then opened = true end
@@ -276,22 +325,22 @@ function M.stream(opts)
       if bad then
         return failed(errors.new("unusable", "unusable reply: " .. why, { unusable = true }))
       end
-      record(true, true)
+      resp = nil -- the provider closed it at its message_end
+      local side = record(true, true)
       usage_total = add_usage(usage_total, attempt_usage)
       ev.total_usage = usage_total
       ev.attempts = attempt
       ev.final = true
       state = "done"
+      out:push_all(side)
     end
-    push(ev)
+    out:push(ev)
   end
 
-  return function()
+  local iter = function()
     while true do
-      local ev = queue[head]
+      local ev = out:pop()
       if ev then
-        queue[head] = nil
-        head = head + 1
         ev.call = call_id
         events.publish(ev)
         return ev
@@ -309,15 +358,22 @@ function M.stream(opts)
         local ok, err = pcall(luagent_core.sleep, delay)
         if ok then
           state = "start"
-        else
+        elseif errors.is(err) and err.kind == "cancelled" then
           -- cancelled during the backoff: end at once, no further request
-          push { type = "message_end", stop_reason = "aborted", error = err,
-                 total_usage = usage_total, attempts = attempt, final = true }
+          out:push { type = "message_end", stop_reason = "aborted", error = err,
+                     total_usage = usage_total, attempts = attempt, final = true }
           pending_error, state = err, "raise"
+        else
+          error(err, 0)
         end
       end
     end
   end
+  -- Leaving the for loop early aborts the attempt in flight at once.
+  local closer = setmetatable({}, { __close = function()
+    if resp then resp:close() resp = nil end
+  end })
+  return iter, nil, nil, closer
 end
 
 -- complete{...} -> the final assistant message (with .usage, .total_usage
