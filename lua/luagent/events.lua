@@ -4,6 +4,7 @@
 -- kind of observer is a new consumer; the retry loop does not change.
 local json = require "luagent.json"
 local errors = require "luagent.errors"
+local queue = require "luagent.queue"
 
 local M = {}
 
@@ -149,20 +150,13 @@ end
 
 -- retry_safe(iter) -> iterator with the same filtering, for `for ev in ...`.
 function M.retry_safe(iter)
-  local out, head, tail = {}, 1, 0
-  local filter = M.retry_safe_filter(function(ev)
-    tail = tail + 1
-    out[tail] = ev
-  end)
+  local out = queue.new()
+  local filter = M.retry_safe_filter(function(ev) out:push(ev) end)
   local done = false
   return function()
     while true do
-      if head <= tail then
-        local ev = out[head]
-        out[head] = nil
-        head = head + 1
-        return ev
-      end
+      local ev = out:pop()
+      if ev then return ev end
       if done then return nil end
       local ev = iter()
       if ev == nil then

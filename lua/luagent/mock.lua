@@ -257,16 +257,12 @@ end
 -- State
 ------------------------------------------------------------------------------
 
--- Header names whose values never show in the request log.
-local secret = { authorization = true, ["proxy-authorization"] = true,
-  ["x-api-key"] = true, ["api-key"] = true, cookie = true }
-
 -- Headers with secret values masked: "Bearer sk-abc" -> "Bearer ***",
 -- "sk-ant-xyz" -> "***".
 function M.mask(headers)
   local out = {}
   for k, v in pairs(headers or {}) do
-    if secret[k] then
+    if cassette.secret_headers[k] then -- the one list of secret headers
       local scheme = v:match("^(%a+) %S")
       v = scheme and (scheme .. " ***") or "***"
     end

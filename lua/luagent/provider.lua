@@ -4,6 +4,7 @@
 -- Retries belong to the layer above.
 local http = require "luagent.http"
 local errors = require "luagent.errors"
+local queue = require "luagent.queue"
 
 local M = {}
 
@@ -128,7 +129,7 @@ function Provider:stream(request, opts)
   if rec then rec:response(resp.status, resp.headers) end
   local dec = self.adapter.decoder { model = req.model }
   local events = resp:events()
-  local queue, head, finished = {}, 1, false
+  local pending, finished = queue.new(), false
 
   local function fail(e)
     resp:close()
@@ -140,12 +141,8 @@ function Provider:stream(request, opts)
 
   return function()
     while true do
-      if queue[head] then
-        local ev = queue[head]
-        queue[head] = nil
-        head = head + 1
-        return ev
-      end
+      local ev = pending:pop()
+      if ev then return ev end
       if finished then return nil end
       local got, sse = pcall(events)
       if not got then fail(sse) end
@@ -168,7 +165,7 @@ function Provider:stream(request, opts)
         resp:close()
         if rec then rec:finish() end
       end
-      queue, head = out, 1
+      pending:push_all(out)
     end
   end, nil, nil, resp
 end
