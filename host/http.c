@@ -9,7 +9,8 @@
  * Timeouts are per request and each has its own error: `connect` (curl's,
  * real time), `first_byte` (until the response headers), `idle` (longest
  * silence between body bytes) and `total` (the whole request). The last three
- * run on the loop's clock, so they follow the virtual clock in simulations. */
+ * run on the loop's clock, so they follow the virtual clock in simulations.
+ * One task at a time may wait on a request (in read or event). */
 #include "http.h"
 
 #include <curl/curl.h>
@@ -72,6 +73,7 @@ typedef struct request {
   double idle_timeout;
   lg_timer first_byte, idle, total;
   lg_wait wait;
+  int waiting;          /* a task waits on `wait` */
 } request;
 
 /* ------------------------------------------------------------- buffers */
@@ -109,7 +111,17 @@ static void buf_free(bytebuf *b) {
 
 static void req_wake(request *r) {
   lg_loop_activity(r->ctx->loop);
+  r->waiting = 0;
   lg_task_wake(&r->wait);
+}
+
+/* Suspends the calling task until req_wake(); raises `busy` when another
+ * task already waits on r. */
+static int req_suspend(lua_State *L, request *r, const char *busy, lua_KContext ctx,
+                       lua_KFunction k) {
+  if (r->waiting) return luaL_error(L, "%s", busy);
+  r->waiting = 1;
+  return lg_task_suspend(L, &r->wait, ctx, k);
 }
 
 static void stop_timers(request *r) {
@@ -156,25 +168,19 @@ static void req_close(request *r) {
   r->state = R_CLOSED;
 }
 
-static void timer_fired(request *r, const char *which, const char *msg) {
-  char text[160];
-  snprintf(text, sizeof text, "%s", msg);
-  fail(r, "timeout", which, text);
-}
-
 static void first_byte_fired(lg_timer *t) {
   request *r = (request *)((char *)t - offsetof(request, first_byte));
-  timer_fired(r, "first_byte", "no response headers within the first-byte timeout");
+  fail(r, "timeout", "first_byte", "no response headers within the first-byte timeout");
 }
 
 static void idle_fired(lg_timer *t) {
   request *r = (request *)((char *)t - offsetof(request, idle));
-  timer_fired(r, "idle", "the stream was silent longer than the idle timeout");
+  fail(r, "timeout", "idle", "the stream was silent longer than the idle timeout");
 }
 
 static void total_fired(lg_timer *t) {
   request *r = (request *)((char *)t - offsetof(request, total));
-  timer_fired(r, "total", "the request took longer than its total timeout");
+  fail(r, "timeout", "total", "the request took longer than its total timeout");
 }
 
 /* ---------------------------------------------------- curl callbacks */
@@ -429,20 +435,24 @@ static request *check_req(lua_State *L) {
 
 static void req_cancel(lg_wait *w) {
   request *r = (request *)((char *)w - offsetof(request, wait));
+  r->waiting = 0;
   detach(r);
   if (r->state != R_CLOSED) r->state = R_DONE;
   r->fail_kind = "cancelled";
   snprintf(r->fail_msg, sizeof r->fail_msg, "request cancelled");
 }
 
-/* Reads timeout.<name> (seconds) from the table at index `t`, or 0. */
-static double timeout_field(lua_State *L, int t, const char *name) {
+/* Reads timeout.<name> (seconds) from the table at index `t`, or 0 when
+ * absent; *given (if not NULL) tells whether it was there. */
+static double timeout_field(lua_State *L, int t, const char *name, int *given) {
   double v = 0;
+  if (given) *given = 0;
   if (lua_type(L, t) == LUA_TTABLE) {
     lua_getfield(L, t, name);
     if (!lua_isnil(L, -1)) {
       if (!lua_isnumber(L, -1)) luaL_error(L, "http.request: timeout.%s must be a number", name);
       v = lua_tonumber(L, -1);
+      if (given) *given = 1;
     }
     lua_pop(L, 1);
   }
@@ -469,7 +479,10 @@ static int request_k(lua_State *L, int status, lua_KContext ctx) {
 /* http_request{method=, url=, headers=, body=, timeout={connect=,
  * first_byte=, idle=, total=}, sse={max_line=, max_event=}} -> request once
  * the response headers arrived, or nil, err. The request owns the transfer;
- * close it (or let it be collected) to abort. */
+ * close it (or let it be collected) to abort. An absent timeout means none;
+ * connect, first_byte and idle <= 0 mean none too. A given total <= 0 (a
+ * deadline already passed) fails at once with kind timeout, which = "total",
+ * before any transfer starts. */
 static int l_http_request(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   http_ctx *ctx = http_get(L);
@@ -483,10 +496,11 @@ static int l_http_request(lua_State *L) {
   const char *body = luaL_optlstring(L, -1, NULL, &body_len);
   lua_getfield(L, 1, "timeout");
   int tmo = lua_gettop(L);
-  double t_connect = timeout_field(L, tmo, "connect");
-  double t_first = timeout_field(L, tmo, "first_byte");
-  double t_idle = timeout_field(L, tmo, "idle");
-  double t_total = timeout_field(L, tmo, "total");
+  int total_given;
+  double t_connect = timeout_field(L, tmo, "connect", NULL);
+  double t_first = timeout_field(L, tmo, "first_byte", NULL);
+  double t_idle = timeout_field(L, tmo, "idle", NULL);
+  double t_total = timeout_field(L, tmo, "total", &total_given);
   size_t max_line = 0, max_event = 0;
   if (lua_getfield(L, 1, "sse") == LUA_TTABLE) {
     lua_getfield(L, -1, "max_line");
@@ -512,6 +526,10 @@ static int l_http_request(lua_State *L) {
   r->easy = curl_easy_init();
   if (!r->easy) return luaL_error(L, "http.request: out of memory");
   r->state = R_HEADERS;
+  if (total_given && t_total <= 0) {
+    fail(r, "timeout", "total", "no time left: timeout.total was not positive");
+    return request_k(L, LUA_OK, lua_absindex(L, -1));
+  }
 
   /* headers: a map {name = value} or a list {"Name: value", ...} */
   if (lua_getfield(L, 1, "headers") == LUA_TTABLE) {
@@ -611,7 +629,7 @@ static int read_k(lua_State *L, int status, lua_KContext ctx) {
     return 1;
   }
   if (r->state == R_DONE) return push_end(L, r);
-  return lg_task_suspend(L, &r->wait, 0, read_k);
+  return req_suspend(L, r, "read: another task is already reading", 0, read_k);
 }
 
 /* SSE callback: pushes the event and stops the feed after it. */
@@ -661,7 +679,7 @@ static int event_k(lua_State *L, int status, lua_KContext ctx) {
     }
   }
   if (r->state == R_DONE) return push_end(L, r);
-  return lg_task_suspend(L, &r->wait, 0, event_k);
+  return req_suspend(L, r, "event: another task is already reading", 0, event_k);
 }
 
 /* req:status() -> the HTTP status code. */

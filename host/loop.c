@@ -25,7 +25,7 @@
 #define JOIN_MT "luagent.Join"
 #define ERROR_MT "luagent.Error"
 
-enum { T_NEW, T_READY, T_RUNNING, T_WAITING, T_DONE };
+enum { T_READY, T_RUNNING, T_WAITING, T_DONE };
 
 struct lg_task {
   lg_loop *loop;
@@ -59,7 +59,8 @@ struct lg_loop {
   uv_loop_t uv;
   uv_timer_t wake;        /* real mode: armed for the earliest lg_timer */
   uv_signal_t sigint;
-  lg_task *sigint_task;
+  lg_task *sigint_task;   /* kept alive by sigint_ref */
+  int sigint_ref;         /* registry ref to sigint_task's userdata */
   int sigints;
   lg_timerheap timers;
   int is_virtual;
@@ -170,6 +171,7 @@ lg_loop *lg_loop_get(lua_State *L) {
   loop = lua_newuserdatauv(L, sizeof *loop, 0);
   memset(loop, 0, sizeof *loop);
   loop->closed = 1; /* safe for __gc until init succeeds */
+  loop->sigint_ref = LUA_NOREF;
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, l_loop_gc);
   lua_setfield(L, -2, "__gc");
@@ -309,6 +311,7 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
   if (t) t->blocking = NULL;
   if (rc != 0) {
     root.wait = NULL;
+    w->task = NULL; /* root dies with this frame */
     if (w->cancel) w->cancel(w);
     return luaL_error(L, "luagent: deadlock: waiting on something that can never happen");
   }
@@ -557,7 +560,7 @@ static int l_task_cancel(lua_State *L) {
 /* task:status() -> "ready" | "running" | "waiting" | "done" | "failed". */
 static int l_task_status(lua_State *L) {
   lg_task *t = check_task(L, 1);
-  static const char *names[] = {"ready", "ready", "running", "waiting", "done"};
+  static const char *names[] = {"ready", "running", "waiting", "done"};
   if (t->state == T_DONE && !t->ok) lua_pushliteral(L, "failed");
   else lua_pushstring(L, names[t->state]);
   return 1;
@@ -587,8 +590,9 @@ static int l_task_gc(lua_State *L) {
     }
     if (!cancelled) {
       lua_getfield(L, -2, "traceback");
-      fprintf(stderr, "luagent: a task failed and was never joined: %s\n",
-              luaL_tolstring(L, -2, NULL));
+      const char *msg = luaL_tolstring(L, -2, NULL);
+      fprintf(stderr, "luagent: a task failed and was never joined: %s\n%s\n", msg,
+              lua_tostring(L, -2));
       lua_pop(L, 2);
     }
     lua_pop(L, 2);
@@ -630,9 +634,12 @@ static int l_sleep_gc(lua_State *L) {
   return 0;
 }
 
-/* sleep(seconds): waits on the loop's clock; cancellable. */
+/* sleep(seconds): waits on the loop's clock; cancellable. Negative seconds
+ * mean 0; NaN and infinities are refused (a timer due at inf breaks the
+ * virtual clock and the real-time wake-up). */
 static int l_sleep(lua_State *L) {
   double secs = luaL_checknumber(L, 1);
+  if (!isfinite(secs)) return luaL_error(L, "sleep: seconds must be a finite number");
   lg_loop *loop = lg_loop_get(L);
   sleeper *s = lua_newuserdatauv(L, sizeof *s, 0);
   memset(s, 0, sizeof *s);
@@ -722,7 +729,8 @@ static void sigint_cb(uv_signal_t *h, int signum) {
 }
 
 /* on_sigint(task): the first SIGINT cancels `task`, a second exits at once
- * with code 130. Returns nothing; interrupted() tells whether it fired. */
+ * with code 130. Returns nothing; interrupted() tells whether it fired. The
+ * loop holds a reference to the task, so the signal never finds it freed. */
 static int l_on_sigint(lua_State *L) {
   lg_task *t = check_task(L, 1);
   lg_loop *loop = lg_loop_get(L);
@@ -732,6 +740,9 @@ static int l_on_sigint(lua_State *L) {
     uv_signal_start(&loop->sigint, sigint_cb, SIGINT);
     uv_unref((uv_handle_t *)&loop->sigint);
   }
+  luaL_unref(L, LUA_REGISTRYINDEX, loop->sigint_ref);
+  lua_pushvalue(L, 1);
+  loop->sigint_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   loop->sigint_task = t;
   return 0;
 }

@@ -2,10 +2,12 @@
  * task until the file changes. The watch is on the file's folder, filtered
  * by name, so editors that save by writing a new file and renaming it over
  * the old one are seen too. Changes that arrive while nobody waits are
- * coalesced into one. */
+ * coalesced into one. One task at a time may wait; closing the watcher
+ * wakes it with an error. */
 #include "watch.h"
 
 #include <lauxlib.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,9 +21,23 @@ typedef struct {
   uv_fs_event_t *handle; /* malloc'd: libuv owns it until its close callback */
   char *name;            /* the file's base name */
   int changes;           /* changes not yet reported */
+  int waiting;           /* a task waits in wait() */
 } watcher;
 
 static void on_closed(uv_handle_t *h) { free(h); }
+
+/* Wakes the task waiting in wait(), if any. */
+static void wake_waiter(watcher *w) {
+  if (!w->waiting) return;
+  w->waiting = 0;
+  lg_task_wake(&w->wait);
+}
+
+/* Cancel hook of wait(): nothing is in flight, only the wait ends. */
+static void wait_cancel(lg_wait *lw) {
+  watcher *w = (watcher *)((char *)lw - offsetof(watcher, wait));
+  w->waiting = 0;
+}
 
 static void on_change(uv_fs_event_t *h, const char *filename, int events, int status) {
   (void)events;
@@ -30,10 +46,11 @@ static void on_change(uv_fs_event_t *h, const char *filename, int events, int st
   if (filename && strcmp(filename, w->name) != 0) return;
   w->changes++;
   lg_loop_activity(w->loop);
-  lg_task_wake(&w->wait);
+  wake_waiter(w);
 }
 
-/* Stops watching; idempotent (close, __gc and __close). */
+/* Stops watching and wakes a waiting task (its wait() then raises);
+ * idempotent (close, __gc and __close). */
 static void watcher_close(watcher *w) {
   if (w->handle) {
     w->handle->data = NULL;
@@ -43,6 +60,7 @@ static void watcher_close(watcher *w) {
   }
   free(w->name);
   w->name = NULL;
+  wake_waiter(w);
 }
 
 static int l_watch_close(lua_State *L) {
@@ -58,6 +76,7 @@ static int l_watch(lua_State *L) {
   memset(w, 0, sizeof *w);
   luaL_setmetatable(L, WATCH_MT);
   w->loop = loop;
+  w->wait.cancel = wait_cancel;
   const char *slash = strrchr(path, '/');
   const char *base = slash ? slash + 1 : path;
   lua_pushlstring(L, path, slash ? (size_t)(slash - path) : 0);
@@ -93,6 +112,8 @@ static int wait_k(lua_State *L, int status, lua_KContext ctx) {
     return 1;
   }
   if (!w->handle) return luaL_error(L, "wait: watcher is closed");
+  if (w->waiting) return luaL_error(L, "wait: another task is already waiting");
+  w->waiting = 1;
   return lg_task_suspend(L, &w->wait, 0, wait_k);
 }
 

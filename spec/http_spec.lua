@@ -304,3 +304,58 @@ describe("http.request", function()
     assert.equal(0, luagent.stats().busy)
   end)
 end)
+
+describe("core.http_request, one waiting task per request", function()
+  local core = require "luagent.core"
+  local srv, gate
+  -- The server sends the head, then holds the body until gate:cancel().
+  before_each(function()
+    srv = server.serve(function(conn)
+      gate = luagent.current()
+      conn:write(server.head(200, { "Content-Length: 10" }))
+      pcall(luagent.sleep, 3600)
+      conn:write("0123456789")
+    end)
+  end)
+  after_each(function() srv.close() srv = nil end)
+
+  for _, method in ipairs({ "read", "event" }) do
+    it(method .. ": a second concurrent reader raises, the first gets the bytes", function()
+      local req = assert(core.http_request { url = srv.url })
+      local first = luagent.spawn(function() return req:read() end)
+      local second = luagent.spawn(function() return req[method](req) end)
+      finally(function() first:cancel(); second:cancel(); req:close() end)
+      luagent.sleep(0)
+      assert.equal("waiting", first:status())
+      assert.equal("failed", second:status())
+      local ok, err = pcall(second.join, second)
+      assert.is_false(ok)
+      assert.matches(method .. ": another task is already reading", err)
+      gate:cancel()
+      assert.equal("0123456789", first:join())
+    end)
+  end
+end)
+
+describe("core.http_request with no time left", function()
+  local core = require "luagent.core"
+  local srv
+  after_each(function() srv.close() srv = nil end)
+
+  it("fails at once with timeout/total for a given total <= 0, before any transfer", function()
+    srv = server.serve(function(conn) conn:write(server.head(200, { "Content-Length: 2" }) .. "ok") end)
+    for _, total in ipairs({ 0, -1.5 }) do
+      local req, err = core.http_request { url = srv.url, timeout = { total = total } }
+      assert.is_nil(req)
+      assert.equal("timeout", err.kind)
+      assert.equal("total", err.which)
+      assert.equal(0, err.bytes)
+      assert.is_false(err.delivered)
+      assert.equal(0, luagent.stats().busy)
+    end
+    assert.equal(0, srv.requests)
+    local req = assert(core.http_request { url = srv.url, timeout = { total = nil, idle = 0 } })
+    assert.equal(200, req:status())
+    req:close()
+  end)
+end)

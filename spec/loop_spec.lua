@@ -228,3 +228,102 @@ describe("run", function()
     assert.matches("run: called from inside a task", err)
   end)
 end)
+
+describe("sleep arguments", function()
+  it("refuses NaN and infinities, and treats a negative time as 0", function()
+    virtual(function()
+      for _, s in ipairs({ math.huge, -math.huge, 0 / 0 }) do
+        local ok, err = pcall(luagent.sleep, s)
+        assert.is_false(ok, tostring(s))
+        assert.matches("sleep: seconds must be a finite number", err)
+      end
+      local t0 = luagent.now()
+      luagent.sleep(-5)
+      assert.equal(t0, luagent.now())
+      assert.equal(0, luagent.stats().timers)
+    end)
+  end)
+end)
+
+describe("task status", function()
+  it("names every state: ready, running, waiting, done, failed", function()
+    local seen
+    local t
+    t = luagent.spawn(function() seen = t:status(); luagent.sleep(0.001) end)
+    assert.equal("ready", t:status())
+    luagent.sleep(0)
+    assert.equal("running", seen)
+    assert.equal("waiting", t:status())
+    t:join()
+    assert.equal("done", t:status())
+    local f = luagent.spawn(function() error("x") end)
+    assert.has_error(function() f:join() end)
+    assert.equal("failed", f:status())
+  end)
+end)
+
+-- These run a script in the executable: they need a process of their own
+-- (its exit report, a real SIGINT, a loop with nothing else on it).
+describe("in a process of its own", function()
+  local h = require "helpers"
+
+  it("reports a failed task nobody joined with its message and traceback", function()
+    local r = h.run_script([[
+      local luagent = require "luagent"
+      local function inner() error("boom") end
+      local t = luagent.spawn(function() inner() end)
+      luagent.sleep(0)
+      t = nil
+      collectgarbage(); collectgarbage()
+    ]])
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("a task failed and was never joined: [^\n]*:2: boom\nstack traceback:\n", r.stderr)
+    assert.matches("in %a+ 'inner'", r.stderr)
+  end)
+
+  it("keeps the on_sigint task alive: a SIGINT after it was collected cancels nothing else", function()
+    local r = h.run_script([[
+      local luagent = require "luagent"
+      local core = luagent.core
+      local t = luagent.spawn(function() end)
+      core.on_sigint(t)
+      t:join()
+      t = nil
+      collectgarbage(); collectgarbage()
+      local others = {}
+      for i = 1, 200 do others[i] = luagent.spawn(function() luagent.sleep(3600) end) end
+      luagent.sleep(0)
+      local pid = io.open("/proc/self/stat"):read("l"):match("^%d+")
+      io.popen("kill -INT " .. pid):close() -- os.execute would ignore SIGINT meanwhile
+      for _ = 1, 5000 do -- the signal arrives through the loop; at most ~5 s
+        if core.interrupted() then break end
+        luagent.sleep(0.001)
+      end
+      local hit = 0
+      for i = 1, 200 do
+        if others[i]:status() ~= "waiting" then hit = hit + 1 end
+        others[i]:cancel()
+      end
+      print("cancelled by the signal: " .. hit)
+    ]])
+    assert.equal(130, r.code, r.stderr) -- `luagent run` exits 130 once interrupted
+    assert.equal("cancelled by the signal: 0\n", r.stdout)
+    assert.equal("", r.stderr)
+  end)
+
+  it("reports a blocking wait that can never end as a deadlock, and the loop goes on", function()
+    local r = h.run_script([[
+      local luagent = require "luagent"
+      local a, b
+      a = luagent.spawn(function() return b:join() end)
+      b = luagent.spawn(function() return a:join() end)
+      -- a foreign coroutine cannot yield to the loop: it waits blocking
+      local ok, err = coroutine.wrap(function() return pcall(a.join, a) end)()
+      print(ok, err)
+      a:cancel(); b:cancel()
+      print(luagent.spawn(function() luagent.sleep(0.001) return "after" end):join())
+    ]])
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("^false\t[^\n]*deadlock: waiting on something that can never happen\nafter\n$", r.stdout)
+  end)
+end)
