@@ -742,6 +742,7 @@ static int l_req_info(lua_State *L) {
 /* req:close(): aborts the transfer if running and frees it; idempotent. */
 static int l_req_close(lua_State *L) {
   request *r = luaL_checkudata(L, 1, REQ_MT);
+  if (r->waiting && r->state != R_CLOSED) req_wake(r); /* it then sees "closed" */
   req_close(r);
   return 0;
 }

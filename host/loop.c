@@ -116,6 +116,10 @@ void lg_loop_activity(lg_loop *loop) { loop->activity++; }
 
 int lg_loop_timer_start(lg_loop *loop, lg_timer *t, double seconds) {
   if (!(seconds > 0)) seconds = 0; /* also maps NaN to 0 */
+  if (isinf(seconds)) { /* never due: leave it unarmed */
+    lg_timerheap_remove(&loop->timers, t);
+    return 0;
+  }
   return lg_timerheap_add(&loop->timers, t, lg_loop_now(loop) + seconds);
 }
 

@@ -30,8 +30,9 @@ end
 -- cancels it when the time is up, raising an error of kind `timeout` (which
 -- = "deadline"). If the caller is cancelled meanwhile, the child is too.
 function M.deadline(seconds, fn, ...)
-  if type(seconds) ~= "number" then error("deadline: seconds must be a number", 2) end
+  if type(seconds) ~= "number" or seconds ~= seconds then error("deadline: seconds must be a number", 2) end
   if type(fn) ~= "function" then error("deadline: fn must be a function", 2) end
+  if seconds == math.huge then return fn(...) end -- no deadline at all
   local child = core.spawn(fn, ...)
   local expired = {}
   local watchdog = core.spawn(function()
