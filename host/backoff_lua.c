@@ -6,6 +6,7 @@
  *   core.parse_retry_after(headers, [now]) -> seconds | nil
  * Wrong argument types raise; nothing here fails at run time. */
 #include "backoff.h"
+#include "core.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -192,10 +193,6 @@ static const luaL_Reg backoff_funcs[] = {
 
 /* Creates the Rng metatable and sets the functions in the table on top. */
 void lg_backoff_register(lua_State *L) {
-  if (luaL_newmetatable(L, RNG_MT)) {
-    luaL_newlib(L, rng_methods);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  lg_class_new(L, RNG_MT, rng_methods, NULL, NULL);
   luaL_setfuncs(L, backoff_funcs, 0);
 }

@@ -12,6 +12,7 @@
  *     r:success() -> bool (retries just resumed)   r:tokens() -> tokens, max
  * A bad config value raises, naming the field; so do wrong argument types.
  * Nothing here fails at run time. The userdata hold no resources (no __gc). */
+#include "core.h"
 #include "guard.h"
 
 #include "breaker.h"
@@ -265,19 +266,9 @@ static const luaL_Reg guard_funcs[] = {
     {NULL, NULL},
 };
 
-/* Creates metatable `name` with `methods` as its __index, unless it exists. */
-static void new_class(lua_State *L, const char *name, const luaL_Reg *methods) {
-  if (luaL_newmetatable(L, name)) {
-    lua_newtable(L);
-    luaL_setfuncs(L, methods, 0);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
-}
-
 /* Creates both metatables and sets the constructors in the table on top. */
 void lg_guard_register(lua_State *L) {
-  new_class(L, BREAKER_MT, breaker_methods);
-  new_class(L, BUDGET_MT, budget_methods);
+  lg_class_new(L, BREAKER_MT, breaker_methods, NULL, NULL);
+  lg_class_new(L, BUDGET_MT, budget_methods, NULL, NULL);
   luaL_setfuncs(L, guard_funcs, 0);
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "loop.h"
 #include "sse.h"
 
@@ -752,15 +753,7 @@ void lg_http_register(lua_State *L) {
       {"read", l_req_read},       {"event", l_req_event}, {"status", l_req_status},
       {"headers", l_req_headers}, {"info", l_req_info},   {"close", l_req_close},
       {NULL, NULL}};
-  if (luaL_newmetatable(L, REQ_MT)) {
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_req_close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_req_close);
-    lua_setfield(L, -2, "__close");
-  }
-  lua_pop(L, 1);
+  lg_class_new(L, REQ_MT, methods, l_req_close, l_req_close);
   lua_pushcfunction(L, l_http_request);
   lua_setfield(L, -2, "http_request");
 }

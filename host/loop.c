@@ -10,6 +10,7 @@
  * The clock is monotonic, or virtual: then it jumps to the next timer as soon
  * as nothing else can make progress, so specs never sleep real seconds. */
 #include "loop.h"
+#include "core.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -761,23 +762,9 @@ void lg_loop_register(lua_State *L) {
       {"join", l_task_join},     {"cancel", l_task_cancel},
       {"status", l_task_status}, {"set_daemon", l_task_set_daemon},
       {NULL, NULL}};
-  if (luaL_newmetatable(L, TASK_MT)) {
-    luaL_newlib(L, task_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_task_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, SLEEP_MT)) {
-    lua_pushcfunction(L, l_sleep_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-  if (luaL_newmetatable(L, JOIN_MT)) {
-    lua_pushcfunction(L, l_join_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
+  lg_class_new(L, TASK_MT, task_methods, NULL, l_task_gc);
+  lg_class_new(L, SLEEP_MT, NULL, NULL, l_sleep_gc);
+  lg_class_new(L, JOIN_MT, NULL, NULL, l_join_gc);
   if (luaL_newmetatable(L, ERROR_MT)) {
     lua_pushcfunction(L, l_error_tostring);
     lua_setfield(L, -2, "__tostring");

@@ -2,6 +2,7 @@
  * "luagent.SseParser" whose :feed(str) returns the events the bytes
  * completed, as {event=, data=, id=, retry=} tables, or nil and a "protocol"
  * error record when a limit is exceeded. */
+#include "core.h"
 #include "sse.h"
 
 #include <lauxlib.h>
@@ -170,20 +171,10 @@ static const luaL_Reg sse_methods[] = {
   {NULL, NULL},
 };
 
-static const luaL_Reg sse_meta[] = {
-  {"__gc", l_close},
-  {"__close", l_close},
-  {NULL, NULL},
-};
 
 /* Creates the parser metatable and sets sse_parser in the table on top. */
 void lg_sse_register(lua_State *L) {
-  if (luaL_newmetatable(L, SSE_MT)) {
-    luaL_setfuncs(L, sse_meta, 0);
-    luaL_newlib(L, sse_methods);
-    lua_setfield(L, -2, "__index");
-  }
-  lua_pop(L, 1);
+  lg_class_new(L, SSE_MT, sse_methods, l_close, l_close);
   lua_pushcfunction(L, l_sse_parser);
   lua_setfield(L, -2, "sse_parser");
 }

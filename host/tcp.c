@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <uv.h>
 
+#include "core.h"
 #include "loop.h"
 
 #define SERVER_MT "luagent.TcpServer"
@@ -677,21 +678,6 @@ static int l_tcp_listen(lua_State *L) {
 
 /* ----------------------------------------------------------- registration */
 
-/* Creates metatable `name` with `methods` as __index, and __close, __gc. */
-static void new_type(lua_State *L, const char *name, const luaL_Reg *methods,
-                     lua_CFunction close, lua_CFunction gc) {
-  if (luaL_newmetatable(L, name)) {
-    lua_newtable(L);
-    luaL_setfuncs(L, methods, 0);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
-}
-
 /* Creates the metatables and adds tcp_listen, tcp_connect to the table
  * on the stack. */
 void lg_tcp_register(lua_State *L) {
@@ -702,13 +688,9 @@ void lg_tcp_register(lua_State *L) {
   static const luaL_Reg conn_methods[] = {
       {"read", l_conn_read},   {"write", l_conn_write}, {"close", l_conn_close},
       {"reset", l_conn_reset}, {"peer", l_conn_peer},   {NULL, NULL}};
-  new_type(L, SERVER_MT, server_methods, l_server_close, l_server_gc);
-  new_type(L, CONN_MT, conn_methods, l_conn_close, l_conn_gc);
-  if (luaL_newmetatable(L, WRITE_MT)) {
-    lua_pushcfunction(L, l_writer_gc);
-    lua_setfield(L, -2, "__gc");
-  }
-  lua_pop(L, 1);
+  lg_class_new(L, SERVER_MT, server_methods, l_server_close, l_server_gc);
+  lg_class_new(L, CONN_MT, conn_methods, l_conn_close, l_conn_gc);
+  lg_class_new(L, WRITE_MT, NULL, NULL, l_writer_gc);
   static const luaL_Reg funcs[] = {
       {"tcp_listen", l_tcp_listen}, {"tcp_connect", l_tcp_connect}, {NULL, NULL}};
   luaL_setfuncs(L, funcs, 0);

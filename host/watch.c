@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "loop.h"
 
 #define WATCH_MT "luagent.Watcher"
@@ -134,15 +135,7 @@ static int l_watch_pending(lua_State *L) {
 void lg_watch_register(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"wait", l_watch_wait}, {"pending", l_watch_pending}, {"close", l_watch_close}, {NULL, NULL}};
-  if (luaL_newmetatable(L, WATCH_MT)) {
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_watch_close);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_watch_close);
-    lua_setfield(L, -2, "__close");
-  }
-  lua_pop(L, 1);
+  lg_class_new(L, WATCH_MT, methods, l_watch_close, l_watch_close);
   lua_pushcfunction(L, l_watch);
   lua_setfield(L, -2, "watch");
 }
