@@ -273,7 +273,11 @@ describe("http.request", function()
       for _ = 1, size / #block do conn:write(block) end
     end)
     local resp = assert(http.request { url = srv.url })
-    luagent.sleep(0.2) -- let the buffer fill: the transfer must pause
+    -- let the buffer fill until the transfer pauses (bounded; no fixed wait)
+    for _ = 1, 400 do
+      if resp:info().paused then break end
+      luagent.sleep(0.005)
+    end
     assert.is_true(resp:info().paused)
     local total = 0
     while true do

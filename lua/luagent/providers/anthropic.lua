@@ -59,7 +59,8 @@ local function messages(history)
   return out
 end
 
--- Builds the HTTP request for `req` (see the brief's request shape).
+-- Builds the HTTP request for `req` (its shape: EVENTS.md, "Conversation
+-- history and request").
 function M.build(req, opts)
   common.check_request(M.name, req)
   opts = opts or {}
@@ -76,9 +77,8 @@ function M.build(req, opts)
     end
   end
   local headers = { ["content-type"] = "application/json", ["anthropic-version"] = M.version }
-  if stream then headers.accept = "text/event-stream" end
   if opts.api_key then headers["x-api-key"] = opts.api_key end
-  return common.post(M, opts, "/messages", headers, body)
+  return common.post(M, opts, "/messages", headers, body, stream)
 end
 
 ------------------------------------------------------------------------------

@@ -53,8 +53,10 @@ function M.url(base, path)
 end
 
 -- The HTTP request every adapter builds: POST {base}{path} with the JSON
--- `body`, the adapter's `headers` merged with the caller's `opts.headers`.
-function M.post(adapter, opts, path, headers, body)
+-- `body`, the adapter's `headers` (plus Accept: text/event-stream when
+-- `stream`) merged with the caller's `opts.headers`.
+function M.post(adapter, opts, path, headers, body, stream)
+  if stream then headers.accept = "text/event-stream" end
   return {
     method = "POST",
     url = M.url(opts.base_url or adapter.default_base_url, path),

@@ -34,7 +34,8 @@ local function message(m)
   return out
 end
 
--- Builds the HTTP request for `req` (see the brief's request shape).
+-- Builds the HTTP request for `req` (its shape: EVENTS.md, "Conversation
+-- history and request").
 function M.build(req, opts)
   common.check_request(M.name, req)
   opts = opts or {}
@@ -55,9 +56,8 @@ function M.build(req, opts)
     end
   end
   local headers = { ["content-type"] = "application/json" }
-  if stream then headers.accept = "text/event-stream" end
   if opts.api_key then headers.authorization = "Bearer " .. opts.api_key end
-  return common.post(M, opts, "/chat/completions", headers, body)
+  return common.post(M, opts, "/chat/completions", headers, body, stream)
 end
 
 ------------------------------------------------------------------------------
