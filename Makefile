@@ -18,20 +18,30 @@ endif
 CC      ?= cc
 PKGS    := lua5.4 libuv libcurl
 CFLAGS  ?= -O2 -g
-LG_CFLAGS := -std=c11 -Wall -Wextra -fPIC -D_GNU_SOURCE $(SANFLAGS) \
-           $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS)
-LIBS    := $(shell pkg-config --libs libuv libcurl 2>/dev/null) -lm
-LUALIB  := $(shell pkg-config --libs lua5.4 2>/dev/null)
+
+# pkg-config is asked lazily, once, when the first recipe needs the flags:
+# by then `deps` (an order-only prerequisite of every object) has installed
+# pkg-config and the -dev packages, so a first `make run` on a bare machine
+# builds with the right include paths in the same invocation.
+lazy = $(eval $(1) := $(2))$($(1))
+LG_CFLAGS = $(call lazy,LG_CFLAGS,-std=c11 -Wall -Wextra -fPIC -D_GNU_SOURCE $(SANFLAGS) \
+              $(shell pkg-config --cflags $(PKGS)) $(CFLAGS))
+LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv libcurl) -lm)
+LUALIB    = $(call lazy,LUALIB,$(shell pkg-config --libs lua5.4))
 
 CORE_SRC := $(filter-out host/main.c,$(wildcard host/*.c))
 CORE_OBJ := $(CORE_SRC:host/%.c=$(B)/obj/%.o)
 HEADERS  := $(wildcard host/*.h)
 
+# What every object waits for: `deps` installs missing packages first.
+# luarocks sets DEPS= (it brings its own checks and must not call apt-get).
+DEPS ?= deps
+
 PREFIX ?= /usr/local
 BUSTED := /usr/bin/busted
 SPECS  ?= spec
 
-.PHONY: all deps test run bench fuzz install clean help san
+.PHONY: all deps test run bench fuzz install rock rock-install clean help san
 
 all: deps $(B)/luagent $(B)/lua/luagent/core.so
 
@@ -47,6 +57,7 @@ help:
 	@echo "make bench      run the benchmarks in bench/"
 	@echo "make fuzz       fuzz the SSE parser (libFuzzer, 1,000,000 inputs)"
 	@echo "make install    install into PREFIX (default /usr/local)"
+	@echo "                (luarocks make: the Lua library and luagent.core, see the rockspec)"
 	@echo "make peers      npm-install the test peers (aimock, openai, @anthropic-ai/sdk) into .peers/"
 
 # Installs only what is missing; a no-op (one dpkg-query) when all is there.
@@ -64,7 +75,7 @@ deps:
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing >/dev/null || exit 1; \
 	fi
 
-$(B)/obj/%.o: host/%.c $(HEADERS) | $(B)/obj
+$(B)/obj/%.o: host/%.c $(HEADERS) | $(DEPS) $(B)/obj
 	$(CC) $(LG_CFLAGS) -c $< -o $@
 
 $(B)/obj $(B)/lua/luagent:
@@ -75,6 +86,11 @@ $(B)/luagent: $(CORE_OBJ) $(B)/obj/main.o
 
 $(B)/lua/luagent/core.so: $(CORE_OBJ) | $(B)/lua/luagent
 	$(CC) $(SANFLAGS) -shared -o $@ $(CORE_OBJ) $(LIBS)
+
+# The specs also package luagent with luarocks (spec/install_spec.lua). A
+# target-specific value reaches the prerequisites too, so `make test`'s deps
+# installs luarocks while `make run`'s does not.
+test: DEBIAN_PACKAGES += luarocks
 
 # Busted runs inside the executable (the binary face), so under SAN=1 the
 # sanitizer runtime is the first thing in the process.
@@ -93,10 +109,26 @@ fuzz: deps
 	@mkdir -p build/fuzz/corpus-sse
 	build/fuzz/sse_fuzz -runs=1000000 -max_len=4096 build/fuzz/corpus-sse spec/fixtures/sse
 
+# The executable, the Lua library, the bundled policies and the examples:
+# PREFIX/bin/luagent finds PREFIX/share/luagent beside it (host/main.c).
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/luagent
 	install -m 755 $(B)/luagent $(DESTDIR)$(PREFIX)/bin/luagent
 	cp -R lua policies examples $(DESTDIR)$(PREFIX)/share/luagent/
+
+# For luagent-scm-1.rockspec (build type make): the module face only. The
+# Lua files go to INST_LUADIR, the bundled policies to
+# INST_LUADIR/luagent/policies (lua/luagent/policy.lua looks there), the core
+# to INST_LIBDIR/luagent/core.so.
+rock: $(B)/lua/luagent/core.so
+
+rock-install: rock
+	@test -n "$(INST_LUADIR)" -a -n "$(INST_LIBDIR)" || { echo "rock-install: set INST_LUADIR and INST_LIBDIR (luarocks does)"; exit 2; }
+	install -d $(INST_LIBDIR)/luagent $(INST_LUADIR)/luagent/policies
+	install -m 755 $(B)/lua/luagent/core.so $(INST_LIBDIR)/luagent/core.so
+	cd lua && find luagent -type d -exec install -d $(INST_LUADIR)/{} \; && \
+	  find luagent -type f -exec install -m 644 {} $(INST_LUADIR)/{} \;
+	install -m 644 policies/*.lua $(INST_LUADIR)/luagent/policies/
 
 clean:
 	rm -rf build build-san .peers

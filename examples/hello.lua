@@ -20,15 +20,19 @@ local stream = luagent.stream {
 if luagent.options and luagent.options.retry_safe then stream = luagent.events.retry_safe(stream) end
 
 io.stderr:write(string.format("luagent: asking %s\n", model))
+local midline = false -- the answer so far ends without a newline
+local partial = false -- this attempt has printed text (a retry starts it over)
 for ev in stream do
   if ev.type == "text_delta" then
     io.write(ev.text)
     io.flush()
+    midline, partial = ev.text:sub(-1) ~= "\n", true
   elseif ev.type == "provider_retry" then
-    io.stderr:write(string.format("\n[attempt %d of %d failed: %s; retrying in %.2f s]\n",
-      ev.attempt, ev.max_attempts, ev.error, ev.delay_ms / 1000))
+    io.stderr:write(string.format("%s[attempt %d of %d failed: %s; retrying in %.2f s]\n",
+      midline and "\n" or "", ev.attempt, ev.max_attempts, ev.error, ev.delay_ms / 1000))
   elseif ev.type == "stream_reset" then
-    io.write("\n[the retry starts the answer over]\n")
+    if partial then io.write(midline and "\n" or "", "[the retry starts the answer over]\n") end
+    midline, partial = false, false
   elseif ev.type == "message_end" and ev.final then
     io.write("\n")
     io.flush()

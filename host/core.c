@@ -2,7 +2,9 @@
  * the module table. */
 #include "core.h"
 
+#include <curl/curl.h>
 #include <lauxlib.h>
+#include <uv.h>
 
 #include "backoff.h"
 #include "guard.h"
@@ -36,6 +38,13 @@ int luaopen_luagent_core(lua_State *L) {
   lua_newtable(L);
   lua_pushliteral(L, LG_VERSION);
   lua_setfield(L, -2, "version");
+  /* the versions of the libraries this build runs with (not was built with) */
+  lua_pushstring(L, curl_version_info(CURLVERSION_NOW)->version);
+  lua_setfield(L, -2, "curl_version");
+  lua_pushstring(L, uv_version_string());
+  lua_setfield(L, -2, "uv_version");
+  lua_pushliteral(L, LUA_RELEASE);
+  lua_setfield(L, -2, "lua_release");
   /* register area bindings */
   lg_backoff_register(L);
   lg_sse_register(L);

@@ -53,6 +53,9 @@ options:
   --retry-safe        hold each attempt's events until it succeeds (for
                       pipes and logs); applies to --events and to scripts
                       that read luagent.options.retry_safe
+  --log LEVEL         the library's own stderr lines: debug, info (each
+                      retry announced), warn (default: what needs a look),
+                      error, off; LUAGENT_LOG=LEVEL does the same
   -h, --help          show this help
 
 Exit codes: 0 done; 1 the script raised an error (printed as
@@ -81,7 +84,7 @@ end
 
 -- Options of `luagent run`: name -> true when it takes a value.
 local RUN_FLAGS = {
-  policy = true, faults = true, cassette = true, seed = true, record = true, events = true,
+  policy = true, faults = true, cassette = true, seed = true, record = true, events = true, log = true,
   mock = false, ["retry-safe"] = false, fast = false,
 }
 
@@ -109,6 +112,9 @@ local function parse_run_args(args)
   if opts.events and opts.events ~= "jsonl" then
     return nil, string.format("run: --events supports 'jsonl', not '%s'", opts.events)
   end
+  if opts.log and not require("luagent.log").LEVELS[opts.log] then
+    return nil, string.format("run: --log wants debug, info, warn, error or off, not '%s'", opts.log)
+  end
   if opts.seed and not math.tointeger(tonumber(opts.seed)) then
     return nil, string.format("run: --seed wants an integer, got '%s'", opts.seed)
   end
@@ -132,6 +138,7 @@ local function prepare(opts, file)
   local provider = require "luagent.provider"
   local events = require "luagent.events"
   local seed = opts.seed and math.tointeger(tonumber(opts.seed))
+  if opts.log then require("luagent.log").set_level(opts.log) end
   luagent.options = { retry_safe = opts["retry-safe"] or false, seed = seed }
   local cleanups = {}
   if opts.policy then
@@ -281,7 +288,8 @@ function M.main(argv, root)
     io.write(USAGE)
     return cmd and 0 or 2
   elseif cmd == "-V" or cmd == "--version" then
-    io.write("luagent ", core.version, " (", _VERSION, ")\n")
+    io.write(string.format("luagent %s (%s, libcurl %s, libuv %s)\n",
+      core.version, core.lua_release, core.curl_version, core.uv_version))
     return 0
   end
   local handler = COMMANDS[cmd]

@@ -11,8 +11,12 @@ local M = {}
 -- Instruction limits: running a policy file, and one call of one hook.
 M.limits = { load = 1000000, hook = 100000 }
 
--- Where a bare name ("yoagent") is looked for, as in package.path.
-M.path = "policies/?.lua"
+-- Where a bare name ("yoagent") is looked for, as in package.path: the
+-- current folder, then the bundled policies wherever this library lives (a
+-- checkout or `make install`: ROOT/policies beside ROOT/lua/luagent; a rock:
+-- luagent/policies inside the Lua tree).
+local here = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
+M.path = "policies/?.lua;" .. here .. "/../../policies/?.lua;" .. here .. "/policies/?.lua"
 
 -- What a field is when a policy leaves it out. These are the values of
 -- policies/default.lua, which says why each was chosen.

@@ -23,6 +23,7 @@ local provider_mod = require "luagent.provider"
 local events = require "luagent.events"
 local endpoint = require "luagent.endpoint"
 local queue = require "luagent.queue"
+local log = require "luagent.log"
 
 local M = {}
 
@@ -31,7 +32,8 @@ local M = {}
 M.default_policy = "default"
 M.default_seed = nil
 
--- Where WARN lines go; a function(line). Specs and embedders replace it.
+-- Where its diagnostic lines go; a function(line). A retry's line is written
+-- only at log level info or below (luagent.log); the events carry it always.
 M.log = function(line) io.stderr:write(line, "\n") end
 
 ------------------------------------------------------------------------------
@@ -255,7 +257,9 @@ function M.stream(opts)
     out:push_all(side)
     out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = text,
                delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why }
-    M.log(string.format("WARN provider error (attempt %d/%d), retrying in %.1fs: %s", attempt, max_attempts, wait, text))
+    if log.enabled("info") then
+      M.log(string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s", attempt, max_attempts, wait, text))
+    end
     if policy.on_retry then
       local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
         { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
