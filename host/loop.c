@@ -85,11 +85,6 @@ void lg_error_push(lua_State *L, const char *kind, const char *message) {
   luaL_setmetatable(L, ERROR_MT);
 }
 
-int lg_error_raise(lua_State *L, const char *kind, const char *message) {
-  lg_error_push(L, kind, message);
-  return lua_error(L);
-}
-
 /* __tostring of error records: "kind: message". */
 static int l_error_tostring(lua_State *L) {
   lua_getfield(L, 1, "kind");
@@ -106,8 +101,6 @@ static double real_now(void) { return (double)uv_hrtime() / 1e9; }
 double lg_loop_now(lg_loop *loop) {
   return loop->is_virtual ? loop->vnow : real_now();
 }
-
-int lg_loop_is_virtual(lg_loop *loop) { return loop->is_virtual; }
 
 uv_loop_t *lg_loop_uv(lg_loop *loop) { return &loop->uv; }
 

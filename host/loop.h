@@ -28,7 +28,6 @@ lg_loop *lg_loop_get(lua_State *L);
 uv_loop_t *lg_loop_uv(lg_loop *loop);
 /* Seconds on the loop's clock: monotonic, or virtual when switched. */
 double lg_loop_now(lg_loop *loop);
-int lg_loop_is_virtual(lg_loop *loop);
 
 /* Timers on the loop's clock; `fire` runs in the scheduler, not in Lua. */
 int lg_loop_timer_start(lg_loop *loop, lg_timer *t, double seconds);
@@ -51,8 +50,6 @@ void lg_task_wake(lg_wait *w);
 
 /* Pushes an error record {kind=, message=} with the shared metatable. */
 void lg_error_push(lua_State *L, const char *kind, const char *message);
-/* Raises an error record (never returns). */
-int lg_error_raise(lua_State *L, const char *kind, const char *message);
 
 /* Registers spawn, sleep, now, clock, run, ... into the table on the stack. */
 void lg_loop_register(lua_State *L);

@@ -32,6 +32,4 @@ void lg_timerheap_remove(lg_timerheap *h, lg_timer *t);
 /* The earliest timer, or NULL. */
 lg_timer *lg_timerheap_peek(const lg_timerheap *h);
 
-static inline int lg_timer_armed(const lg_timer *t) { return t->slot != 0; }
-
 #endif

@@ -100,7 +100,7 @@ describe("endpoint", function()
     it("fails fast while the circuit is open, saying when the next probe is due", function()
       local ep = endpoint.get("k", { breaker = { consecutive = 3, open_for = 5 } })
       local events = fail(ep, 10, 3)
-      assert.same({ type = "circuit_open", endpoint = "k", ["until"] = 15, trips = 1 }, events[1])
+      assert.same({ type = "circuit_open", endpoint = "k", open_until = 15, trips = 1 }, events[1])
       local ok, err = ep:admit(false, 12.5)
       assert.is_nil(ok)
       assert.equal("circuit_open", err.kind)
@@ -141,7 +141,7 @@ describe("endpoint", function()
     it("reopens on the probe's failure, for longer", function()
       local ep = opened()
       local _, probe = ep:admit(false, 5)
-      assert.same({ { type = "circuit_open", endpoint = "k", ["until"] = 16, trips = 2 } },
+      assert.same({ { type = "circuit_open", endpoint = "k", open_until = 16, trips = 2 } },
         ep:record(6, false, true, probe))
     end)
 
@@ -191,7 +191,7 @@ describe("endpoint", function()
     local opens, closes, half_opens = {}, 0, 0
     local function consume(events, t)
       for _, e in ipairs(events) do
-        if e.type == "circuit_open" then opens[#opens + 1] = { at = t, ["until"] = e["until"] }
+        if e.type == "circuit_open" then opens[#opens + 1] = { at = t, open_until = e.open_until }
         elseif e.type == "circuit_close" then closes = closes + 1
         elseif e.type == "circuit_half_open" then half_opens = half_opens + 1 end
       end
@@ -238,7 +238,7 @@ describe("endpoint", function()
       for _, at in ipairs(provider_calls) do
         if at >= opens[k].at and at < hi then
           n = n + 1
-          assert.is_true(at >= opens[k]["until"], "a call during the open time at " .. at)
+          assert.is_true(at >= opens[k].open_until, "a call during the open time at " .. at)
         end
       end
       assert.is_true(n <= 1, n .. " calls in open interval " .. k)
@@ -251,7 +251,7 @@ describe("endpoint", function()
     -- Open times: 5, 10, 20, 40, then capped at 60.
     local lengths = {}
     for k = 1, 6 do -- rounded: the loop's times are tenths, inexact in binary
-      lengths[k] = math.floor((opens[k]["until"] - opens[k].at) * 1000 + 0.5) / 1000
+      lengths[k] = math.floor((opens[k].open_until - opens[k].at) * 1000 + 0.5) / 1000
     end
     assert.same({ 5, 10, 20, 40, 60, 60 }, lengths)
   end)
@@ -260,7 +260,7 @@ describe("endpoint", function()
     it("holds callers until the server's time, released with jitter r * (1 + jitter * U)", function()
       local ep = endpoint.get("k", { cooldown = { jitter = 0.25 } })
       assert.equal(0, ep:cooldown_wait(100, 0.5))
-      assert.same({ { type = "cooldown", endpoint = "k", ["until"] = 110 } }, ep:set_cooldown(110))
+      assert.same({ { type = "cooldown", endpoint = "k", cooldown_until = 110 } }, ep:set_cooldown(110))
       assert.equal(10, ep:cooldown_wait(100, 0))
       assert.equal(12.5, ep:cooldown_wait(100, 1))
       assert.equal(11.25, ep:cooldown_wait(100, 0.5))

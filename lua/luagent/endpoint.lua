@@ -151,7 +151,7 @@ end
 function Endpoint:_transition(now, name)
   if name == "open" then
     local _, c = self.breaker:state(now)
-    return { type = "circuit_open", endpoint = self.key, ["until"] = c.open_until, trips = c.trips }
+    return { type = "circuit_open", endpoint = self.key, open_until = c.open_until, trips = c.trips }
   elseif name == "half_open" then
     return { type = "circuit_half_open", endpoint = self.key }
   end
@@ -204,7 +204,7 @@ function Endpoint:set_cooldown(until_time)
   end
   if self.cooldown_until and until_time <= self.cooldown_until then return {} end
   self.cooldown_until = until_time
-  return { { type = "cooldown", endpoint = self.key, ["until"] = until_time } }
+  return { { type = "cooldown", endpoint = self.key, cooldown_until = until_time } }
 end
 
 -- Seconds this caller should hold before its attempt: 0 without a cooldown

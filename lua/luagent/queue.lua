@@ -28,8 +28,4 @@ function Queue:pop()
   return v
 end
 
-function Queue:empty()
-  return self.head > self.tail
-end
-
 return M
