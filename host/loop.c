@@ -47,7 +47,6 @@ struct lg_task {
   lua_KContext kctx;
   lg_task *next_ready;
   struct joiner *joiners;      /* tasks waiting in join() for this one */
-  struct lg_task *blocking;    /* root of a blocking wait in progress */
 };
 
 struct joiner {
@@ -296,7 +295,19 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
     t->kctx = ctx;
     return lua_yieldk(L, 0, 0, resume_k);
   }
-  /* Cannot yield here: drive the loop until this wait ends. */
+  if (t) {
+    /* A task inside a C call that cannot yield (a table.sort comparator, a
+     * gsub callback, a metamethod called from C). Running the scheduler on
+     * this C stack would nest waits: other tasks' wake-ups would wait for
+     * this one. Refuse, as OpenResty does, and undo what the primitive began. */
+    w->task = NULL;
+    if (w->cancel) w->cancel(w);
+    return luaL_error(L, "luagent: cannot wait inside a C call that cannot yield "
+                         "(a table.sort comparator, a gsub callback, a metamethod): "
+                         "move the wait out of it");
+  }
+  /* Not a task (a plain script, a foreign coroutine): drive the loop until
+   * this wait ends. */
   lg_task root;
   memset(&root, 0, sizeof root);
   root.loop = loop;
@@ -304,16 +315,14 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
   root.wait = w;
   root.cancel_reason_ref = LUA_NOREF;
   w->task = &root;
-  if (t) t->blocking = &root;
   int rc = run_until(loop, L, root_ready, &root);
-  if (t) t->blocking = NULL;
   if (rc != 0) {
     root.wait = NULL;
     w->task = NULL; /* root dies with this frame */
     if (w->cancel) w->cancel(w);
     return luaL_error(L, "luagent: deadlock: waiting on something that can never happen");
   }
-  if (root.cancelled) return raise_cancelled(L, t);
+  if (root.cancelled) return raise_cancelled(L, NULL);
   return k(L, LUA_OK, ctx);
 }
 
@@ -549,7 +558,6 @@ static int l_task_cancel(lua_State *L) {
     cancel_wait(t);
   } else {
     t->cancel_pending = 1;
-    if (t->blocking && t->blocking->state == T_WAITING) cancel_wait(t->blocking);
   }
   lua_pushboolean(L, 1);
   return 1;
@@ -723,7 +731,6 @@ static void sigint_cb(uv_signal_t *h, int signum) {
   if (!t || t->state == T_DONE) return;
   t->cancel_pending = 1;
   if (t->state == T_WAITING) cancel_wait(t);
-  else if (t->blocking && t->blocking->state == T_WAITING) cancel_wait(t->blocking);
 }
 
 /* on_sigint(task): the first SIGINT cancels `task`, a second exits at once

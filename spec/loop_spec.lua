@@ -315,6 +315,31 @@ describe("in a process of its own", function()
     assert.equal("", r.stderr)
   end)
 
+  it("refuses a wait inside a task's non-yieldable C call; outside a task it still waits", function()
+    local r = h.run_script([[
+      local luagent = require "luagent"
+      -- inside a task: a sort comparator cannot yield, so a wait there raises
+      -- (it would otherwise run a scheduler nested on this C stack, and the
+      -- other task's 0.01 s sleep would wake only after this one's 0.5 s)
+      local quick = luagent.spawn(function() luagent.sleep(0.01) return luagent.now() end)
+      local t0 = luagent.now()
+      local ok, err = luagent.spawn(function()
+        return pcall(table.sort, { 3, 1, 2 }, function(a, b) luagent.sleep(0.5) return a < b end)
+      end):join()
+      print(ok, err)
+      print(quick:join() - t0 < 0.25)
+      -- not a task (a foreign coroutine): the wait drives the loop and works
+      local x = coroutine.wrap(function()
+        local v = { 3, 1, 2 }
+        table.sort(v, function(a, b) luagent.sleep(0.001) return a < b end)
+        return table.concat(v, ",")
+      end)()
+      print(x)
+    ]])
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("^false\t[^\n]*cannot wait inside a C call that cannot yield[^\n]*\ntrue\n1,2,3\n$", r.stdout)
+  end)
+
   it("reports a blocking wait that can never end as a deadlock, and the loop goes on", function()
     local r = h.run_script([[
       local luagent = require "luagent"
