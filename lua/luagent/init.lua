@@ -1,5 +1,5 @@
 -- luagent: the public Lua API. Tasks, time and errors come from the C core;
--- larger areas (http, providers, mock, ...) load on first use.
+-- larger areas (http, events, log) load on first use.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 
@@ -13,6 +13,8 @@ local M = {
   run = core.run,        -- run the loop until all non-daemon tasks are done
   current = core.current,
   stats = core.stats,
+  -- what `luagent run` was asked for (retry_safe, seed, ...); {} elsewhere
+  options = {},
   clock = {
     virtual = core.clock_virtual, -- virtual([start]): time jumps when idle
     real = core.clock_real,
@@ -70,20 +72,19 @@ function M.health(now)
   return require("luagent.endpoint").health(now or core.now())
 end
 
--- Areas loaded on first use: luagent.http, luagent.mock, ...
-local lazy = {}
+-- Areas loaded on first use. These and the fields above are the whole public
+-- face: any other name raises, so a typo (`luagent.sleeep`) is found at once.
+-- Test-bench modules (luagent.mock, luagent.sim) are required by name.
+local LAZY = { http = true, events = true, log = true }
+
 setmetatable(M, {
   __index = function(t, k)
-    if lazy[k] == nil then
-      local ok, mod = pcall(require, "luagent." .. k)
-      if not ok then
-        if tostring(mod):find("module 'luagent." .. k .. "' not found", 1, true) then return nil end
-        error(mod, 2)
-      end
-      lazy[k] = mod
-      rawset(t, k, mod)
+    if not LAZY[k] then
+      error(string.format("luagent: no public name '%s'", tostring(k)), 2)
     end
-    return lazy[k]
+    local mod = require("luagent." .. k)
+    rawset(t, k, mod)
+    return mod
   end,
 })
 
