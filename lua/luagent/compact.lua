@@ -54,8 +54,9 @@ end
 -- tool results) after them: `fraction` of the units that may go (default
 -- 0.5, at least one), never the first `keep_first` (default 0; 1 keeps the
 -- first request, often the task) nor the last `keep_last` (default 2).
--- When what is left would open with an assistant message, M.marker is put
--- before it as a user message.
+-- What is left should open with a user message: the assistant messages
+-- right after the cut go too while they may, and when one must stay,
+-- M.marker is put before it as a user message.
 function M.drop_oldest(messages, opts)
   if type(messages) ~= "table" then error("compact.drop_oldest: messages must be a list", 2) end
   opts = opts or {}
@@ -68,6 +69,10 @@ function M.drop_oldest(messages, opts)
   if droppable <= 0 then return nil end
   local drop = math.max(1, math.ceil(droppable * fraction))
   local from, to = keep_first + 1, keep_first + drop -- the units that go
+  -- what is left should open with the user: the assistant replies right
+  -- after the cut go too, while they may
+  local function opens_with_user(u) local m = messages[us[u][1]] return type(m) == "table" and m.role == "user" end
+  while from == 1 and to < keep_first + droppable and not opens_with_user(to + 1) do to = to + 1 end
   local out = {}
   for i = 1, head do out[#out + 1] = messages[i] end
   for u = 1, #us do

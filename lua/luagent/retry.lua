@@ -331,8 +331,7 @@ function M.stream(opts)
       local held = wait and ep and policy.cooldown and ep:cooldown_wait(now() + wait, rng) or 0
       if held > 0 then wait, why = wait + held, "cooldown" end
       if not wait then
-        err = errors.new(err.kind, err.message .. " (" .. why .. ")", err)
-        final_reason = why
+        final_reason = why -- the final error's message says it
       elseif left and wait >= left then
         final_reason = string.format("the wait of %.3g s would pass the total deadline of %g s",
           wait, policy.total_deadline)
@@ -390,7 +389,10 @@ function M.stream(opts)
       end
       local ok, probe_or_err, evs = ep:admit(attempt > 0, now())
       out:push_all(evs)
-      if not ok then return final_failure(probe_or_err, probe_or_err.message) end
+      if not ok then
+        return final_failure(probe_or_err, probe_or_err.kind == "circuit_open"
+          and "the endpoint's circuit is open" or "the endpoint's retry budget is exhausted")
+      end
       was_probe = probe_or_err or false
     end
     attempt = attempt + 1
