@@ -506,6 +506,33 @@ describe("a capped Retry-After and the endpoint's cooldown", function()
   end)
 end)
 
+describe("a cooldown another call set", function()
+  it("is part of the wait announced, and no hold follows it", function()
+    local endpoint = require "luagent.endpoint"
+    local srv = assert(mock.start { faults = "503@1", seed = 7 })
+    local base = srv.url .. "/v1"
+    -- another agent's 429 lands while this attempt fails: a classify hook
+    -- (which defers) stands in for it
+    local policy = { classify = function()
+      endpoint.get(endpoint.key(base)):set_cooldown(luagent.now() + 20)
+    end }
+    local evs = {}
+    local t0 = luagent.now()
+    for ev in luagent.stream { model = { kind = "openai", model = "m", base_url = base, api_key = "k" },
+                               messages = { { role = "user", content = "x" } }, policy = policy, seed = 3 } do
+      evs[#evs + 1] = ev
+    end
+    local elapsed = luagent.now() - t0
+    srv:close()
+    local r = evs[1]
+    assert.equal("provider_retry", r.type)
+    assert.equal("cooldown", r.source)
+    assert.is_true(r.delay_ms >= 20000 and r.delay_ms <= 25000, r.delay_ms)
+    assert.equal("stop", final(evs).stop_reason)
+    assert.is_true(math.abs(elapsed - r.delay_ms / 1000) < 0.01, elapsed .. " vs " .. r.delay_ms)
+  end)
+end)
+
 describe("which deadline fired", function()
   it("names the attempt timeout, with its length", function()
     local evs = call("stall:secs=1000@1", { policy = { attempt_timeout = 10 } })
