@@ -12,6 +12,9 @@ before_each(function()
   logs = {}
   retry.log = function(line) logs[#logs + 1] = line end
   luagent.clock.virtual()
+  -- every spec starts on fresh endpoints: a mock's port may be one an
+  -- earlier spec's endpoint (breaker, budget, cooldown) is keyed by
+  require("luagent.endpoint").reset()
 end)
 after_each(function()
   retry.log = function(line) io.stderr:write(line, "\n") end
