@@ -18,6 +18,7 @@
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "core.h"
 #include "loop.h"
@@ -75,6 +76,7 @@ typedef struct request {
   lg_timer first_byte, idle, total;
   lg_wait wait;
   int waiting;          /* a task waits on `wait` */
+  int resolving;        /* holds the virtual clock until connected (lg_loop_hold) */
 } request;
 
 /* ------------------------------------------------------------- buffers */
@@ -131,8 +133,17 @@ static void stop_timers(request *r) {
   lg_loop_timer_stop(r->ctx->loop, &r->total);
 }
 
+/* Lets the virtual clock move again once the host name is resolved (or the
+ * transfer ended first). Idempotent. */
+static void resolved(request *r) {
+  if (!r->resolving) return;
+  r->resolving = 0;
+  lg_loop_hold(r->ctx->loop, -1);
+}
+
 /* Takes the easy handle out of the multi (aborting it if still running). */
 static void detach(request *r) {
+  resolved(r);
   if (r->in_multi) {
     curl_multi_remove_handle(r->ctx->multi, r->easy);
     r->in_multi = 0;
@@ -185,6 +196,25 @@ static void total_fired(lg_timer *t) {
 }
 
 /* ---------------------------------------------------- curl callbacks */
+
+/* CURLOPT_OPENSOCKETFUNCTION: the name resolved, curl opens the connection's
+ * socket (as curl itself would); returns the socket, which curl owns. */
+static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
+  (void)purpose;
+  resolved(ud);
+  return socket(a->family, a->socktype, a->protocol);
+}
+
+/* CURLOPT_PREREQFUNCTION: connected (or a pooled connection was reused,
+ * which opens no socket): the request is about to be sent. */
+static int on_prereq(void *ud, char *ip, char *local_ip, int port, int local_port) {
+  (void)ip;
+  (void)local_ip;
+  (void)port;
+  (void)local_port;
+  resolved(ud);
+  return CURL_PREREQFUNC_OK;
+}
 
 static size_t on_header(char *data, size_t size, size_t n, void *ud) {
   request *r = ud;
@@ -565,6 +595,10 @@ static int l_http_request(lua_State *L) {
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+  curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r);
+  curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+  curl_easy_setopt(e, CURLOPT_PREREQDATA, r);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
   const char *ca = getenv("CURL_CA_BUNDLE");
@@ -585,6 +619,10 @@ static int l_http_request(lua_State *L) {
     return luaL_error(L, "http.request: cannot start the transfer");
   r->in_multi = 1;
   lg_loop_busy(ctx->loop, 1);
+  /* name resolution runs in curl's resolver thread and says nothing until
+   * it is done: the virtual clock must wait for it, not jump past it */
+  r->resolving = 1;
+  lg_loop_hold(ctx->loop, 1);
   if (t_first > 0) lg_loop_timer_start(ctx->loop, &r->first_byte, t_first);
   if (t_total > 0) lg_loop_timer_start(ctx->loop, &r->total, t_total);
   return lg_task_suspend(L, &r->wait, lua_absindex(L, -1), request_k);

@@ -69,6 +69,7 @@ struct lg_loop {
   int live;               /* tasks not yet done */
   int live_daemons;
   int busy;
+  int held;               /* lg_loop_hold: the virtual clock may not jump */
   unsigned long activity;
   int closed;
 };
@@ -106,6 +107,8 @@ uv_loop_t *lg_loop_uv(lg_loop *loop) { return &loop->uv; }
 void lg_loop_busy(lg_loop *loop, int delta) { loop->busy += delta; }
 
 void lg_loop_activity(lg_loop *loop) { loop->activity++; }
+
+void lg_loop_hold(lg_loop *loop, int delta) { loop->held += delta; }
 
 int lg_loop_timer_start(lg_loop *loop, lg_timer *t, double seconds) {
   if (!(seconds > 0)) seconds = 0; /* also maps NaN to 0 */
@@ -431,6 +434,7 @@ static int run_until(lg_loop *loop, lua_State *L, int (*done)(void *), void *arg
         uv_run(&loop->uv, UV_RUN_ONCE);
         uv_timer_stop(&loop->wake);
         if (loop->ready_head || loop->activity != before) continue;
+        if (loop->held > 0) continue; /* real work pending: time stands */
       }
       if (have_timers) {
         double due = lg_timerheap_peek(&loop->timers)->due;

@@ -39,6 +39,11 @@ void lg_loop_timer_stop(lg_loop *loop, lg_timer *t);
 void lg_loop_busy(lg_loop *loop, int delta);
 /* Tells the virtual clock that real I/O happened (called by I/O callbacks). */
 void lg_loop_activity(lg_loop *loop);
+/* In-flight work the virtual clock must never overtake, however long it
+ * takes in real time (a transfer resolving its host name: the resolver
+ * thread reports nothing until it is done). While some is held the clock
+ * does not jump. */
+void lg_loop_hold(lg_loop *loop, int delta);
 
 /* Suspends the calling Lua code until `w` is woken, then calls `k`. Inside a
  * task this yields to the scheduler; elsewhere (top-level code, a foreign

@@ -21,6 +21,13 @@ return {
   honor_x_should_retry = false,
   unusable_retries = 1,
 
+  -- axon has no circuit breaker, no retry budget and no shared cooldown:
+  -- a call that keeps failing makes all 10 requests. Set these to tables to
+  -- share luagent's protection per endpoint.
+  breaker = false,
+  budget = false,
+  cooldown = false,
+
   -- axon's list of transport errors has no TLS failure: it stops there.
   classify = function(err)
     if err.kind == "tls" then

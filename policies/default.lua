@@ -48,4 +48,26 @@ return {
   -- A reply with nothing usable in it is retried once (as axon does): a
   -- model that does it twice in a row will do it again.
   unusable_retries = 1,
+
+  -- Protection shared by every call of the process to one endpoint. It is
+  -- there for the fleet (many agents hammering a provider that is down),
+  -- but it must never cut a single agent's call short: a lone call on a
+  -- fresh endpoint gets all of its 6 attempts.
+  -- * The breaker opens after 10 counted failures in a row: more than one
+  --   call's 6 attempts, so one call failing for good does not open it for
+  --   the next; two calls in a row that fail for good do (the ratio rule,
+  --   50 % of the last 20 calls once 10 were made, is the endpoint's own
+  --   and needs 10 calls too).
+  -- * The retry budget holds 20 tokens and refuses retries at 10 or less:
+  --   each counted failure costs one, so retries stop for everyone after
+  --   10 failures (a lone call's retries follow its first 5), and each
+  --   success earns 0.1 back (gRPC's throttling: once the endpoint fails
+  --   more than it answers, about one retry per ten successes).
+  -- * A cooldown (a 429 or 503 with Retry-After) holds every agent on the
+  --   endpoint until the server's time, released over a quarter of it.
+  -- A key left out of `breaker` or `budget` in any policy takes these
+  -- values; the rest are the endpoint's own defaults (policies/README.md).
+  breaker = { consecutive = 10 },
+  budget = { max = 20 },
+  cooldown = {},
 }

@@ -23,4 +23,11 @@ return {
 
   -- Sampling can produce an empty reply twice by chance over a long run.
   unusable_retries = 2,
+
+  -- The shared protection sized for 13 attempts, so that a lone call on a
+  -- fresh endpoint gets all of them (default.lua says why): the breaker
+  -- opens after 20 counted failures in a row, or at half of its last 20
+  -- calls once 20 were made; retries stop for everyone after 15 failures.
+  breaker = { consecutive = 20, window = 20, min_calls = 20 },
+  budget = { max = 30 },
 }

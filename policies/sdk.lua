@@ -24,4 +24,11 @@ return {
   idle_timeout = false,
   total_deadline = false,
   unusable_retries = 0,
+
+  -- The SDKs keep no state between requests: no circuit breaker, no retry
+  -- budget, no cooldown shared between clients. Set these to tables to
+  -- share luagent's protection per endpoint.
+  breaker = false,
+  budget = false,
+  cooldown = false,
 }

@@ -25,4 +25,12 @@ return {
   total_deadline = false,
   -- yoagent's retry config has no per-attempt or idle timeout; ours are kept
   -- (from the defaults) so that a stalled connection still ends.
+
+  -- yoagent has no circuit breaker, no retry budget and no cooldown shared
+  -- between agents: every call makes its own 4 requests, and a capped
+  -- Retry-After is waited exactly (30 s, not the server's 100 s). Set these
+  -- to tables to share luagent's protection per endpoint.
+  breaker = false,
+  budget = false,
+  cooldown = false,
 }

@@ -50,6 +50,20 @@ local cases = {
   { "the first deciding hook wins", http(404), "server", true, 2, nil,
     P { classify = { function() return "server" end, function() return "auth" end } } },
 
+  -- Rule 2, first: the error answers for itself, before the hooks and the
+  -- built-in rules (the book's classifier asks the error).
+  { "an error saying retryable = true (a tool's, a custom adapter's)",
+    { message = "try again", retryable = true }, "transient", true, 2 },
+  { "an error saying retryable = true keeps its known class",
+    E("usage", "x", { retryable = true, class = "server" }), "server", true, 2 },
+  { "an error saying retryable = false beats a 503", E("http", "HTTP 503", { status = 503, retryable = false }),
+    "permanent", false, 2 },
+  { "a final error is permanent, whatever a hook says",
+    E("http", "HTTP 503", { status = 503, retryable = false, final = true, reason = "no attempts left (6)" }),
+    "permanent", false, 2, nil, hook_says("overloaded") },
+  { "the caller's cancellation beats the error's own answer", E("cancelled", "c", { retryable = true }),
+    "cancelled", false, 1 },
+
   -- Rule 3: HTTP statuses.
   { "429", http(429, "slow down"), "rate_limited", true, 3 },
   { "429 with an overflow phrase", http(429, "prompt is too long for current capacity"), "rate_limited", true, 3 },

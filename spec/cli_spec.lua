@@ -21,6 +21,7 @@ describe("luagent (the executable)", function()
     assert.equal(0, r.code)
     assert.matches("usage: luagent run", r.stdout)
     assert.matches("130", r.stdout)
+    assert.matches("%-%-events jsonl:FILE", r.stdout)
   end)
 
   it("names an unknown command, exit 2", function()

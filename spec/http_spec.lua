@@ -123,6 +123,22 @@ describe("http.request", function()
       check(err, "dns", { curl_code = 6 })
     end)
 
+    it("dns on the virtual clock: the clock waits for the resolver, no timeout fires first", function()
+      -- the resolver thread takes a few real milliseconds, about as long as
+      -- the clock used to wait before jumping to the first-byte timeout:
+      -- twenty lookups make the race show every time
+      virtually(function()
+        local t0 = luagent.now()
+        for i = 1, 20 do
+          local resp, err = http.request { url = "http://no-such-host-" .. i .. ".invalid/",
+                                           timeout = { first_byte = 120, total = 600 } }
+          assert.is_nil(resp)
+          check(err, "dns", { curl_code = 6 })
+        end
+        assert.equal(t0, luagent.now()) -- not a second of virtual time went by
+      end)
+    end)
+
     it("eof: the connection closes before any response", function()
       srv = server.serve(function() end)
       local resp, err = http.request { url = srv.url }

@@ -68,8 +68,35 @@ describe("bundled policies", function()
     local file = load("default")
     local builtin = assert(policies.new({}))
     for _, k in ipairs { "max_retries", "backoff", "retry_after", "attempt_timeout", "idle_timeout",
-                         "total_deadline", "retry_statuses", "honor_x_should_retry", "unusable_retries" } do
+                         "total_deadline", "retry_statuses", "honor_x_should_retry", "unusable_retries",
+                         "breaker", "budget", "cooldown" } do
       assert.same(builtin[k], file[k], k)
+    end
+  end)
+
+  it("yoagent, axon and sdk share no protection: those systems have none", function()
+    for _, name in ipairs { "yoagent", "axon", "sdk" } do
+      local p = load(name)
+      assert.is_false(p.breaker, name)
+      assert.is_false(p.budget, name)
+      assert.is_false(p.cooldown, name)
+    end
+  end)
+
+  it("default and patient size their breaker and budget for all of a lone call's attempts", function()
+    for _, name in ipairs { "default", "patient" } do
+      local p = load(name)
+      local attempts = p.max_retries + 1
+      local b = core.breaker(p.breaker)
+      for i = 1, attempts do
+        assert.is_truthy(b:allow(i), name .. ": the breaker refused attempt " .. i)
+        if i < attempts then b:record(i, false) end
+      end
+      local budget = core.retry_budget(p.budget)
+      for i = 1, attempts - 1 do
+        budget:failure()
+        assert.is_true(budget:allow_retry(), name .. ": the budget refused retry " .. i)
+      end
     end
   end)
 
@@ -148,6 +175,24 @@ describe("policy.new", function()
     assert.equal(600, policies.delay(p, 1, 600, 0))
   end)
 
+  it("lays a protection table over default.lua's, and keeps false", function()
+    local p = assert(policies.new { breaker = { open_for = 9 }, budget = false })
+    assert.same({ consecutive = 10, open_for = 9 }, p.breaker)
+    assert.is_false(p.budget)
+    assert.same({ max = 20 }, assert(policies.new {}).budget)
+  end)
+
+  it("takes a shipped compaction strategy by name for on_context_overflow", function()
+    local p = assert(policies.new { on_context_overflow = "drop_oldest" })
+    assert.is_function(p.on_context_overflow)
+    local shorter = p.on_context_overflow { messages = {
+      { role = "user", content = "a" }, { role = "assistant", content = "b" },
+      { role = "user", content = "c" }, { role = "assistant", content = "d" },
+      { role = "user", content = "e" }, { role = "assistant", content = "f" } } }
+    assert.equal(4, #shorter)
+    assert.equal("c", shorter[1].content)
+  end)
+
   it("turns one classify function into a list", function()
     local f = function() end
     assert.same({ f }, assert(policies.new { classify = f }).classify)
@@ -177,6 +222,8 @@ describe("policy.new", function()
     { "status '5x'", { retry_statuses = { "5x" } }, "retry_statuses must be a list" },
     { "hook not a function", { classify = { "x" } }, "classify must be a function or a list of functions" },
     { "on_retry not a function", { on_retry = true }, "on_retry must be a function" },
+    { "an unknown compaction strategy", { on_context_overflow = "summarise" },
+      'on_context_overflow must be a function or the name of a shipped strategy ("drop_oldest") (got "summarise")' },
     { "boolean as string", { honor_x_should_retry = "yes" }, 'honor_x_should_retry must be true or false (got "yes")' },
   }
   for _, b in ipairs(bad) do

@@ -12,6 +12,9 @@ before_each(function()
   logs = {}
   retry.log = function(line) logs[#logs + 1] = line end
   luagent.clock.virtual()
+  -- every spec starts on fresh endpoints: a mock's port may be one an
+  -- earlier spec's endpoint (breaker, budget, cooldown) is keyed by
+  require("luagent.endpoint").reset()
 end)
 after_each(function()
   retry.log = function(line) io.stderr:write(line, "\n") end
@@ -407,5 +410,263 @@ describe("cancellation, breakage and protection settings", function()
     end
     assert.equal(0, luagent.stats().busy)
     srv:close()
+  end)
+end)
+
+describe("a call that failed for good", function()
+  local classify = require "luagent.classify"
+
+  it("returns an error marked final: not retryable, the reason, the attempts, the last attempt's error as cause", function()
+    local evs, n = call("503", { policy = { max_retries = 2 } })
+    assert.equal(3, n)
+    local err = final(evs).error
+    assert.equal("http", err.kind)
+    assert.equal(503, err.status)
+    assert.is_false(err.retryable)
+    assert.is_true(err.final)
+    assert.equal(3, err.attempts)
+    assert.matches("no attempts left", err.reason)
+    assert.matches("final after 3 attempts", tostring(err))
+    assert.equal("http", err.cause.kind)
+    assert.equal(503, err.cause.status)
+    assert.is_nil(err.cause.retryable)
+    -- classified again (by an agent loop, a script's own retry, a resume): permanent
+    local d = classify.classify(err, { attempt = 1 })
+    assert.equal("permanent", d.class)
+    assert.is_false(d.retryable)
+    assert.equal("overloaded", classify.classify(err.cause, { attempt = 1 }).class)
+  end)
+
+  it("is what complete() returns, also when the budget refused the retry", function()
+    local srv = assert(mock.start { faults = "503", seed = 1 })
+    local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    local policy = { max_retries = 5, backoff = { strategy = "fixed", base = 1 }, breaker = false,
+                     cooldown = false, budget = { max = 4 } }
+    local none, err = luagent.complete { model = model, policy = policy, messages = { { role = "user", content = "x" } } }
+    srv:close()
+    assert.is_nil(none)
+    assert.equal("retry_budget_exhausted", err.kind)
+    assert.is_false(err.retryable)
+    assert.equal("http", err.cause.kind) -- the last attempt's error
+    assert.equal(2, err.attempts)
+    assert.equal("permanent", classify.classify(err).class)
+  end)
+end)
+
+describe("a bundled policy named after a system behaves like that system", function()
+  local function model(srv) return { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } end
+
+  it("axon makes exactly 10 requests against a provider that always answers 503", function()
+    local evs, n, elapsed = call("503", { policy = "axon" })
+    assert.equal(10, n)
+    assert.equal(9, count(evs, "provider_retry"))
+    assert.equal("http", final(evs).error.kind)
+    assert.equal(2 + 4 + 8 + 16 + 32 + 60 * 4, elapsed) -- min(2^n, 60) s, no jitter
+  end)
+
+  it("yoagent makes 4 requests on every call, the third in a row included", function()
+    local srv = assert(mock.start { faults = "503", seed = 1 })
+    local before = 0
+    for i = 1, 3 do
+      local none, err = luagent.complete { model = model(srv), policy = "yoagent", messages = { { role = "user", content = "x" } } }
+      assert.is_nil(none)
+      assert.equal("http", err.kind, "call " .. i .. ": " .. tostring(err))
+      local now = #srv:requests()
+      assert.equal(4, now - before, "call " .. i)
+      before = now
+    end
+    srv:close()
+  end)
+
+  it("yoagent waits 30 s for Retry-After: 100, and announces 30000 ms", function()
+    local evs, n, elapsed = call("429:retry-after=100@1", { policy = "yoagent" })
+    assert.equal(2, n)
+    assert.equal("provider_retry", evs[1].type)
+    assert.equal(30000, evs[1].delay_ms)
+    assert.equal("server", evs[1].source)
+    assert.equal("stop", final(evs).stop_reason)
+    assert.is_true(elapsed >= 30 and elapsed < 30.01, elapsed)
+  end)
+
+  it("sdk makes 3 requests on every call", function()
+    local srv = assert(mock.start { faults = "503", seed = 1 })
+    for _ = 1, 3 do
+      luagent.complete { model = model(srv), policy = "sdk", messages = { { role = "user", content = "x" } } }
+    end
+    assert.equal(9, #srv:requests())
+    srv:close()
+  end)
+
+  it("the default policy gives a lone call on a fresh endpoint all of its 6 attempts", function()
+    local evs, n = call("503")
+    assert.equal(6, n)
+    assert.matches("no attempts left", final(evs).error.reason)
+  end)
+end)
+
+describe("a capped Retry-After and the endpoint's cooldown", function()
+  it("agree: the wait announced is the wait made", function()
+    local policy = { retry_after = { max_wait = 30, over_max = "cap", jitter = 0 } } -- shared protection on
+    local evs, n, elapsed = call("429:retry-after=100@1", { policy = policy })
+    assert.equal(2, n)
+    assert.equal("cooldown", evs[1].type)
+    assert.equal("provider_retry", evs[2].type)
+    assert.equal(30000, evs[2].delay_ms)
+    assert.is_true(elapsed >= 30 and elapsed < 30.01, elapsed)
+  end)
+end)
+
+describe("a cooldown another call set", function()
+  it("is part of the wait announced, and no hold follows it", function()
+    local endpoint = require "luagent.endpoint"
+    local srv = assert(mock.start { faults = "503@1", seed = 7 })
+    local base = srv.url .. "/v1"
+    -- another agent's 429 lands while this attempt fails: a classify hook
+    -- (which defers) stands in for it
+    local policy = { classify = function()
+      endpoint.get(endpoint.key(base)):set_cooldown(luagent.now() + 20)
+    end }
+    local evs = {}
+    local t0 = luagent.now()
+    for ev in luagent.stream { model = { kind = "openai", model = "m", base_url = base, api_key = "k" },
+                               messages = { { role = "user", content = "x" } }, policy = policy, seed = 3 } do
+      evs[#evs + 1] = ev
+    end
+    local elapsed = luagent.now() - t0
+    srv:close()
+    local r = evs[1]
+    assert.equal("provider_retry", r.type)
+    assert.equal("cooldown", r.source)
+    assert.is_true(r.delay_ms >= 20000 and r.delay_ms <= 25000, r.delay_ms)
+    assert.equal("stop", final(evs).stop_reason)
+    assert.is_true(math.abs(elapsed - r.delay_ms / 1000) < 0.01, elapsed .. " vs " .. r.delay_ms)
+  end)
+end)
+
+describe("which deadline fired", function()
+  it("names the attempt timeout, with its length", function()
+    local evs = call("stall:secs=1000@1", { policy = { attempt_timeout = 10 } })
+    assert.equal("provider_retry", evs[1].type)
+    assert.equal("timeout: attempt 1 took longer than the attempt timeout (10 s)", evs[1].error)
+  end)
+
+  it("names the call's total deadline when it cut the attempt short: not retried", function()
+    local evs, n, elapsed = call("stall:secs=1000@1", { policy = { attempt_timeout = 600, total_deadline = 50 } })
+    assert.equal(1, n)
+    assert.equal(50, elapsed)
+    local err = final(evs).error
+    assert.equal("timeout", err.kind)
+    assert.equal("total_deadline", err.which)
+    assert.matches("^the call's total deadline %(50 s%) passed during attempt 1", err.message)
+    assert.equal("deadline", err.class)
+  end)
+
+  it("names the idle timeout", function()
+    local evs = call("stall:secs=1000:after=100@1", { policy = { idle_timeout = 7 } })
+    local r
+    for _, e in ipairs(evs) do if e.type == "provider_retry" then r = e break end end
+    assert.matches("idle timeout %(7 s%)", r.error)
+  end)
+end)
+
+describe("a context overflow", function()
+  local compact = require "luagent.compact"
+
+  -- A conversation long enough to shorten: a task, two tool rounds, a question.
+  local function history()
+    return {
+      { role = "user", content = "first task" },
+      { role = "assistant", content = "", tool_calls = { { id = "c1", name = "read", arguments = { path = "a" }, raw_arguments = '{"path":"a"}' } } },
+      { role = "tool", tool_call_id = "c1", name = "read", content = "lots of text" },
+      { role = "assistant", content = "read a" },
+      { role = "user", content = "second" },
+      { role = "assistant", content = "", tool_calls = { { id = "c2", name = "read", arguments = { path = "b" }, raw_arguments = '{"path":"b"}' } } },
+      { role = "tool", tool_call_id = "c2", name = "read", content = "more text" },
+      { role = "user", content = "hello there" },
+    }
+  end
+
+  local function overflow_call(faults, policy)
+    local srv = assert(mock.start { faults = faults, seed = 7 })
+    local evs = {}
+    for ev in luagent.stream { model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" },
+                               system = "be brief", messages = history(), policy = policy, seed = 3 } do
+      evs[#evs + 1] = ev
+    end
+    local reqs = srv:requests()
+    srv:close()
+    return evs, reqs
+  end
+
+  it("is resent once, compacted by the shipped strategy, and succeeds", function()
+    local evs, reqs = overflow_call("400:overflow@1", { on_context_overflow = "drop_oldest" })
+    assert.equal(2, #reqs)
+    local sent1, sent2 = #reqs[1].body.messages, #reqs[2].body.messages
+    assert.is_true(sent2 < sent1, sent1 .. " then " .. sent2)
+    assert.equal("system", reqs[2].body.messages[1].role) -- the system prompt stays
+    assert.equal("context_compacted provider_retry message_start", types(evs):match("^%S+ %S+ %S+"))
+    assert.equal(8, evs[1].before)
+    assert.equal(#compact.drop_oldest(history()), evs[1].after)
+    assert.equal(0, evs[2].delay_ms)
+    assert.equal("context_overflow", evs[2].class)
+    local last = final(evs)
+    assert.equal("stop", last.stop_reason)
+    assert.equal("hello there", last.message.content)
+    assert.equal(2, last.attempts) -- the resend counts as an attempt
+  end)
+
+  it("is resent only once", function()
+    local evs, reqs = overflow_call("400:overflow@1-2", { on_context_overflow = "drop_oldest" })
+    assert.equal(2, #reqs)
+    assert.equal("context_overflow", final(evs).error.class)
+    assert.equal(1, count(evs, "context_compacted"))
+  end)
+
+  it("fails as before when the hook returns nothing", function()
+    local evs, reqs = overflow_call("400:overflow@1", { on_context_overflow = function() end })
+    assert.equal(1, #reqs)
+    assert.equal(0, count(evs, "context_compacted"))
+    assert.equal("context_overflow", final(evs).error.class)
+  end)
+
+  it("is not resent when the policy allows no retry", function()
+    local _, reqs = overflow_call("400:overflow@1", { on_context_overflow = "drop_oldest", max_retries = 0 })
+    assert.equal(1, #reqs)
+  end)
+
+  it("reports a hook that returns something that is not a message list, and fails", function()
+    local evs, reqs = overflow_call("400:overflow@1", { on_context_overflow = function() return { "x" } end })
+    assert.equal(1, #reqs)
+    assert.equal("error", final(evs).stop_reason)
+    assert.matches("item 1 is not a message", table.concat(logs, "\n"))
+  end)
+end)
+
+describe("an abort during a retry's backoff", function()
+  it("ends the call with exactly one final event and no second message_end", function()
+    local srv = assert(mock.start { faults = "stream-error:overloaded_error", seed = 1 })
+    local seen, bus = {}, {}
+    local stop = events.subscribe(function(ev) bus[#bus + 1] = ev end)
+    local t = luagent.spawn(function()
+      for ev in luagent.stream { model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" },
+                                  messages = { { role = "user", content = "hi" } } } do
+        seen[#seen + 1] = ev
+        if ev.type == "provider_retry" then luagent.current():cancel("user") end
+      end
+    end)
+    local ok, err = pcall(t.join, t)
+    stop()
+    assert.is_false(ok)
+    assert.equal("cancelled", err.kind)
+    assert.equal(1, #srv:requests())
+    srv:close()
+    assert.equal("message_start text_delta message_end provider_retry call_aborted", types(seen))
+    assert.equal(types(seen), types(bus))
+    assert.equal(1, count(seen, "message_end"))
+    local finals = 0
+    for _, e in ipairs(seen) do if e.final then finals = finals + 1 end end
+    assert.equal(1, finals)
+    assert.equal("aborted", final(seen).stop_reason)
+    assert.equal("cancelled", final(seen).error.kind)
   end)
 end)

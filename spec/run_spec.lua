@@ -77,6 +77,36 @@ describe("luagent run, embedded default", function()
     assert.equal("message_end", types[#types])
   end)
 
+  it("writes the events to a file of their own with --events jsonl:FILE, apart from the script's text", function()
+    local file = os.tmpname()
+    local r = run("run", "--faults", "503@1", "--events", "jsonl:" .. file, "examples/hello.lua")
+    assert.equal(0, r.code, r.stderr)
+    assert.is_nil(r.stdout:find("{", 1, true), r.stdout) -- only the script's own text
+    assert.matches("Jitter randomizes each wait", r.stdout)
+    local cjson = require "cjson"
+    local evs = {}
+    for _, l in ipairs(lines(h.slurp(file))) do evs[#evs + 1] = cjson.decode(l) end -- every line is JSON
+    os.remove(file)
+    assert.equal("provider_retry", evs[1].type)
+    assert.equal("message_end", evs[#evs].type)
+    assert.is_true(evs[#evs].final)
+  end)
+
+  it("writes the events to stdout with --events jsonl:-", function()
+    local r = run("run", "--faults", "503@1", "--events", "jsonl:-", "examples/hello.lua")
+    assert.equal(0, r.code, r.stderr)
+    assert.truthy(r.stdout:find('{"attempt":1,', 1, true), r.stdout)
+  end)
+
+  it("names an events file it cannot open, and a destination it does not know, exit 2", function()
+    local r = run("run", "--events", "jsonl:/nonexistent-dir/x.jsonl", "examples/hello.lua")
+    assert.equal(2, r.code)
+    assert.matches("run: %-%-events: cannot open '/nonexistent%-dir/x%.jsonl': No such file or directory", r.stderr)
+    r = run("run", "--events", "xml", "examples/hello.lua")
+    assert.equal(2, r.code)
+    assert.matches("run: %-%-events wants 'jsonl:FILE' or 'jsonl:%-', not 'xml'", r.stderr)
+  end)
+
   it("keeps retried attempts out of the output with --retry-safe", function()
     local r = run("run", "--faults", "stream-error:overloaded_error@1", "--retry-safe", "examples/hello.lua")
     assert.equal(0, r.code, r.stderr)

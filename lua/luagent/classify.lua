@@ -3,7 +3,9 @@
 -- that matches decides:
 --
 --   1. The caller's own cancellation or deadline: never retried.
---   2. The policy's classify hooks, in order (a hook may return nil to defer).
+--   2. The error's own answer (a boolean `retryable` on the record: a final
+--      error, a custom adapter's or a tool's), then the policy's classify
+--      hooks, in order (a hook may return nil to defer).
 --   3. HTTP statuses (429 always rate_limited, whatever the body).
 --   4. In-stream errors, by their structured type/code/status only.
 --   5. Transport failures and per-attempt timeouts: retried.
@@ -36,7 +38,8 @@ M.classes = {
   unusable = false,         -- a 200 with nothing usable in it
   cancelled = false,        -- the caller cancelled
   deadline = false,         -- the caller's deadline passed
-  permanent = false,        -- nothing above matched
+  transient = true,         -- the error said retryable = true and named no class
+  permanent = false,        -- nothing above matched, or the error said retryable = false
 }
 
 -- Rule 1: timeouts whose `which` is the caller's deadline. Every other
@@ -215,6 +218,21 @@ local function caller_stopped(err, ctx)
   end
 end
 
+-- Rule 2, first: the error answers for itself. A record whose `retryable`
+-- is false (a call's final error, a refusal of the endpoint, a custom
+-- adapter's or a tool's verdict) is permanent; one whose `retryable` is true
+-- is retried, with its own `class` when it names a known one.
+local function error_decides(err)
+  if err.retryable == false then
+    local why = type(err.reason) == "string" and (": " .. err.reason) or ""
+    return decision("permanent", false, "rule 2: the error says it is not retryable" .. why)
+  end
+  if err.retryable == true then
+    local class = type(err.class) == "string" and M.classes[err.class] ~= nil and err.class or "transient"
+    return decision(class, true, "rule 2: the error says it is retryable")
+  end
+end
+
 -- Rule 2: the policy's hooks in order. A hook that errors, runs past the
 -- instruction limit or answers nonsense is reported and counts as "defer".
 local function hooks_decide(err, ctx, policy)
@@ -352,6 +370,7 @@ function M.classify(err, ctx, policy)
   end
   if type(err) ~= "table" then err = { message = tostring(err) } end
   local d = caller_stopped(err, ctx)
+    or error_decides(err)
     or hooks_decide(err, ctx, policy)
     or http_decides(err, policy)
     or stream_decides(err)

@@ -49,7 +49,10 @@ options:
   --mock              use the mock provider even when a key is set
   --seed N            seed for the mock's faults and the retry jitter
   --record FILE       save every model exchange of this run as a cassette
-  --events jsonl      write every event as one JSON line to stdout
+  --events jsonl:FILE write every event as one JSON line to FILE (created or
+                      truncated; /dev/fd/N for a descriptor), away from
+                      what the script prints; jsonl:- (or jsonl) writes to
+                      stdout, for scripts that print nothing themselves
   --retry-safe        hold each attempt's events until it succeeds (for
                       pipes and logs); applies to --events and to scripts
                       that read luagent.options.retry_safe
@@ -109,8 +112,12 @@ local function parse_run_args(args)
     opts[name] = takes and value or true
     i = i + 1
   end
-  if opts.events and opts.events ~= "jsonl" then
-    return nil, string.format("run: --events supports 'jsonl', not '%s'", opts.events)
+  if opts.events then
+    local dest = opts.events == "jsonl" and "-" or opts.events:match("^jsonl:(.+)$")
+    if not dest then
+      return nil, string.format("run: --events wants 'jsonl:FILE' or 'jsonl:-', not '%s'", opts.events)
+    end
+    opts.events = dest
   end
   if opts.log and not require("luagent.log").LEVELS[opts.log] then
     return nil, string.format("run: --log wants debug, info, warn, error or off, not '%s'", opts.log)
@@ -141,6 +148,15 @@ local function prepare(opts, file)
   if opts.log then require("luagent.log").set_level(opts.log) end
   luagent.options = { retry_safe = opts["retry-safe"] or false, seed = seed }
   local cleanups = {}
+  local events_out = io.stdout -- --events jsonl:FILE, opened before anything starts
+  if opts.events and opts.events ~= "-" then
+    local f, err = io.open(opts.events, "w")
+    if not f then
+      return nil, usage_error("run: --events: cannot open '%s': %s", opts.events, (err:gsub("^[^:]*: ", "")))
+    end
+    events_out = f
+    cleanups[#cleanups + 1] = function() f:close() end
+  end
   if opts.policy then
     local fh = io.open(opts.policy, "r")
     if not fh then return nil, usage_error("run: cannot open policy '%s'", opts.policy) end
@@ -198,7 +214,7 @@ local function prepare(opts, file)
     end
   end
   if opts.events then
-    local sink = events.jsonl(io.stdout)
+    local sink = events.jsonl(events_out)
     if opts["retry-safe"] then sink = events.retry_safe_consumer(sink) end
     cleanups[#cleanups + 1] = events.subscribe(sink)
   end

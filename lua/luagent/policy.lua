@@ -5,6 +5,7 @@
 -- version of a file across reloads.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
+local compact = require "luagent.compact"
 
 local M = {}
 
@@ -30,9 +31,10 @@ M.defaults = {
   honor_x_should_retry = false,
   unusable_retries = 1,
   -- shared per endpoint by every call of the process (lua/luagent/endpoint.lua);
-  -- {} means the endpoint's defaults, false turns the piece off
-  breaker = {},
-  budget = {},
+  -- a policy's table is laid over these, a key left out of both is the
+  -- endpoint's own default, false turns the piece off
+  breaker = { consecutive = 10 },
+  budget = { max = 20 },
   cooldown = {},
 }
 
@@ -202,6 +204,13 @@ local check = {
       'one of "exponential", "full_jitter", "equal_jitter", "decorrelated_jitter", '
       .. '"power_of_two", "fixed", "sdk"'
   end,
+  overflow = function(v)
+    local names = {}
+    for k in pairs(compact.strategies) do names[#names + 1] = ("%q"):format(k) end
+    table.sort(names)
+    return type(v) == "function" or compact.strategies[v] ~= nil,
+      "a function or the name of a shipped strategy (" .. table.concat(names, ", ") .. ")"
+  end,
   over_max = function(v)
     return v == "give_up" or v == "cap" or v == "backoff", '"give_up", "cap" or "backoff"'
   end,
@@ -216,7 +225,7 @@ local FIELDS = {
   honor_x_should_retry = check.boolean,
   retry_statuses = check.statuses,
   backoff = check.table, retry_after = check.table,
-  classify = check.hooks, on_retry = check.fn, on_context_overflow = check.fn,
+  classify = check.hooks, on_retry = check.fn, on_context_overflow = check.overflow,
   breaker = check.table_or_false, budget = check.table_or_false, cooldown = check.table_or_false,
 }
 local BACKOFF_FIELDS = {
@@ -311,6 +320,16 @@ local function fill_retry_after(r)
   }
 end
 
+-- A protection table (breaker, budget, cooldown): false stays false, nil
+-- takes the default, a table is laid over the default (a fresh copy).
+local function fill_protection(v, default)
+  if v == false then return false end
+  local out = {}
+  if type(default) == "table" then for k, x in pairs(default) do out[k] = x end end
+  if type(v) == "table" then for k, x in pairs(v) do out[k] = x end end
+  return out
+end
+
 local function basename(source)
   return (source:match("([^/\\]+)%.lua$") or source)
 end
@@ -352,10 +371,11 @@ function M.new(t, source, text)
     unusable_retries = pick(t.unusable_retries, D.unusable_retries),
     classify = hooks and table.move(hooks, 1, #hooks, 1, {}) or {},
     on_retry = t.on_retry,
-    on_context_overflow = t.on_context_overflow,
-    breaker = pick(t.breaker, D.breaker),
-    budget = pick(t.budget, D.budget),
-    cooldown = pick(t.cooldown, D.cooldown),
+    on_context_overflow = type(t.on_context_overflow) == "string"
+      and compact.hook(t.on_context_overflow) or t.on_context_overflow,
+    breaker = fill_protection(t.breaker, D.breaker),
+    budget = fill_protection(t.budget, D.budget),
+    cooldown = fill_protection(t.cooldown, D.cooldown),
   }, Policy)
 end
 

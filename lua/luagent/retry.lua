@@ -12,9 +12,15 @@
 -- cooldown) come after the failed attempt's message_end, before its
 -- provider_retry. The final failure is never followed by provider_retry; it
 -- ends the stream with message_end{stop_reason="error", error=<record>,
--- final=true}. Cancellation ends the call at once with a final
--- message_end{stop_reason="aborted"} and then raises `cancelled`
--- (cancellation always raises); during a backoff, no further request is sent.
+-- final=true}, the record marked final (retryable = false, reason,
+-- attempts, cause = the last attempt's error). A context overflow whose
+-- on_context_overflow hook returns a shorter message list is resent once:
+-- context_compacted{before, after}, then provider_retry with no wait.
+-- Cancellation ends the call at once with one final event and then raises
+-- `cancelled` (cancellation always raises): message_end{stop_reason=
+-- "aborted"} when no message of the call is left without its end, else
+-- (cancelled during a backoff after the failed attempt's message_end)
+-- call_aborted; during a backoff, no further request is sent.
 local luagent_core = require "luagent.core"
 local errors = require "luagent.errors"
 local classify = require "luagent.classify"
@@ -123,6 +129,34 @@ local function add_usage(total, u)
   return total
 end
 
+-- The error a call that failed for good returns and its final message_end
+-- carries: the fields of `err` (the last attempt's error, or the refusal or
+-- deadline that ended the call), marked final so that no layer above starts
+-- the cycle again (classify answers "permanent" for it): retryable = false,
+-- final = true, `reason`, `attempts`, and `cause`, the last attempt's own
+-- error (nil when no attempt was made).
+local function final_error(err, reason, attempts, last)
+  local f = {}
+  for k, v in pairs(err) do f[k] = v end
+  f.retryable, f.final, f.reason, f.attempts = false, true, reason, attempts
+  f.cause = last or err.cause
+  f.message = string.format("%s (final after %d attempt%s: %s)", tostring(err.message),
+    attempts, attempts == 1 and "" or "s", reason)
+  return setmetatable(f, getmetatable(err) or errors.metatable)
+end
+
+-- The wait the server's Retry-After imposes under policy p, for the
+-- endpoint's cooldown: what the policy obeys (capped at max_wait when it
+-- caps), or nil when the policy does not obey this one (honor = false, or
+-- more than max_wait and over_max is "give_up" or "backoff").
+local function obeyed_server_wait(p, retry_after)
+  local ra = p.retry_after
+  if not (retry_after and ra.honor) then return nil end
+  if not ra.max_wait or retry_after <= ra.max_wait then return retry_after end
+  if ra.over_max == "cap" then return ra.max_wait end
+  return nil
+end
+
 ------------------------------------------------------------------------------
 -- The loop
 ------------------------------------------------------------------------------
@@ -161,6 +195,10 @@ function M.stream(opts)
   local delay, prev_delay, pending_error = 0, nil, nil
   local policy = policy_src:get()
   local ep, was_probe = nil, false
+  local last_err = nil         -- the last attempt's own error
+  local cut_by_deadline = nil  -- the attempt's time limit is the total deadline's
+  local compacted = false      -- a context overflow was resent once already
+  local open_end = false       -- a message_end of the call closed no final message yet
 
   local function now() return luagent_core.now() end
 
@@ -180,9 +218,18 @@ function M.stream(opts)
   end
 
   local function final_failure(err, reason)
+    err = final_error(err, reason, attempt, last_err)
     out:push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
                total_usage = usage_total, attempts = attempt, reason = reason, final = true }
     state = "done"
+  end
+
+  -- The final event of a call cancelled outside an attempt's message: a
+  -- message_end, unless the failed attempt's message_end was the last
+  -- message event (then no second message_end: call_aborted ends the call).
+  local function aborted_event(err)
+    return { type = open_end and "call_aborted" or "message_end", stop_reason = "aborted", error = err,
+             final = true, total_usage = usage_total, attempts = attempt }
   end
 
   -- The task was cancelled: the call ends here. Its final event goes
@@ -191,9 +238,35 @@ function M.stream(opts)
     record(false, false) -- frees the breaker's probe slot if this was the probe
     if resp then resp:close() end
     state = "done"
-    events.publish { type = "message_end", stop_reason = "aborted", error = err, final = true,
-                     total_usage = usage_total, attempts = attempt, call = call_id }
+    local ev = aborted_event(err)
+    ev.call = call_id
+    events.publish(ev)
     error(err, 0)
+  end
+
+  -- Runs the policy's on_context_overflow hook; returns the shorter message
+  -- list it gave, or nil (the call then fails as it would without a hook).
+  local function compact_request(err)
+    local ok, res = policies.run_limited(policy.on_context_overflow, policies.limits.hook,
+      { error = err, request = request, attempt = attempt, messages = request.messages })
+    local what
+    if not ok then
+      what = tostring(res) .. " (on_context_overflow hook failed)"
+    elseif res == nil then
+      return nil
+    elseif type(res) ~= "table" or #res == 0 then
+      what = "on_context_overflow hook returned " .. (type(res) == "table" and "an empty list" or "a " .. type(res))
+        .. " (expected a list of messages, or nil)"
+    else
+      for i, m in ipairs(res) do
+        if type(m) ~= "table" or type(m.role) ~= "string" then
+          what = "on_context_overflow hook returned a list whose item " .. i .. " is not a message"
+          break
+        end
+      end
+    end
+    if what then M.log("luagent: " .. what) return nil end
+    return res
   end
 
   -- Decides what a failed attempt leads to: a retry after a wait, or the end.
@@ -204,7 +277,22 @@ function M.stream(opts)
       error(err, 0) -- a programming error (an adapter's bug) raises
     end
     if resp then resp:close() resp = nil end
-    if err.kind == "timeout" and err.which == "total" then err.which = "attempt" end
+    if err.kind == "timeout" then
+      -- say which deadline fired: the attempt's own, or the call's
+      if err.which == "total" and cut_by_deadline then
+        err.which = "total_deadline"
+        err.message = string.format("the call's total deadline (%g s) passed during attempt %d",
+          policy.total_deadline, attempt)
+      elseif err.which == "total" then
+        err.which = "attempt"
+        err.message = string.format("attempt %d took longer than the attempt timeout (%g s)",
+          attempt, policy.attempt_timeout)
+      elseif err.which == "idle" and seconds(policy.idle_timeout) then
+        err.message = string.format("attempt %d: the stream was silent longer than the idle timeout (%g s)",
+          attempt, policy.idle_timeout)
+      end
+    end
+    last_err = err
     if type(err.usage) == "table" then attempt_usage = err.usage end -- what the cut stream had reported
     usage_total = add_usage(usage_total, attempt_usage)
     local max_attempts = policy.max_retries + 1
@@ -216,17 +304,22 @@ function M.stream(opts)
     }, policy)
     err.class = err.class or d.class
     local side = record(false, COUNTED[d.class] or false)
-    if ep and policy.cooldown and d.retry_after and (d.class == "rate_limited" or d.class == "overloaded") then
-      for _, e in ipairs(ep:set_cooldown(now() + d.retry_after)) do side[#side + 1] = e end
+    -- the endpoint holds everyone for as long as this policy obeys the
+    -- server (a capped Retry-After holds for the cap), so the wait this
+    -- call announces is the wait it makes
+    local hold = obeyed_server_wait(policy, d.retry_after)
+    if ep and policy.cooldown and hold and (d.class == "rate_limited" or d.class == "overloaded") then
+      for _, e in ipairs(ep:set_cooldown(now() + hold)) do side[#side + 1] = e end
     end
-    if d.class == "context_overflow" and policy.on_context_overflow then
-      local ok, herr = policies.run_limited(policy.on_context_overflow, policies.limits.hook,
-        { error = err, request = request, attempt = attempt })
-      if not ok then M.log("luagent: " .. tostring(herr) .. " (on_context_overflow hook failed)") end
+    local shorter
+    if d.class == "context_overflow" and policy.on_context_overflow and not compacted then
+      shorter = compact_request(err)
     end
     -- decide; the endpoint's events follow the attempt's own message_end
     local wait, why, final_reason
-    if not d.retryable then
+    if shorter and attempt < max_attempts and not (left and left <= 0) then
+      wait, why = 0, "compaction"
+    elseif not d.retryable then
       final_reason = d.reason
     elseif attempt >= max_attempts then
       final_reason = "no attempts left (" .. max_attempts .. ")"
@@ -236,9 +329,11 @@ function M.stream(opts)
       final_reason = "retry budget exhausted"
     else
       wait, why = policies.delay(policy, attempt, d.retry_after, rng, prev_delay)
+      -- a cooldown another call set may hold this one longer: announce it
+      local held = wait and ep and policy.cooldown and ep:cooldown_wait(now() + wait, rng) or 0
+      if held > 0 then wait, why = wait + held, "cooldown" end
       if not wait then
-        err = errors.new(err.kind, err.message .. " (" .. why .. ")", err)
-        final_reason = why
+        final_reason = why -- the final error's message says it
       elseif left and wait >= left then
         final_reason = string.format("the wait of %.3g s would pass the total deadline of %g s",
           wait, policy.total_deadline)
@@ -253,8 +348,13 @@ function M.stream(opts)
       out:push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
                  error_message = string.format("attempt %d of %d failed and will be retried: %s",
                    attempt, max_attempts, text) }
+      open_end = true
     end
     out:push_all(side)
+    if shorter then
+      out:push { type = "context_compacted", attempt = attempt, before = #request.messages, after = #shorter }
+      request.messages, compacted = shorter, true
+    end
     out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = text,
                delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why }
     if log.enabled("info") then
@@ -265,7 +365,8 @@ function M.stream(opts)
         { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
       if not ok then M.log("luagent: " .. tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
     end
-    delay, prev_delay = wait, wait
+    delay = wait
+    if why ~= "compaction" then prev_delay = wait end
     state = "waiting"
   end
 
@@ -292,12 +393,16 @@ function M.stream(opts)
       end
       local ok, probe_or_err, evs = ep:admit(attempt > 0, now())
       out:push_all(evs)
-      if not ok then return final_failure(probe_or_err, probe_or_err.message) end
+      if not ok then
+        return final_failure(probe_or_err, probe_or_err.kind == "circuit_open"
+          and "the endpoint's circuit is open" or "the endpoint's retry budget is exhausted")
+      end
       was_probe = probe_or_err or false
     end
     attempt = attempt + 1
     opened, attempt_usage = false, nil
     local limit = seconds(policy.attempt_timeout)
+    cut_by_deadline = left ~= nil and (limit == nil or left < limit)
     if left then limit = limit and math.min(limit, left) or left end
     -- provider:stream -> iterator, nil, nil, response | nil, err
     local ok, stream, perr, _, r = pcall(provider.stream, provider, request, {
@@ -319,7 +424,7 @@ function M.stream(opts)
       out:push { type = "stream_reset", attempt = attempt }
       streamed_any = false
     end
-    if ev.type == "message_start" then opened = true end
+    if ev.type == "message_start" then opened, open_end = true, false end
     if ev.type == "text_delta" or ev.type == "thinking_delta" or ev.type == "tool_call_start" then
       streamed_any = true
     end
@@ -364,8 +469,7 @@ function M.stream(opts)
           state = "start"
         elseif errors.is(err) and err.kind == "cancelled" then
           -- cancelled during the backoff: end at once, no further request
-          out:push { type = "message_end", stop_reason = "aborted", error = err,
-                     total_usage = usage_total, attempts = attempt, final = true }
+          out:push(aborted_event(err))
           pending_error, state = err, "raise"
         else
           error(err, 0)
