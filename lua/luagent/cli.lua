@@ -53,6 +53,9 @@ options:
   --retry-safe        hold each attempt's events until it succeeds (for
                       pipes and logs); applies to --events and to scripts
                       that read luagent.options.retry_safe
+  --tools DIR         load a tool set from DIR (every *.lua file returns a
+                      tool or a list of tools; watched and reloaded between
+                      turns) as luagent.options.tools
   -h, --help          show this help
 
 Exit codes: 0 done; 1 the script raised an error (printed as
@@ -82,6 +85,7 @@ end
 -- Options of `luagent run`: name -> true when it takes a value.
 local RUN_FLAGS = {
   policy = true, faults = true, cassette = true, seed = true, record = true, events = true,
+  tools = true,
   mock = false, ["retry-safe"] = false, fast = false,
 }
 
@@ -146,6 +150,12 @@ local function prepare(opts, file)
     retry.default_policy = opts.policy
   end
   if seed then retry.default_seed = seed end
+  if opts.tools then
+    local set, err = require("luagent.tools").dir(opts.tools)
+    if not set then return nil, usage_error("run: --tools: %s", err.message) end
+    luagent.options.tools = set
+    cleanups[#cleanups + 1] = function() set:close() end
+  end
   local cassette = opts.cassette
   if not cassette then
     local own = file:gsub("%.lua$", "") .. ".cassette.jsonl"
