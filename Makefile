@@ -82,7 +82,7 @@ test: all
 	@LUAGENT_BIN=$(B)/luagent $(B)/luagent run $(BUSTED) --output=spec/support/summary.lua $(SPECS)
 
 run: all
-	$(B)/luagent run --faults 503@1 examples/hello.lua
+	$(B)/luagent run --faults 503@1 examples/triage.lua
 
 bench: all
 	@B=$(B) sh bench/run.sh
