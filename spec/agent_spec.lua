@@ -268,7 +268,8 @@ describe("an agent", function()
     local fail = { name = "fail", description = "Fails", command = { "sh", "-c", "echo 'no such crash' >&2; exit 4" } }
     start { { tools = { call("1", "cat", { q = "x" }), call("2", "fail") } } }
     local evs = drain(agent { tools = { cat, fail } })
-    local ends = of_type(evs, "tool_execution_end")
+    local ends = {}
+    for _, e in ipairs(of_type(evs, "tool_execution_end")) do ends[e.call_id == "call_mock1" and 1 or 2] = e end
     assert.equal('{"q":"x"}', ends[1].result)
     assert.equal("tool_error", ends[2].error.kind)
     assert.equal("fail exited with code 4: no such crash", ends[2].error.message)
@@ -363,6 +364,35 @@ describe("an agent", function()
     assert.equal("not run: the agent was aborted", results[2].content)
     assert.equal(1, #srv:requests())
     assert.is_false(a.running)
+  end)
+
+  it("aborts during a command tool: its process group is killed", function()
+    luagent.clock.real()
+    local pidfile = tempfile()
+    local sleeper = { name = "sleeper", description = "Sleeps", idempotent = true,
+      command = { "sh", "-c", 'sleep 30 & echo $! > "$1"; wait', "sh", pidfile } }
+    start { { tools = { call("1", "sleeper") } }, { text = "never" } }
+    local a = agent { tools = { sleeper }, policy = { tool = { grace = 0.1, timeout = 60 } } }
+    local evs, started = {}, false
+    for ev in a:prompt("go") do
+      evs[#evs + 1] = ev
+      if ev.type == "tool_execution_start" then
+        luagent.spawn(function()
+          while slurp(pidfile) == "" do luagent.sleep(0.01) end
+          a:abort()
+        end)
+        started = true
+      end
+    end
+    assert.is_true(started)
+    local gpid = tonumber(slurp(pidfile))
+    os.remove(pidfile)
+    assert.equal("aborted", evs[#evs].stop_reason)
+    assert.equal("cancelled", of_type(evs, "tool_execution_end")[1].error.kind)
+    local f = io.open("/proc/" .. gpid .. "/stat")
+    local alive = f and f:read("a"):match("^%d+ %b() (%a)") ~= "Z"
+    if f then f:close() end
+    assert.is_falsy(alive) -- the tool's end waited until its group was gone
   end)
 
   it("stops at the loop guard: the same call with the same arguments 3 times in a row", function()

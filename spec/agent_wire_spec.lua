@@ -133,7 +133,7 @@ describe("the same agent script on every wire format", function()
         if ev.type:match("^agent_") or ev.type:match("^turn_") or ev.type:match("^tool_execution") then
           types[#types + 1] = ev.type
         end
-        if ev.type == "tool_execution_end" then ends[#ends + 1] = ev end
+        if ev.type == "tool_execution_end" then ends[ev.name == "add" and 1 or 2] = ev end
         if ev.type == "agent_end" then assert.equal("stop", ev.stop_reason) end
       end
       assert.equal("agent_start turn_start tool_execution_start tool_execution_start tool_execution_end "

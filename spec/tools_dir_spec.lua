@@ -6,6 +6,7 @@ local luagent = require "luagent"
 local mock = require "luagent.mock"
 local retry = require "luagent.retry"
 local tools = require "luagent.tools"
+local helpers = require "spec.support.helpers"
 
 local function write(path, text)
   local f = assert(io.open(path, "w"))
@@ -153,5 +154,18 @@ describe("tools.dir", function()
     end
     assert.equal("step,version", offered[1])
     assert.equal("step,extra", offered[6])
+  end)
+
+  it("luagent run --tools DIR gives the script luagent.options.tools", function()
+    write(dir .. "/t.lua", 'return { name = "t", description = "T", run = function() return "ok" end }\n')
+    local path = helpers.tempfile('local o = require("luagent").options\n'
+      .. 'print(table.concat(o.tools:snapshot().names, ","), o.tools:snapshot().tools.t.run())', ".lua")
+    local r = helpers.run("run", "--tools", dir, path)
+    assert.equal(0, r.code, r.stderr)
+    assert.equal("t\tok\n", r.stdout)
+    r = helpers.run("run", "--tools", dir .. "/missing", path)
+    os.remove(path)
+    assert.equal(2, r.code)
+    assert.matches("run: %-%-tools: cannot read folder", r.stderr)
   end)
 end)
