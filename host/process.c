@@ -24,6 +24,7 @@ typedef struct {
   size_t len, cap;
   size_t dropped;
   int eof;
+  char scratch[4096];   /* receives bytes past the cap, which are only counted */
 } capture;
 
 struct lg_process {
@@ -51,6 +52,7 @@ static void maybe_free(lg_process *p) {
   free(p);
 }
 
+/* Close callback of every handle of p: the last one may free p. */
 static void on_closed(uv_handle_t *h) {
   lg_process *p = h->data;
   p->open--;
@@ -80,6 +82,7 @@ static void check_finished(lg_process *p) {
   if (p->done && !p->released) p->done(p->arg);
 }
 
+/* The child exited (reaped by libuv): records how, closes the handle. */
 static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
   lg_process *p = h->data;
   p->exited = 1;
@@ -94,17 +97,17 @@ static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *out) {
   capture *c = (capture *)h;
   lg_process *p = h->data;
-  static char scratch[4096]; /* only counted, never read: shared is fine */
+  (void)suggested;
   if (c->len >= p->max_output) {
-    *out = uv_buf_init(scratch, sizeof scratch);
+    *out = uv_buf_init(c->scratch, sizeof c->scratch);
     return;
   }
-  size_t want = c->len + (suggested < 65536 ? suggested : 65536);
+  size_t want = c->len + 65536;
   if (want > p->max_output) want = p->max_output;
   if (want > c->cap) {
     char *d = realloc(c->data, want);
     if (!d) {
-      *out = uv_buf_init(scratch, sizeof scratch);
+      *out = uv_buf_init(c->scratch, sizeof c->scratch);
       return;
     }
     c->data = d;
@@ -113,6 +116,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *out) {
   *out = uv_buf_init(c->data + c->len, (unsigned)(c->cap - c->len));
 }
 
+/* Bytes from stdout or stderr: kept below the cap, counted above it; at
+ * EOF (or a read error) the pipe closes. */
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   capture *c = (capture *)s;
   lg_process *p = s->data;
@@ -136,6 +141,7 @@ static void on_write(uv_write_t *req, int status) {
   close_handle((uv_handle_t *)&p->in);
 }
 
+/* The grace after SIGTERM ended: SIGKILL to the group if still running. */
 static void grace_fire(lg_timer *t) {
   lg_process *p = (lg_process *)((char *)t - offsetof(lg_process, grace));
   if (!p->finished) signal_group(p, SIGKILL);

@@ -301,6 +301,19 @@ describe("an agent", function()
     assert.matches("^invalid arguments for echo: invalid JSON arguments", en.error.message)
   end)
 
+  it("turns a tool that raises or returns nil, err into an error result; the host keeps running", function()
+    local boom = { name = "boom", description = "Raises", run = function() error("kaput") end }
+    local soft = { name = "soft", description = "Returns an error", run = function() return nil, "not found" end }
+    start { { tools = { call("1", "boom"), call("2", "soft") } }, { text = "ok" } }
+    local evs, last = drain(agent { tools = { boom, soft } })
+    local ends = {}
+    for _, e in ipairs(of_type(evs, "tool_execution_end")) do ends[e.name] = e end
+    assert.equal("tool_error", ends.boom.error.kind)
+    assert.matches("^boom failed: .*agent_spec.lua:%d+: kaput$", ends.boom.error.message)
+    assert.equal("soft failed: not found", ends.soft.error.message)
+    assert.equal("stop", last.stop_reason) -- a failure, not an unknown outcome: the model answers it
+  end)
+
   it("answers an unknown tool with an error result listing the tools", function()
     start { { tools = { call("1", "delete_everything") } }, { text = "ok" } }
     local evs, last = drain(agent { tools = { echo } })

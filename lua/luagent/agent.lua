@@ -359,24 +359,33 @@ function Agent:start()
     events.publish(ev)
     push(ev)
   end
+  local failure -- a programming error in the run (a bug, a misused API)
+  self.streak = { key = nil, count = 0 }
   self.task = core.spawn(function()
     local ok, err = pcall(self.run_turns, self, emit, push)
     if not ok then
-      local e = errors.is(err) and err or errors.new("tool_error", "agent " .. self.name .. " failed: " .. tostring(err))
       if errors.is_cancel(err) then
         emit { type = "agent_end", messages = self.messages, stop_reason = "aborted", error = err, turns = 0 }
       else
-        emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = e, turns = 0 }
+        failure = err
       end
     end
     self.running, finished = false, true
     sig.notify()
   end)
+  -- the iterator raises a programming error of the run once its events are out
   local iter = function()
     while true do
       local ev = q:pop()
       if ev then return ev end
-      if finished then return nil end
+      if finished then
+        if failure then
+          local e = failure
+          failure = nil
+          error(e, 0)
+        end
+        return nil
+      end
       sig.wait()
     end
   end

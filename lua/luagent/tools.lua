@@ -222,7 +222,8 @@ end
 -- then SIGKILL after the grace, and the attempt ends only once it is gone.
 local function command_attempt(tool, args, ctx, timeout, policy)
   local luagent = require "luagent"
-  local input = ctx.raw_arguments or json.encode(args)
+  local raw = ctx.raw_arguments
+  local input = type(raw) == "string" and type(json.decode(raw)) == "table" and raw or json.encode(args)
   local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace,
     max_output = policy.max_result_bytes + 1 })
   if not proc then return nil, err, false end
