@@ -194,8 +194,11 @@ end
 -- An error value (raised or returned by a tool) as a tool_error record.
 local function tool_error(name, e)
   if errors.is(e) then return e end
-  local msg = type(e) == "table" and e.message or tostring(e)
-  return errors.new("tool_error", name .. " failed: " .. tostring(msg))
+  local msg = tostring(type(e) == "table" and e.message or e)
+  -- a raised string comes back from the task with its traceback: the model
+  -- gets the message alone
+  msg = msg:gsub("\nstack traceback:\n.*$", "")
+  return errors.new("tool_error", name .. " failed: " .. msg)
 end
 
 -- One attempt of a Lua tool: runs as a child task under a deadline and the
