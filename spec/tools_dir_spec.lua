@@ -90,7 +90,11 @@ describe("tools.dir", function()
   it("swaps edits, breaks, fixes, renames and deletions in between turns of a running agent", function()
     write(dir .. "/v.lua", version_tool("v1"))
     local set = assert(tools.dir(dir, { debounce = 0.02 }))
-    finally(function() set:close() end)
+    local srv
+    finally(function() -- one finally per test (busted keeps the last one)
+      set:close()
+      if srv then srv:close() end
+    end)
     -- `step` edits the folder, then waits until the set has reloaded, so the
     -- change is there before the next turn
     local actions = {
@@ -118,8 +122,7 @@ describe("tools.dir", function()
       return { tools = calls }
     end
     local script = { turn("edit"), turn("break"), turn("fix"), turn("add"), turn("delete", "extra"), turn(nil), { text = "done" } }
-    local srv = assert(mock.start { script = function(_, n) return script[n] end })
-    finally(function() srv:close() end)
+    srv = assert(mock.start { script = function(_, n) return script[n] end })
     local a = luagent.agent { model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" },
       tools = { step, set }, max_parallel_tools = 1, max_turns = 10 }
     local log, served = {}, {}

@@ -277,7 +277,7 @@ end
 -- The body of a run (in the agent's task): turns until a stop reason.
 function Agent:run_turns(emit, push)
   local usage, turns, stop, err, reason = nil, 0, nil, nil, nil
-  emit { type = "agent_start", messages = #self.messages }
+  emit { type = "agent_start", history = #self.messages }
   while true do
     if self.aborted then stop = "aborted" break end
     local box = self:toolbox(emit)
@@ -299,14 +299,14 @@ function Agent:run_turns(emit, push)
     if not ok then
       if not errors.is_cancel(cerr) then error(cerr, 0) end
       self.aborted = self.aborted or cerr.reason or "aborted"
-      emit { type = "turn_end", turn = turns, message = nil, tool_results = {} }
+      emit { type = "turn_end", turn = turns, message = nil, tool_results = json.array() }
       stop = "aborted"
       break
     end
     if final then usage = add_usage(usage, final.total_usage) end
     if not final or final.stop_reason == "error" or final.stop_reason == "aborted" then
       err = final and final.error or errors.new("truncated", "the model call ended without an answer")
-      emit { type = "turn_end", turn = turns, message = nil, tool_results = {} }
+      emit { type = "turn_end", turn = turns, message = nil, tool_results = json.array() }
       stop = final and final.stop_reason == "aborted" and "aborted" or "error"
       break
     end
@@ -314,7 +314,7 @@ function Agent:run_turns(emit, push)
     self.messages[#self.messages + 1] = msg
     local calls = msg.tool_calls or {}
     if #calls == 0 then
-      emit { type = "turn_end", turn = turns, message = msg, tool_results = {} }
+      emit { type = "turn_end", turn = turns, message = msg, tool_results = json.array() }
       stop = final.stop_reason == "length" and "length" or "stop"
       break
     end

@@ -11,7 +11,7 @@
 --   tools_reload_failed {file, line, message}
 --   tools_changed {added, removed, changed}   (lists of tool names)
 local core = require "luagent.core"
-local errors = require "luagent.errors"
+local json = require "luagent.json"
 local policies = require "luagent.policy"
 local tools = require "luagent.tools"
 
@@ -208,7 +208,8 @@ function Set:rescan()
     for name in pairs(map) do list[#list + 1] = name end
     table.sort(list)
     self.snap = { version = self.snap.version + 1, tools = map, names = list }
-    self:record { type = "tools_changed", added = added, removed = removed, changed = changed_names,
+    self:record { type = "tools_changed", added = json.array(added), removed = json.array(removed),
+                  changed = json.array(changed_names),
                   version = self.snap.version }
   end
   return failed
