@@ -408,6 +408,21 @@ describe("an agent", function()
     assert.is_falsy(alive) -- the tool's end waited until its group was gone
   end)
 
+  it("aborts during the model call's backoff: no further request is sent", function()
+    start({ { text = "never" } }, "503@1")
+    local a = agent { policy = { backoff = { strategy = "fixed", base = 30 } } }
+    local evs = {}
+    for ev in a:prompt("go") do
+      evs[#evs + 1] = ev
+      if ev.type == "provider_retry" then a:abort("user pressed stop") end
+    end
+    local last = evs[#evs]
+    assert.equal("aborted", last.stop_reason)
+    assert.equal("aborted: user pressed stop", last.reason)
+    assert.equal(1, #srv:requests())
+    assert.is_nil(of_type(evs, "turn_end")[1].message)
+  end)
+
   it("stops at the loop guard: the same call with the same arguments 3 times in a row", function()
     local runs = 0
     local same = { name = "same", description = "x", read_only = true,

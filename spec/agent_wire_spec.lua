@@ -179,3 +179,43 @@ describe("the same agent script on every wire format", function()
     end
   end
 end)
+
+describe("thinking in the history", function()
+  -- The assistant message an adapter decodes from a recorded Anthropic
+  -- stream with a signed thinking block.
+  local function decoded_thinking_message()
+    local f = assert(io.open("spec/fixtures/providers/anthropic_thinking.sse"))
+    local text = f:read("a")
+    f:close()
+    local parser = luagent.core.sse_parser()
+    local dec = require("luagent.providers.anthropic").decoder { model = "m" }
+    local msg
+    for _, sse in ipairs(assert(parser:feed(text))) do
+      for _, ev in ipairs(assert(dec:feed(sse))) do
+        if ev.type == "message_end" then msg = ev.message end
+      end
+    end
+    return assert(msg)
+  end
+
+  it("goes back to Anthropic as the signed block it came as; other formats leave it out", function()
+    local msg = decoded_thinking_message()
+    assert.equal("Let me add: 2 + 2 = 4.", msg.thinking)
+    for _, kind in ipairs(KINDS) do
+      local a = agent(kind, { { role = "user", content = "2 + 2?" }, msg, { role = "user", content = "And 40 + 2?" } })
+      a.sources = {} -- no tools: the scripted model answers with text
+      for _ in a:continue() do end
+      local body = srv:requests()[#srv:requests()].body
+      if kind == "anthropic" then
+        local blocks = body.messages[2].content
+        assert.same({ type = "thinking", thinking = "Let me add: 2 + 2 = 4.",
+          signature = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds" }, blocks[1])
+        assert.same({ type = "text", text = "It is 4." }, blocks[2])
+      else
+        local text = json.encode(body)
+        assert.not_matches("Let me add", text)
+        assert.matches("It is 4%.", text)
+      end
+    end
+  end)
+end)
