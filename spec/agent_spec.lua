@@ -83,11 +83,6 @@ local function slurp(p)
   return s
 end
 
--- The last tool message of a history.
-local function a_last_tool(messages)
-  for i = #messages, 1, -1 do if messages[i].role == "tool" then return messages[i] end end
-end
-
 local echo = { name = "echo", description = "Echoes its text", read_only = true,
   params = { type = "object", properties = { text = { type = "string", maxLength = 20 } }, required = { "text" },
              additionalProperties = false },
@@ -202,8 +197,9 @@ describe("an agent", function()
         luagent.sleep(60) -- hangs after doing its work
         return "created"
       end }
-    start { { tools = { call("7", "create_issue", { title = "crash" }) } }, { text = "should not be asked" } }
-    local evs, last = drain(agent { tools = { create } })
+    start { { tools = { call("7", "create_issue", { title = "crash" }), call("8", "create_issue", { title = "other" }) } },
+            { text = "should not be asked" } }
+    local evs, last = drain(agent { tools = { create }, max_parallel_tools = 1 })
     assert.equal("crash\n", slurp(counter))
     os.remove(counter)
     assert.equal(0, #of_type(evs, "tool_retry"))
@@ -218,7 +214,12 @@ describe("an agent", function()
     assert.equal(en.error, last.error)
     assert.equal(1, #srv:requests()) -- the model was not asked again
     -- the model-facing result names the timeout
-    assert.equal("create_issue timed out after 3 s", a_last_tool(last.messages).content)
+    local results = of_type(evs, "turn_end")[1].tool_results
+    assert.equal("create_issue timed out after 3 s", results[1].content)
+    -- the call not yet started is not run: the run stops
+    assert.equal("not run: the run stops because the outcome of create_issue (call call_mock7) is unknown",
+      results[2].content)
+    assert.equal(1, #of_type(evs, "tool_execution_start"))
   end)
 
   it("stops a Lua tool stuck computing (never waiting) at its timeout", function()

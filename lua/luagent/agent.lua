@@ -214,6 +214,7 @@ end
 -- results in the calls' order. Returns the outcomes.
 function Agent:run_tools(box, calls, emit, policy)
   local n, results, next_i = #calls, {}, 0
+  local halted -- an unknown outcome stops the run: calls not started stay so
   local function worker()
     while true do
       next_i = next_i + 1
@@ -222,6 +223,8 @@ function Agent:run_tools(box, calls, emit, policy)
       local call = calls[i]
       if self.aborted then
         results[i] = not_run(call, "not run: the agent was aborted")
+      elseif halted then
+        results[i] = not_run(call, "not run: the run stops because the outcome of " .. halted .. " is unknown")
       else
         local tool = box.tools[call.name]
         emit { type = "tool_execution_start", call_id = call.id, name = call.name, arguments = call.arguments }
@@ -241,6 +244,7 @@ function Agent:run_tools(box, calls, emit, policy)
           })
         end
         results[i] = outcome
+        if outcome.unknown then halted = halted or (call.name .. " (call " .. tostring(call.id) .. ")") end
         emit { type = "tool_execution_end", call_id = call.id, name = call.name,
                result = not outcome.is_error and outcome.content or nil,
                error = outcome.is_error and outcome.error or nil,
