@@ -55,12 +55,14 @@ static int l_proc_close(lua_State *L) {
   return 0;
 }
 
+/* The process at argument 1, raising "fn: process is closed" once closed. */
 static proc_ud *check_open(lua_State *L, const char *fn) {
   proc_ud *u = luaL_checkudata(L, 1, PROC_MT);
   if (!u->p) luaL_error(L, "%s: process is closed", fn);
   return u;
 }
 
+/* Sets t[k] = v for the table on top of the stack. */
 static void set_int(lua_State *L, const char *k, lua_Integer v) {
   lua_pushinteger(L, v);
   lua_setfield(L, -2, k);
@@ -85,6 +87,7 @@ static void push_result(lua_State *L, lg_process *p) {
   lua_setfield(L, -2, "killed");
 }
 
+/* Continuation of wait(): the result once finished, else suspends again. */
 static int wait_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   (void)ctx;
@@ -200,6 +203,8 @@ static int l_process_spawn(lua_State *L) {
   return 1;
 }
 
+/* Creates the "luagent.Process" metatable and sets process_spawn into the
+ * table on the stack. */
 void lg_process_register(lua_State *L) {
   static const luaL_Reg methods[] = {{"wait", l_proc_wait},         {"kill", l_proc_kill},
                                      {"pid", l_proc_pid},           {"finished", l_proc_finished},
