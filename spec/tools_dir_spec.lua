@@ -159,6 +159,37 @@ describe("tools.dir", function()
     assert.equal("step,extra", offered[6])
   end)
 
+  it("lets a call that is running finish on the definition it started with", function()
+    -- the old version rewrites its own file, waits for the reload, and still answers "old"
+    local old = 'return { name = "me", description = "Edits itself", run = function()\n'
+      .. '  local set = require("spec.selfedit_set")\n'
+      .. '  local v = set:version()\n'
+      .. '  local f = io.open(set.path .. "/me.lua", "w")\n'
+      .. '  f:write(\'return { name = "me", description = "New", run = function() return "new" end }\')\n'
+      .. '  f:close()\n'
+      .. '  while set:version() == v do require("luagent").sleep(0.01) end\n'
+      .. '  return "old"\n'
+      .. 'end }\n'
+    write(dir .. "/me.lua", old)
+    local set = assert(tools.dir(dir, { debounce = 0.02 }))
+    package.loaded["spec.selfedit_set"] = set
+    local srv
+    finally(function()
+      set:close()
+      package.loaded["spec.selfedit_set"] = nil
+      if srv then srv:close() end
+    end)
+    local call = { tools = { { id = "1", name = "me", arguments = {} } } }
+    srv = assert(mock.start { script = function(_, n) return n <= 2 and call or nil end })
+    local a = luagent.agent { model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" },
+      tools = set }
+    local answers = {}
+    for ev in a:prompt("go") do
+      if ev.type == "tool_execution_end" then answers[#answers + 1] = ev.result end
+    end
+    assert.same({ "old", "new" }, answers)
+  end)
+
   it("luagent run --tools DIR gives the script luagent.options.tools", function()
     write(dir .. "/t.lua", 'return { name = "t", description = "T", run = function() return "ok" end }\n')
     local path = helpers.tempfile('local o = require("luagent").options\n'
