@@ -52,8 +52,9 @@ help:
 	@echo "make deps       install missing Debian packages (apt-get; sudo if not root)"
 	@echo "make test       build and run every spec; ends with 'N passed, N failed'"
 	@echo "make test SAN=1 the same under ASan + UBSan (build-san/)"
-	@echo "make run        the demo: one streamed call replayed by the embedded mock"
-	@echo "                provider, with a 503 injected on the first request"
+	@echo "make run        the demo: the triage agent (examples/triage.lua) and its tools,"
+	@echo "                its model replayed by the embedded mock provider, with a 503"
+	@echo "                injected on the first request"
 	@echo "make bench      run the benchmarks in bench/"
 	@echo "make fuzz       fuzz the SSE parser (libFuzzer, 1,000,000 inputs)"
 	@echo "make install    install into PREFIX (default /usr/local)"
@@ -98,7 +99,7 @@ test: all
 	@LUAGENT_BIN=$(B)/luagent $(B)/luagent run $(BUSTED) --output=spec/support/summary.lua $(SPECS)
 
 run: all
-	$(B)/luagent run --faults 503@1 examples/hello.lua
+	$(B)/luagent run --faults 503@1 examples/triage.lua
 
 bench: all
 	@B=$(B) sh bench/run.sh

@@ -10,6 +10,8 @@ if [ -x /usr/bin/time ]; then
 else
   "$B/luagent" run bench/tasks.lua 10000   # apt-get install time: for peak RSS
 fi
+echo "== bench/agents.lua (1,000 agents x 5 turns, one Lua tool per turn, mock on loopback)"
+"$B/luagent" run bench/agents.lua 1000
 if [ -f bench/sse_parse.c ]; then
   echo "== bench/sse_parse.c (SSE parser vs memchr line scan)"
   mkdir -p "$B/bench"

@@ -5,11 +5,13 @@
 #include <curl/curl.h>
 #include <lauxlib.h>
 #include <uv.h>
+#include <signal.h>
 
 #include "backoff.h"
 #include "guard.h"
 #include "http.h"
 #include "loop.h"
+#include "process.h"
 #include "sse.h"
 #include "tcp.h"
 #include "watch.h"
@@ -34,6 +36,19 @@ void lg_class_new(lua_State *L, const char *name, const luaL_Reg *methods,
   lua_pop(L, 1);
 }
 
+/* Writing to a socket or pipe whose reader is gone raises SIGPIPE, whose
+ * default action kills the process; libuv writes with plain write(), so the
+ * signal is ignored (when nobody chose a disposition) and the write reports
+ * EPIPE. Used by tcp.c and process.c. */
+void lg_ignore_sigpipe(void) {
+  struct sigaction sa;
+  if (sigaction(SIGPIPE, NULL, &sa) != 0 || sa.sa_handler != SIG_DFL) return;
+  sa.sa_handler = SIG_IGN;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(SIGPIPE, &sa, NULL);
+}
+
 int luaopen_luagent_core(lua_State *L) {
   lua_newtable(L);
   lua_pushliteral(L, LG_VERSION);
@@ -52,6 +67,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_tcp_register(L);
   lg_http_register(L);
   lg_watch_register(L);
+  lg_process_register(L);
   lg_guard_register(L);
   return 1;
 }

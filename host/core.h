@@ -16,4 +16,7 @@ int luaopen_luagent_core(lua_State *L);
 void lg_class_new(lua_State *L, const char *name, const luaL_Reg *methods,
                   lua_CFunction close, lua_CFunction gc);
 
+/* Ignores SIGPIPE unless the program chose a disposition for it. */
+void lg_ignore_sigpipe(void);
+
 #endif

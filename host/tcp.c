@@ -19,7 +19,6 @@
 #include <lauxlib.h>
 #include <limits.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -167,18 +166,6 @@ static int push_addr(lua_State *L, const struct sockaddr_storage *sa) {
   lua_pushstring(L, host);
   lua_pushinteger(L, port);
   return 2;
-}
-
-/* Writing to a socket the peer reset raises SIGPIPE, whose default action
- * kills the process; libuv writes with plain write(), so the signal is
- * ignored (when nobody chose a disposition) and the write reports EPIPE. */
-static void ignore_sigpipe(void) {
-  struct sigaction sa;
-  if (sigaction(SIGPIPE, NULL, &sa) != 0 || sa.sa_handler != SIG_DFL) return;
-  sa.sa_handler = SIG_IGN;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
-  sigaction(SIGPIPE, &sa, NULL);
 }
 
 /* Close callback of every handle here: the handle's memory is ours. */
@@ -485,7 +472,7 @@ static int l_tcp_connect(lua_State *L) {
   lg_loop *loop = lg_loop_get(L);
   struct sockaddr_storage sa;
   if (parse_addr(host, port, &sa) != 0) return bad_address(L, "tcp_connect", host, port);
-  ignore_sigpipe();
+  lg_ignore_sigpipe();
   conn *c = conn_new(L, loop);
   uv_tcp_t *tcp = malloc(sizeof *tcp);
   connect_req *req = malloc(sizeof *req);
@@ -651,7 +638,7 @@ static int l_tcp_listen(lua_State *L) {
   lg_loop *loop = lg_loop_get(L);
   struct sockaddr_storage sa;
   if (parse_addr(host, port, &sa) != 0) return bad_address(L, "tcp_listen", host, port);
-  ignore_sigpipe();
+  lg_ignore_sigpipe();
   server *s = lua_newuserdatauv(L, sizeof *s, 0);
   memset(s, 0, sizeof *s);
   s->loop = loop;

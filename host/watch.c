@@ -1,5 +1,6 @@
 /* File watching: core.watch(path) -> watcher; watcher:wait() suspends the
- * task until the file changes. The watch is on the file's folder, filtered
+ * task until the file changes (a path ending in "/" watches every file of
+ * the folder). core.list_dir(path) lists a folder. The watch is on the file's folder, filtered
  * by name, so editors that save by writing a new file and renaming it over
  * the old one are seen too. Changes that arrive while nobody waits are
  * coalesced into one. One task at a time may wait; closing the watcher
@@ -44,7 +45,7 @@ static void on_change(uv_fs_event_t *h, const char *filename, int events, int st
   (void)events;
   watcher *w = h->data;
   if (!w || status < 0) return;
-  if (filename && strcmp(filename, w->name) != 0) return;
+  if (filename && w->name[0] && strcmp(filename, w->name) != 0) return;
   w->changes++;
   lg_loop_activity(w->loop);
   wake_waiter(w);
@@ -132,10 +133,39 @@ static int l_watch_pending(lua_State *L) {
   return 1;
 }
 
+/* list_dir(path) -> {names of regular files and links, unsorted}, or
+ * nil, err (kind usage) when the folder cannot be read. Synchronous: for
+ * small folders (tool sets, policies). */
+static int l_list_dir(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  uv_fs_t req;
+  int rc = uv_fs_scandir(NULL, &req, path, 0, NULL);
+  if (rc < 0) {
+    uv_fs_req_cleanup(&req);
+    lua_pushnil(L);
+    lua_pushfstring(L, "cannot read folder '%s': %s", path, uv_strerror(rc));
+    lg_error_push(L, "usage", lua_tostring(L, -1));
+    lua_remove(L, -2);
+    return 2;
+  }
+  lua_createtable(L, rc, 0);
+  uv_dirent_t ent;
+  int i = 0;
+  while (uv_fs_scandir_next(&req, &ent) != UV_EOF) {
+    if (ent.type == UV_DIRENT_DIR) continue;
+    lua_pushstring(L, ent.name);
+    lua_rawseti(L, -2, ++i);
+  }
+  uv_fs_req_cleanup(&req);
+  return 1;
+}
+
 void lg_watch_register(lua_State *L) {
   static const luaL_Reg methods[] = {
       {"wait", l_watch_wait}, {"pending", l_watch_pending}, {"close", l_watch_close}, {NULL, NULL}};
   lg_class_new(L, WATCH_MT, methods, l_watch_close, l_watch_close);
   lua_pushcfunction(L, l_watch);
   lua_setfield(L, -2, "watch");
+  lua_pushcfunction(L, l_list_dir);
+  lua_setfield(L, -2, "list_dir");
 }

@@ -59,6 +59,9 @@ options:
   --log LEVEL         the library's own stderr lines: debug, info (each
                       retry announced), warn (default: what needs a look),
                       error, off; LUAGENT_LOG=LEVEL does the same
+  --tools DIR         load a tool set from DIR (every *.lua file returns a
+                      tool or a list of tools; watched and reloaded between
+                      turns) as luagent.options.tools
   -h, --help          show this help
 
 Exit codes: 0 done; 1 the script raised an error (printed as
@@ -88,6 +91,7 @@ end
 -- Options of `luagent run`: name -> true when it takes a value.
 local RUN_FLAGS = {
   policy = true, faults = true, cassette = true, seed = true, record = true, events = true, log = true,
+  tools = true,
   mock = false, ["retry-safe"] = false, fast = false,
 }
 
@@ -169,6 +173,12 @@ local function prepare(opts, file)
     retry.default_policy = opts.policy
   end
   if seed then retry.default_seed = seed end
+  if opts.tools then
+    local set, err = require("luagent.tools").dir(opts.tools)
+    if not set then return nil, usage_error("run: --tools: %s", err.message) end
+    luagent.options.tools = set
+    cleanups[#cleanups + 1] = function() set:close() end
+  end
   local cassette = opts.cassette
   if not cassette then
     local own = file:gsub("%.lua$", "") .. ".cassette.jsonl"

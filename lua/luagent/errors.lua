@@ -23,6 +23,12 @@ M.kinds = {
   unusable = true,    -- a 200 reply with nothing usable (empty, leaked markup)
   circuit_open = true,           -- the endpoint's breaker refused the call; `retry_at`
   retry_budget_exhausted = true, -- the endpoint's retry budget refused a retry; `tokens`
+  process = true,        -- a child process could not be started
+  tool_error = true,     -- a tool failed (raised, returned an error, exited non-zero); `died`
+  tool_timeout = true,   -- a tool ran past its timeout and was stopped; `seconds`
+  invalid_arguments = true, -- a tool call's arguments are not JSON or do not match params
+  unknown_tool = true,   -- the model called a tool that is not in the agent's set
+  outcome_unknown = true,-- an unflagged tool may have done its work; `tool`, `call_id`, `arguments`
 }
 
 -- One metatable for records made in C and in Lua: the core's when it is

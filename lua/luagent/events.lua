@@ -128,6 +128,7 @@ function RetrySafe:push(ev)
   elseif self.held and t == "message_end" then
     if ev.stop_reason == "error" then
       self.failed_end = ev
+      if ev.final then self:release_failure() end -- failed for good: no retry follows
     else
       local held = self.held
       self.held = nil

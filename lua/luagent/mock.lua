@@ -274,7 +274,10 @@ end
 -- The server state that M.handle reads and updates, from start options:
 -- faults=<spec string or parsed list>, seed=, cassette=<path, or a player
 -- from cassette.player>, ttft=, tps=, recorded_speed=, now=<wall clock
--- function, default os.time>, on_divergence=<function(message)>.
+-- function, default os.time>, on_divergence=<function(message)>,
+-- script=<function(view, n, body) -> content or nil: what the model says
+-- to request n (see replies.content for the shape; `tools` may list
+-- several calls)>.
 -- Returns the state, or nil, err (kind "usage").
 function M.state(opts)
   opts = opts or {}
@@ -302,7 +305,7 @@ function M.state(opts)
   return {
     faults = list, rng = faults.rng(math.tointeger(seed)), player = player,
     ttft = ttft, tps = tps, recorded_speed = opts.recorded_speed,
-    now = opts.now or os.time, on_divergence = opts.on_divergence,
+    now = opts.now or os.time, on_divergence = opts.on_divergence, script = opts.script,
     count = 0, log = {}, divergences = {},
   }
 end
@@ -346,7 +349,10 @@ local function model(state, req, format, body)
     resp = cassette.response(recorded)
     if not fault then state.player:advance() end
   else
-    resp = replies.reply(format, view, replies.content(view, fault, n), ctx)
+    -- a script (specs, examples) decides what the model says: a content
+    -- {text=, tools={{id=, name=, arguments=}...}}, or nil for the canned one
+    local content = state.script and kind ~= "empty" and kind ~= "leak" and state.script(view, n, body)
+    resp = replies.reply(format, view, content or replies.content(view, fault, n), ctx)
   end
   if reshaping[kind] then replies.apply(format, resp, fault, view, ctx) end
   return respond(state, req, resp, fault)

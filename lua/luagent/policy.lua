@@ -36,6 +36,15 @@ M.defaults = {
   breaker = { consecutive = 10 },
   budget = { max = 20 },
   cooldown = {},
+  -- tool calls (lua/luagent/tools.lua): retries of read_only / idempotent
+  -- tools, the default timeout, the bound on a result's size
+  tool = {
+    max_retries = 2,
+    backoff = { strategy = "full_jitter", base = 0.5, max = 10 },
+    timeout = 60,
+    grace = 2,
+    max_result_bytes = 64 * 1024,
+  },
 }
 
 -- Per-strategy parameters used when a policy names a strategy but leaves a
@@ -227,6 +236,11 @@ local FIELDS = {
   backoff = check.table, retry_after = check.table,
   classify = check.hooks, on_retry = check.fn, on_context_overflow = check.overflow,
   breaker = check.table_or_false, budget = check.table_or_false, cooldown = check.table_or_false,
+  tool = check.table,
+}
+local TOOL_FIELDS = {
+  max_retries = check.count, backoff = check.table, timeout = check.positive,
+  grace = check.seconds, max_result_bytes = check.count,
 }
 local BACKOFF_FIELDS = {
   strategy = check.strategy, base = check.seconds, max = check.seconds,
@@ -266,7 +280,12 @@ end
 -- key of the table t sits in, or nil at the top.
 local function check_fields(t, fields, parent, source, text)
   local prefix = parent and (parent .. ".") or ""
-  local function path(k) return parent and { parent, k } or { k } end
+  local function path(k)
+    local p = {}
+    for part in (parent or ""):gmatch("[^.]+") do p[#p + 1] = part end
+    p[#p + 1] = k
+    return p
+  end
   local keys = {}
   for k in pairs(t) do keys[#keys + 1] = k end
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
@@ -330,6 +349,30 @@ local function fill_protection(v, default)
   return out
 end
 
+-- The tool section with every field filled in (policy defaults first).
+function M.tool_section(t)
+  local d = M.defaults.tool
+  t = t or d
+  return {
+    max_retries = pick(t.max_retries, d.max_retries),
+    backoff = fill_backoff(t.backoff or d.backoff),
+    timeout = pick(t.timeout, d.timeout),
+    grace = pick(t.grace, d.grace),
+    max_result_bytes = pick(t.max_result_bytes, d.max_result_bytes),
+  }
+end
+
+-- Checks a tool section given on its own (an agent's tool_policy): returns
+-- the filled section, or nil and a "usage" error record.
+function M.check_tool_section(t, source)
+  source = source or "tool_policy"
+  if type(t) ~= "table" then return nil, errors.new("usage", source .. " must be a table") end
+  local ok, err = check_fields(t, TOOL_FIELDS, nil, source)
+  if ok and t.backoff then ok, err = check_fields(t.backoff, BACKOFF_FIELDS, "backoff", source) end
+  if not ok then return nil, err end
+  return M.tool_section(t)
+end
+
 local function basename(source)
   return (source:match("([^/\\]+)%.lua$") or source)
 end
@@ -351,6 +394,12 @@ function M.new(t, source, text)
   end
   if ok and t.retry_after then
     ok, err = check_fields(t.retry_after, RETRY_AFTER_FIELDS, "retry_after", source, text)
+  end
+  if ok and t.tool then
+    ok, err = check_fields(t.tool, TOOL_FIELDS, "tool", source, text)
+    if ok and t.tool.backoff then
+      ok, err = check_fields(t.tool.backoff, BACKOFF_FIELDS, "tool.backoff", source, text)
+    end
   end
   if not ok then return nil, err end
   local D = M.defaults
@@ -376,6 +425,7 @@ function M.new(t, source, text)
     breaker = fill_protection(t.breaker, D.breaker),
     budget = fill_protection(t.budget, D.budget),
     cooldown = fill_protection(t.cooldown, D.cooldown),
+    tool = M.tool_section(t.tool),
   }, Policy)
 end
 

@@ -27,6 +27,7 @@ M.formats = {
 ------------------------------------------------------------------------------
 
 M.object = json.object
+M.raw = json.raw
 M.array = json.array
 M.encode = json.encode
 M.decode = json.decode
@@ -204,15 +205,27 @@ local function slices(s)
   return pieces
 end
 
--- The content as pieces to stream and the output token count.
-local function pieces_of(content)
-  local pieces
-  if content.tool then
-    content.tool.json = content.tool.json or M.encode(content.tool.arguments)
-    pieces = slices(content.tool.json)
-  else
-    pieces = M.words(content.text)
+-- The tool calls of a content: content.tools (a list, from a script) or
+-- the one content.tool; each gets its arguments' JSON text and pieces.
+local function calls_of(content)
+  local calls = content.tools or (content.tool and { content.tool }) or {}
+  for _, c in ipairs(calls) do
+    c.json = c.json or M.encode(c.arguments or M.object())
+    c.pieces = c.pieces or slices(c.json)
   end
+  return calls
+end
+
+-- The content as pieces to stream and the output token count. A content
+-- with tool calls streams its text (content.text, may be absent) first.
+local function pieces_of(content)
+  local calls = calls_of(content)
+  if #calls > 0 then
+    local n = content.text and #M.words(content.text) or 0
+    for _, c in ipairs(calls) do n = n + #c.pieces end
+    return calls[1].pieces, math.max(1, n)
+  end
+  local pieces = M.words(content.text)
   return pieces, math.max(1, #pieces)
 end
 
@@ -244,17 +257,23 @@ end
 -- The streamed chat completion of `content`.
 local function chat_stream(view, content, ctx)
   local pieces, output = pieces_of(content)
-  local tool = content.tool
+  local calls = calls_of(content)
+  local tool = calls[1]
   local events = {}
   local function add(e) events[#events + 1] = e end
   if tool then
     add(chat_chunk(view, ctx, M.object("role", "assistant", "content", M.null)))
-    add(chat_chunk(view, ctx, M.object("tool_calls", M.array { M.object(
-      "index", 0, "id", "call_mock" .. tool.id, "type", "function",
-      "function", M.object("name", tool.name, "arguments", "")) })))
-    for _, p in ipairs(pieces) do
+    for _, p in ipairs(content.text and M.words(content.text) or {}) do
+      add(chat_chunk(view, ctx, M.object("content", p)))
+    end
+    for i, c in ipairs(calls) do
       add(chat_chunk(view, ctx, M.object("tool_calls", M.array { M.object(
-        "index", 0, "function", M.object("arguments", p)) })))
+        "index", i - 1, "id", "call_mock" .. c.id, "type", "function",
+        "function", M.object("name", c.name, "arguments", "")) })))
+      for _, p in ipairs(c.pieces) do
+        add(chat_chunk(view, ctx, M.object("tool_calls", M.array { M.object(
+          "index", i - 1, "function", M.object("arguments", p)) })))
+      end
     end
   else
     add(chat_chunk(view, ctx, M.object("role", "assistant", "content", "", "refusal", M.null)))
@@ -272,18 +291,22 @@ end
 local function chat_complete(view, content, ctx)
   local _, output = pieces_of(content)
   local message
-  if content.tool then
-    message = M.object("role", "assistant", "content", M.null, "refusal", M.null,
-      "tool_calls", M.array { M.object("id", "call_mock" .. content.tool.id,
-        "type", "function", "function", M.object("name", content.tool.name,
-          "arguments", content.tool.json)) })
+  local calls = calls_of(content)
+  if calls[1] then
+    local list = M.array()
+    for i, c in ipairs(calls) do
+      list[i] = M.object("id", "call_mock" .. c.id, "type", "function",
+        "function", M.object("name", c.name, "arguments", c.json))
+    end
+    message = M.object("role", "assistant", "content", content.text or M.null, "refusal", M.null,
+      "tool_calls", list)
   else
     message = M.object("role", "assistant", "content", content.text, "refusal", M.null)
   end
   return M.encode(M.object("id", "chatcmpl-mock" .. ctx.n, "object", "chat.completion",
     "created", ctx.created, "model", view.model,
     "choices", M.array { M.object("index", 0, "message", message, "logprobs", M.null,
-      "finish_reason", content.tool and "tool_calls" or "stop") },
+      "finish_reason", calls[1] and "tool_calls" or "stop") },
     "usage", chat_usage(view, output)))
 end
 
@@ -299,7 +322,8 @@ end
 -- The streamed Anthropic message of `content`.
 local function anthropic_stream(view, content, ctx)
   local pieces, output = pieces_of(content)
-  local tool = content.tool
+  local calls = calls_of(content)
+  local tool = calls[1]
   local events = {}
   local function add(value) events[#events + 1] = aev(value) end
   add(M.object("type", "message_start", "message", M.object(
@@ -307,18 +331,25 @@ local function anthropic_stream(view, content, ctx)
     "model", view.model, "content", M.array(), "stop_reason", M.null,
     "stop_sequence", M.null, "usage", M.object("input_tokens", view.input_tokens,
       "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0, "output_tokens", 1))))
-  local block = tool
-    and M.object("type", "tool_use", "id", "toolu_mock" .. tool.id, "name", tool.name,
-      "input", M.object())
-    or M.object("type", "text", "text", "")
-  add(M.object("type", "content_block_start", "index", 0, "content_block", block))
-  add(M.object("type", "ping"))
-  for _, p in ipairs(pieces) do
-    local delta = tool and M.object("type", "input_json_delta", "partial_json", p)
-      or M.object("type", "text_delta", "text", p)
-    add(M.object("type", "content_block_delta", "index", 0, "delta", delta))
+  local blocks = {}
+  if not tool or content.text then
+    blocks[1] = { block = M.object("type", "text", "text", ""),
+      pieces = tool and M.words(content.text) or pieces, kind = "text_delta" }
   end
-  add(M.object("type", "content_block_stop", "index", 0))
+  for _, c in ipairs(calls) do
+    blocks[#blocks + 1] = { block = M.object("type", "tool_use", "id", "toolu_mock" .. c.id,
+      "name", c.name, "input", M.object()), pieces = c.pieces, kind = "input_json_delta" }
+  end
+  for i, b in ipairs(blocks) do
+    add(M.object("type", "content_block_start", "index", i - 1, "content_block", b.block))
+    if i == 1 then add(M.object("type", "ping")) end
+    for _, p in ipairs(b.pieces) do
+      local delta = b.kind == "input_json_delta" and M.object("type", "input_json_delta", "partial_json", p)
+        or M.object("type", "text_delta", "text", p)
+      add(M.object("type", "content_block_delta", "index", i - 1, "delta", delta))
+    end
+    add(M.object("type", "content_block_stop", "index", i - 1))
+  end
   add(M.object("type", "message_delta", "delta", M.object(
     "stop_reason", tool and "tool_use" or "end_turn", "stop_sequence", M.null),
     "usage", M.object("output_tokens", output)))
@@ -329,13 +360,16 @@ end
 -- The stream:false Anthropic message of `content`.
 local function anthropic_complete(view, content, ctx)
   local _, output = pieces_of(content)
-  local block = content.tool
-    and M.object("type", "tool_use", "id", "toolu_mock" .. content.tool.id,
-      "name", content.tool.name, "input", content.tool.arguments)
-    or M.object("type", "text", "text", content.text)
+  local calls = calls_of(content)
+  local blocks = M.array()
+  if not calls[1] or content.text then blocks[1] = M.object("type", "text", "text", content.text) end
+  for _, c in ipairs(calls) do
+    blocks[#blocks + 1] = M.object("type", "tool_use", "id", "toolu_mock" .. c.id,
+      "name", c.name, "input", M.raw(c.json))
+  end
   return M.encode(M.object("id", "msg_mock" .. ctx.n, "type", "message",
-    "role", "assistant", "model", view.model, "content", M.array { block },
-    "stop_reason", content.tool and "tool_use" or "end_turn", "stop_sequence", M.null,
+    "role", "assistant", "model", view.model, "content", blocks,
+    "stop_reason", calls[1] and "tool_use" or "end_turn", "stop_sequence", M.null,
     "usage", M.object("input_tokens", view.input_tokens, "cache_creation_input_tokens", 0,
       "cache_read_input_tokens", 0, "output_tokens", output)))
 end
@@ -361,59 +395,75 @@ local function responses_usage(view, output)
     "total_tokens", view.input_tokens + output)
 end
 
--- The finished output item of `content`.
-local function response_item(content, ctx, status)
-  if content.tool then
-    return M.object("id", "fc_mock" .. ctx.n, "type", "function_call", "status", status,
-      "arguments", status == "completed" and content.tool.json or "",
-      "call_id", "call_mock" .. content.tool.id, "name", content.tool.name)
+-- The output items of `content` in `status`: a message item for its text
+-- (when it has text or no tool call), then one function_call item per call.
+-- Each item is {value=<item object>, call=<the call or nil>, id=}.
+local function response_items(content, ctx, status)
+  local calls, items = calls_of(content), {}
+  if not calls[1] or content.text then
+    local text = content.text or ""
+    local parts = status == "completed"
+      and M.array { M.object("type", "output_text", "annotations", M.array(), "text", text) }
+      or M.array()
+    items[1] = { id = "msg_mock" .. ctx.n, value = M.object("id", "msg_mock" .. ctx.n, "type", "message",
+      "status", status, "role", "assistant", "content", parts) }
   end
-  local parts = status == "completed"
-    and M.array { M.object("type", "output_text", "annotations", M.array(), "text", content.text) }
-    or M.array()
-  return M.object("id", "msg_mock" .. ctx.n, "type", "message", "status", status,
-    "role", "assistant", "content", parts)
+  for i, c in ipairs(calls) do
+    local id = "fc_mock" .. ctx.n .. (i > 1 and ("_" .. i) or "")
+    items[#items + 1] = { id = id, call = c, value = M.object("id", id, "type", "function_call",
+      "status", status, "arguments", status == "completed" and c.json or "",
+      "call_id", "call_mock" .. c.id, "name", c.name) }
+  end
+  return items
+end
+
+-- The finished output items as a JSON array.
+local function output_array(content, ctx)
+  local out = M.array()
+  for i, it in ipairs(response_items(content, ctx, "completed")) do out[i] = it.value end
+  return out
 end
 
 -- The streamed response of `content`.
 local function responses_stream(view, content, ctx)
-  local pieces, output = pieces_of(content)
+  local _, output = pieces_of(content)
   local events = {}
   local function add(...)
     local value = M.object("type", select(1, ...), "sequence_number", #events, select(2, ...))
     events[#events + 1] = ev(value.type, value)
   end
-  local item_id = content.tool and "fc_mock" .. ctx.n or "msg_mock" .. ctx.n
   add("response.created", "response", response_object(view, ctx, "in_progress", M.array()))
   add("response.in_progress", "response", response_object(view, ctx, "in_progress", M.array()))
-  add("response.output_item.added", "output_index", 0,
-    "item", response_item(content, ctx, "in_progress"))
-  if content.tool then
-    for _, p in ipairs(pieces) do
-      add("response.function_call_arguments.delta", "item_id", item_id, "output_index", 0,
-        "delta", p)
+  local done = response_items(content, ctx, "completed")
+  for idx, it in ipairs(response_items(content, ctx, "in_progress")) do
+    local oi = idx - 1
+    add("response.output_item.added", "output_index", oi, "item", it.value)
+    if it.call then
+      for _, p in ipairs(it.call.pieces) do
+        add("response.function_call_arguments.delta", "item_id", it.id, "output_index", oi, "delta", p)
+      end
+      add("response.function_call_arguments.done", "item_id", it.id, "output_index", oi,
+        "arguments", it.call.json)
+    else
+      local text = content.text or ""
+      local function part(t)
+        return M.object("type", "output_text", "annotations", M.array(), "text", t)
+      end
+      add("response.content_part.added", "item_id", it.id, "output_index", oi,
+        "content_index", 0, "part", part(""))
+      for _, p in ipairs(M.words(text)) do
+        add("response.output_text.delta", "item_id", it.id, "output_index", oi,
+          "content_index", 0, "delta", p, "logprobs", M.array())
+      end
+      add("response.output_text.done", "item_id", it.id, "output_index", oi,
+        "content_index", 0, "text", text, "logprobs", M.array())
+      add("response.content_part.done", "item_id", it.id, "output_index", oi,
+        "content_index", 0, "part", part(text))
     end
-    add("response.function_call_arguments.done", "item_id", item_id, "output_index", 0,
-      "arguments", content.tool.json)
-  else
-    local function part(text)
-      return M.object("type", "output_text", "annotations", M.array(), "text", text)
-    end
-    add("response.content_part.added", "item_id", item_id, "output_index", 0,
-      "content_index", 0, "part", part(""))
-    for _, p in ipairs(pieces) do
-      add("response.output_text.delta", "item_id", item_id, "output_index", 0,
-        "content_index", 0, "delta", p, "logprobs", M.array())
-    end
-    add("response.output_text.done", "item_id", item_id, "output_index", 0,
-      "content_index", 0, "text", content.text, "logprobs", M.array())
-    add("response.content_part.done", "item_id", item_id, "output_index", 0,
-      "content_index", 0, "part", part(content.text))
+    add("response.output_item.done", "output_index", oi, "item", done[idx].value)
   end
-  add("response.output_item.done", "output_index", 0,
-    "item", response_item(content, ctx, "completed"))
   add("response.completed", "response", response_object(view, ctx, "completed",
-    M.array { response_item(content, ctx, "completed") }, responses_usage(view, output)))
+    output_array(content, ctx), responses_usage(view, output)))
   return events
 end
 
@@ -421,7 +471,7 @@ end
 local function responses_complete(view, content, ctx)
   local _, output = pieces_of(content)
   return M.encode(response_object(view, ctx, "completed",
-    M.array { response_item(content, ctx, "completed") }, responses_usage(view, output)))
+    output_array(content, ctx), responses_usage(view, output)))
 end
 
 ------------------------------------------------------------------------------

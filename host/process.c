@@ -1,0 +1,258 @@
+/* Child processes on the loop.
+ *
+ * Ownership: an lg_process is malloc'd by lg_process_spawn and belongs to the
+ * caller until lg_process_release; libuv owns its handles until their close
+ * callbacks, so the memory is freed only when both have let go (released and
+ * no handle open). Callbacks run no Lua: they move bytes into the capture
+ * buffers, record the exit and call `done` once.
+ *
+ * Every child is started detached (setsid), so it leads a new process group
+ * whose id is its pid; a kill goes to the whole group (-pid), grandchildren
+ * included. While a child runs it counts as busy for the virtual clock. */
+#include "process.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "core.h"
+
+typedef struct {
+  uv_pipe_t pipe;
+  char *data;
+  size_t len, cap;
+  size_t dropped;
+  int eof;
+  char scratch[4096];   /* receives bytes past the cap, which are only counted */
+} capture;
+
+struct lg_process {
+  lg_loop *loop;
+  uv_process_t proc;
+  uv_pipe_t in;
+  uv_write_t wreq;
+  capture out, err;
+  lg_timer grace;
+  char *input;
+  size_t input_len, max_output;
+  int open;             /* libuv handles not yet closed */
+  int pid, exited, term_signal, killed, finished, released;
+  long long exit_status;
+  void (*done)(void *arg);
+  void *arg;
+};
+
+/* Frees p once its owner released it and libuv closed every handle. */
+static void maybe_free(lg_process *p) {
+  if (!p->released || p->open > 0) return;
+  free(p->out.data);
+  free(p->err.data);
+  free(p->input);
+  free(p);
+}
+
+/* Close callback of every handle of p: the last one may free p. */
+static void on_closed(uv_handle_t *h) {
+  lg_process *p = h->data;
+  p->open--;
+  maybe_free(p);
+}
+
+/* Starts closing a handle of p (once). */
+static void close_handle(uv_handle_t *h) {
+  if (!uv_is_closing(h)) uv_close(h, on_closed);
+}
+
+/* Sends `sig` to the child's process group (and to the child itself, in
+ * case it left the group). */
+static void signal_group(lg_process *p, int sig) {
+  if (p->pid <= 0) return;
+  kill(-p->pid, sig);
+  if (!p->exited) kill(p->pid, sig);
+}
+
+/* Marks p finished once the child exited and both pipes ended; calls done. */
+static void check_finished(lg_process *p) {
+  if (p->finished || !p->exited || !p->out.eof || !p->err.eof) return;
+  p->finished = 1;
+  lg_loop_timer_stop(p->loop, &p->grace);
+  lg_loop_busy(p->loop, -1);
+  lg_loop_activity(p->loop);
+  if (p->done && !p->released) p->done(p->arg);
+}
+
+/* The child exited (reaped by libuv): records how, closes the handle. */
+static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
+  lg_process *p = h->data;
+  p->exited = 1;
+  p->exit_status = (long long)status;
+  p->term_signal = sig;
+  close_handle((uv_handle_t *)h);
+  check_finished(p);
+}
+
+/* Gives libuv room at the end of a capture buffer; past max_output a small
+ * scratch area receives bytes that are only counted. */
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *out) {
+  capture *c = (capture *)h;
+  lg_process *p = h->data;
+  (void)suggested;
+  if (c->len >= p->max_output) {
+    *out = uv_buf_init(c->scratch, sizeof c->scratch);
+    return;
+  }
+  size_t want = c->len + 65536;
+  if (want > p->max_output) want = p->max_output;
+  if (want > c->cap) {
+    char *d = realloc(c->data, want);
+    if (!d) {
+      *out = uv_buf_init(c->scratch, sizeof c->scratch);
+      return;
+    }
+    c->data = d;
+    c->cap = want;
+  }
+  *out = uv_buf_init(c->data + c->len, (unsigned)(c->cap - c->len));
+}
+
+/* Bytes from stdout or stderr: kept below the cap, counted above it; at
+ * EOF (or a read error) the pipe closes. */
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  capture *c = (capture *)s;
+  lg_process *p = s->data;
+  if (nread == 0) return;
+  lg_loop_activity(p->loop);
+  if (nread > 0) {
+    if (c->data && buf->base >= c->data && buf->base < c->data + c->cap) c->len += (size_t)nread;
+    else c->dropped += (size_t)nread;
+    return;
+  }
+  c->eof = 1;
+  uv_read_stop(s);
+  close_handle((uv_handle_t *)s);
+  check_finished(p);
+}
+
+/* stdin was written (or could not be): close it so the child sees EOF. */
+static void on_write(uv_write_t *req, int status) {
+  (void)status;
+  lg_process *p = req->data;
+  close_handle((uv_handle_t *)&p->in);
+}
+
+/* The grace after SIGTERM ended: SIGKILL to the group if still running. */
+static void grace_fire(lg_timer *t) {
+  lg_process *p = (lg_process *)((char *)t - offsetof(lg_process, grace));
+  if (!p->finished) signal_group(p, SIGKILL);
+}
+
+int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) {
+  lg_process *p = calloc(1, sizeof *p);
+  if (!p) return UV_ENOMEM;
+  uv_loop_t *uv = lg_loop_uv(loop);
+  p->loop = loop;
+  p->max_output = o->max_output;
+  p->done = o->done;
+  p->arg = o->arg;
+  p->grace.fire = grace_fire;
+  if (o->input) {
+    p->input = malloc(o->input_len ? o->input_len : 1);
+    if (!p->input) {
+      free(p);
+      return UV_ENOMEM;
+    }
+    memcpy(p->input, o->input, o->input_len);
+    p->input_len = o->input_len;
+  }
+  lg_ignore_sigpipe(); /* a child that exits unread must not kill us */
+  uv_stdio_container_t stdio[3];
+  uv_pipe_init(uv, &p->out.pipe, 0);
+  uv_pipe_init(uv, &p->err.pipe, 0);
+  p->out.pipe.data = p->err.pipe.data = p;
+  p->open = 2;
+  if (o->input) {
+    uv_pipe_init(uv, &p->in, 0);
+    p->in.data = p;
+    p->open++;
+    stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
+    stdio[0].data.stream = (uv_stream_t *)&p->in;
+  } else {
+    stdio[0].flags = UV_IGNORE;
+  }
+  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[1].data.stream = (uv_stream_t *)&p->out.pipe;
+  stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[2].data.stream = (uv_stream_t *)&p->err.pipe;
+  uv_process_options_t opts;
+  memset(&opts, 0, sizeof opts);
+  opts.exit_cb = on_exit_cb;
+  opts.file = o->argv[0];
+  opts.args = (char **)o->argv;
+  opts.cwd = o->cwd;
+  opts.flags = UV_PROCESS_DETACHED;
+  opts.stdio_count = 3;
+  opts.stdio = stdio;
+  p->proc.data = p;
+  int rc = uv_spawn(uv, &p->proc, &opts);
+  p->open++; /* the process handle is initialised even when spawning failed */
+  if (rc != 0) {
+    p->released = 1;
+    close_handle((uv_handle_t *)&p->proc);
+    close_handle((uv_handle_t *)&p->out.pipe);
+    close_handle((uv_handle_t *)&p->err.pipe);
+    if (o->input) close_handle((uv_handle_t *)&p->in);
+    return rc;
+  }
+  p->pid = p->proc.pid;
+  lg_loop_busy(loop, 1);
+  uv_read_start((uv_stream_t *)&p->out.pipe, on_alloc, on_read);
+  uv_read_start((uv_stream_t *)&p->err.pipe, on_alloc, on_read);
+  if (o->input) {
+    uv_buf_t b = uv_buf_init(p->input, (unsigned)p->input_len);
+    p->wreq.data = p;
+    if (p->input_len == 0 || uv_write(&p->wreq, (uv_stream_t *)&p->in, &b, 1, on_write) != 0)
+      close_handle((uv_handle_t *)&p->in);
+  }
+  *out = p;
+  return 0;
+}
+
+int lg_process_finished(const lg_process *p) { return p->finished; }
+
+void lg_process_info_get(const lg_process *p, lg_process_info *info) {
+  info->pid = p->pid;
+  info->exited = p->exited;
+  info->exit_status = p->exit_status;
+  info->term_signal = p->term_signal;
+  info->out = p->out.data ? p->out.data : "";
+  info->out_len = p->out.len;
+  info->err = p->err.data ? p->err.data : "";
+  info->err_len = p->err.len;
+  info->out_dropped = p->out.dropped;
+  info->err_dropped = p->err.dropped;
+  info->killed = p->killed;
+}
+
+void lg_process_kill(lg_process *p, double grace) {
+  if (p->finished) return;
+  p->killed = 1;
+  if (grace <= 0) {
+    signal_group(p, SIGKILL);
+    return;
+  }
+  signal_group(p, SIGTERM);
+  if (!lg_timer_armed(&p->grace)) lg_loop_timer_start(p->loop, &p->grace, grace);
+}
+
+void lg_process_release(lg_process *p) {
+  if (!p || p->released) return;
+  p->released = 1;
+  p->done = NULL;
+  lg_loop_timer_stop(p->loop, &p->grace);
+  if (!p->finished) {
+    p->killed = 1;
+    signal_group(p, SIGKILL);
+  }
+  maybe_free(p);
+}

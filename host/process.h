@@ -1,0 +1,58 @@
+/* Child processes on the loop (libuv): argv without a shell, stdin from a
+ * buffer, stdout and stderr captured up to a cap, each child the leader of
+ * its own process group so that a kill reaches everything it started. */
+#ifndef LG_PROCESS_H
+#define LG_PROCESS_H
+
+#include <stddef.h>
+
+#include "loop.h"
+
+typedef struct lg_process lg_process;
+
+typedef struct {
+  const char *const *argv;   /* argv[0] is looked up in PATH; NULL-terminated */
+  const char *cwd;           /* or NULL */
+  const char *input;         /* written to stdin, then stdin closes; NULL: /dev/null */
+  size_t input_len;
+  size_t max_output;         /* bytes kept per stream; the rest is counted, dropped */
+  void (*done)(void *arg);   /* called once, from a libuv callback, when finished */
+  void *arg;
+} lg_process_opts;
+
+/* What a finished (or still running) process gave. */
+typedef struct {
+  int pid;
+  int exited;                /* the child exited (or was killed) */
+  long long exit_status;     /* when exited and term_signal == 0 */
+  int term_signal;           /* the signal that ended it, or 0 */
+  const char *out, *err;     /* captured bytes (not NUL-terminated) */
+  size_t out_len, err_len;
+  size_t out_dropped, err_dropped;
+  int killed;                /* lg_process_kill was called before it ended */
+} lg_process_info;
+
+/* Starts a child. Returns 0 and the process in *out (owned by the caller
+ * until lg_process_release), or a libuv error code (nothing to release). */
+int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out);
+
+/* True once the child exited and both output pipes reached end of file. */
+int lg_process_finished(const lg_process *p);
+
+/* Fills *info; the byte pointers stay valid until the next loop turn or
+ * lg_process_release. */
+void lg_process_info_get(const lg_process *p, lg_process_info *info);
+
+/* Sends SIGTERM to the child's whole process group, then SIGKILL after
+ * `grace` seconds on the loop's clock if it has not finished (grace <= 0:
+ * SIGKILL at once). No-op once finished. */
+void lg_process_kill(lg_process *p, double grace);
+
+/* The owner lets go: no more `done` call; a child still running has its
+ * group killed (SIGKILL). Memory is freed once libuv closed every handle. */
+void lg_process_release(lg_process *p);
+
+/* Sets process_spawn into the table on top of the stack (process_lua.c). */
+void lg_process_register(lua_State *L);
+
+#endif

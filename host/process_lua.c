@@ -1,0 +1,215 @@
+/* Lua binding of child processes: core.process_spawn(argv, opts) -> a
+ * "luagent.Process" with wait, kill, pid, close. wait() suspends the task
+ * until the child exited and its output ended; cancelling the waiting task
+ * kills the child's whole process group (SIGTERM, then SIGKILL after the
+ * grace period). Collecting or closing a running process kills its group. */
+#include <lauxlib.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "loop.h"
+#include "process.h"
+
+#define PROC_MT "luagent.Process"
+#define DEFAULT_MAX_OUTPUT (1024 * 1024)
+#define DEFAULT_GRACE 2.0
+#define MAX_ARGS 4096
+
+typedef struct {
+  lg_process *p;  /* NULL once closed */
+  lg_wait w;
+  int waiting;    /* a task waits in wait() */
+  double grace;   /* seconds between SIGTERM and SIGKILL */
+} proc_ud;
+
+/* `done` of the process: wakes the task waiting in wait(), if any. */
+static void proc_done(void *arg) {
+  proc_ud *u = arg;
+  if (!u->waiting) return;
+  u->waiting = 0;
+  lg_task_wake(&u->w);
+}
+
+/* Cancel hook of wait(): the waiting task was cancelled (or timed out), so
+ * the child's group is killed; the process stays owned by the userdata. */
+static void wait_cancel(lg_wait *w) {
+  proc_ud *u = (proc_ud *)((char *)w - offsetof(proc_ud, w));
+  u->waiting = 0;
+  if (u->p) lg_process_kill(u->p, u->grace);
+}
+
+/* The one close (close, __close, __gc): releases the process (a running
+ * child's group is killed). Idempotent. */
+static int l_proc_close(lua_State *L) {
+  proc_ud *u = luaL_checkudata(L, 1, PROC_MT);
+  if (u->p) {
+    lg_process_release(u->p);
+    u->p = NULL;
+  }
+  if (u->waiting) {
+    u->waiting = 0;
+    lg_task_wake(&u->w);
+  }
+  return 0;
+}
+
+/* The process at argument 1, raising "fn: process is closed" once closed. */
+static proc_ud *check_open(lua_State *L, const char *fn) {
+  proc_ud *u = luaL_checkudata(L, 1, PROC_MT);
+  if (!u->p) luaL_error(L, "%s: process is closed", fn);
+  return u;
+}
+
+/* Sets t[k] = v for the table on top of the stack. */
+static void set_int(lua_State *L, const char *k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, k);
+}
+
+/* Pushes {pid=, code=|signal=, stdout=, stderr=, stdout_dropped=,
+ * stderr_dropped=, killed=} of a finished process. */
+static void push_result(lua_State *L, lg_process *p) {
+  lg_process_info in;
+  lg_process_info_get(p, &in);
+  lua_createtable(L, 0, 8);
+  set_int(L, "pid", in.pid);
+  if (in.term_signal) set_int(L, "signal", in.term_signal);
+  else set_int(L, "code", (lua_Integer)in.exit_status);
+  lua_pushlstring(L, in.out, in.out_len);
+  lua_setfield(L, -2, "stdout");
+  lua_pushlstring(L, in.err, in.err_len);
+  lua_setfield(L, -2, "stderr");
+  set_int(L, "stdout_dropped", (lua_Integer)in.out_dropped);
+  set_int(L, "stderr_dropped", (lua_Integer)in.err_dropped);
+  lua_pushboolean(L, in.killed);
+  lua_setfield(L, -2, "killed");
+}
+
+/* Continuation of wait(): the result once finished, else suspends again. */
+static int wait_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  proc_ud *u = check_open(L, "wait");
+  if (lg_process_finished(u->p)) {
+    push_result(L, u->p);
+    return 1;
+  }
+  if (u->waiting) return luaL_error(L, "wait: another task is already waiting");
+  u->waiting = 1;
+  return lg_task_suspend(L, &u->w, 0, wait_k);
+}
+
+/* proc:wait() -> result table, once the child exited and its stdout and
+ * stderr ended. Cancellable: cancellation kills the process group. */
+static int l_proc_wait(lua_State *L) {
+  check_open(L, "wait");
+  lua_settop(L, 1);
+  return wait_k(L, LUA_OK, 0);
+}
+
+/* proc:kill([grace]): SIGTERM to the group, SIGKILL after grace seconds
+ * (0: SIGKILL at once). */
+static int l_proc_kill(lua_State *L) {
+  proc_ud *u = check_open(L, "kill");
+  lg_process_kill(u->p, luaL_optnumber(L, 2, u->grace));
+  return 0;
+}
+
+/* proc:pid() -> the child's pid (also its process group id). */
+static int l_proc_pid(lua_State *L) {
+  proc_ud *u = check_open(L, "pid");
+  lg_process_info in;
+  lg_process_info_get(u->p, &in);
+  lua_pushinteger(L, in.pid);
+  return 1;
+}
+
+/* proc:finished() -> whether wait() would return at once. */
+static int l_proc_finished(lua_State *L) {
+  proc_ud *u = luaL_checkudata(L, 1, PROC_MT);
+  lua_pushboolean(L, u->p && lg_process_finished(u->p));
+  return 1;
+}
+
+/* Reads an optional number field of the options table at index 2. */
+static double opt_number(lua_State *L, const char *k, double def) {
+  if (lua_type(L, 2) != LUA_TTABLE) return def;
+  lua_getfield(L, 2, k);
+  double v = lua_isnil(L, -1) ? def : luaL_checknumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Reads an optional string field of the options table at index 2 (left on
+ * the stack so the pointer stays valid), or NULL. */
+static const char *opt_string(lua_State *L, const char *k, size_t *len) {
+  if (lua_type(L, 2) != LUA_TTABLE) {
+    lua_pushnil(L);
+    return NULL;
+  }
+  lua_getfield(L, 2, k);
+  if (lua_isnil(L, -1)) return NULL;
+  if (lua_type(L, -1) != LUA_TSTRING)
+    luaL_error(L, "process_spawn: opts.%s must be a string", k);
+  return lua_tolstring(L, -1, len);
+}
+
+/* process_spawn(argv, [opts]) -> process | nil, err. argv is a list of
+ * strings (no shell; argv[1] is looked up in PATH); opts: stdin (string),
+ * cwd, max_output (bytes kept per stream, default 1 MiB), grace (seconds
+ * between SIGTERM and SIGKILL, default 2). Returns a new "luagent.Process". */
+static int l_process_spawn(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  lua_Integer n = luaL_len(L, 1);
+  if (n < 1 || n > MAX_ARGS) return luaL_error(L, "process_spawn: argv must list 1 to %d strings", MAX_ARGS);
+  const char **argv = lua_newuserdatauv(L, sizeof(char *) * (size_t)(n + 1), 0);
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (lua_rawgeti(L, 1, i) != LUA_TSTRING)
+      return luaL_error(L, "process_spawn: argv[%d] must be a string", (int)i);
+    argv[i - 1] = lua_tostring(L, -1);
+    lua_pop(L, 1); /* still referenced by the argv table */
+  }
+  argv[n] = NULL;
+  lg_process_opts o;
+  memset(&o, 0, sizeof o);
+  o.argv = argv;
+  o.input = opt_string(L, "stdin", &o.input_len);
+  o.cwd = opt_string(L, "cwd", NULL);
+  double max_output = opt_number(L, "max_output", DEFAULT_MAX_OUTPUT);
+  double grace = opt_number(L, "grace", DEFAULT_GRACE);
+  if (!(max_output >= 0) || max_output > 1e12) return luaL_error(L, "process_spawn: opts.max_output must be >= 0");
+  if (!(grace >= 0) || grace > 1e9) return luaL_error(L, "process_spawn: opts.grace must be >= 0");
+  o.max_output = (size_t)max_output;
+  o.done = proc_done;
+  proc_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
+  memset(u, 0, sizeof *u);
+  u->w.cancel = wait_cancel;
+  u->grace = grace;
+  luaL_setmetatable(L, PROC_MT);
+  o.arg = u;
+  int rc = lg_process_spawn(lg_loop_get(L), &o, &u->p);
+  if (rc != 0) {
+    u->p = NULL;
+    lua_pushnil(L);
+    lua_pushfstring(L, "cannot start '%s': %s", argv[0], uv_strerror(rc));
+    lg_error_push(L, "process", lua_tostring(L, -1));
+    lua_remove(L, -2);
+    return 2;
+  }
+  return 1;
+}
+
+/* Creates the "luagent.Process" metatable and sets process_spawn into the
+ * table on the stack. */
+void lg_process_register(lua_State *L) {
+  static const luaL_Reg methods[] = {{"wait", l_proc_wait},         {"kill", l_proc_kill},
+                                     {"pid", l_proc_pid},           {"finished", l_proc_finished},
+                                     {"close", l_proc_close},       {NULL, NULL}};
+  lg_class_new(L, PROC_MT, methods, l_proc_close, l_proc_close);
+  lua_pushcfunction(L, l_process_spawn);
+  lua_setfield(L, -2, "process_spawn");
+}

@@ -1,0 +1,350 @@
+-- Tools: what they are (a table, checked here), how one call runs (the
+-- runner: argument check, timeout, retries by safety flags, result bound),
+-- and tool sets (a static list, or a watched folder: lua/luagent/tools/dir.lua).
+--
+-- A tool is {name=, description=, params=<JSON Schema>, read_only=,
+-- idempotent=, timeout=, run=function(args, ctx) | command={argv...}}.
+-- Flags decide retries: a read_only or idempotent tool that times out or
+-- fails transiently is retried with backoff (the policy's `tool` section);
+-- a tool with neither flag never is, and if it timed out, was cancelled or
+-- died while running, the run stops with `outcome_unknown`.
+local core = require "luagent.core"
+local errors = require "luagent.errors"
+local json = require "luagent.json"
+local schema = require "luagent.tools.schema"
+
+local M = {}
+
+M.NAME_PATTERN = "^[A-Za-z0-9_-]+$"
+M.MAX_NAME = 64
+
+local Tool = { __name = "luagent.Tool" }
+Tool.__index = Tool
+M.Tool = Tool
+
+local FIELDS = { name = true, description = true, params = true, read_only = true,
+  idempotent = true, timeout = true, run = true, command = true }
+
+------------------------------------------------------------------------------
+-- Definitions
+------------------------------------------------------------------------------
+
+-- check(t [, source]) -> tool | nil, message (with the offending field).
+-- The tool is a checked copy carrying the metatable Tool; `source` (a file)
+-- is kept as tool.source.
+function M.check(t, source)
+  if getmetatable(t) == Tool then return t end
+  if type(t) ~= "table" then return nil, "a tool must be a table (got " .. type(t) .. ")", nil end
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    if not FIELDS[k] then
+      return nil, "unknown field '" .. k .. "' (a tool has name, description, params, read_only, "
+        .. "idempotent, timeout and run or command)", k
+    end
+  end
+  local name = t.name
+  if type(name) ~= "string" or #name < 1 or #name > M.MAX_NAME or not name:match(M.NAME_PATTERN) then
+    return nil, "name must match [A-Za-z0-9_-]{1,64} (got " .. (type(name) == "string" and ("%q"):format(name) or tostring(name)) .. ")", "name"
+  end
+  local function bad(field, msg) return nil, "tool '" .. name .. "': " .. msg, field end
+  if type(t.description) ~= "string" or t.description == "" then
+    return bad("description", "description must be a non-empty string")
+  end
+  local params = t.params
+  if params == nil then params = { type = "object", properties = {} } end
+  local ok, why = schema.valid(params)
+  if not ok then return bad("params", why) end
+  for _, f in ipairs({ "read_only", "idempotent" }) do
+    if t[f] ~= nil and type(t[f]) ~= "boolean" then return bad(f, f .. " must be true or false") end
+  end
+  if t.timeout ~= nil and not (type(t.timeout) == "number" and t.timeout > 0 and t.timeout < math.huge) then
+    return bad("timeout", "timeout must be a number of seconds > 0")
+  end
+  if (t.run == nil) == (t.command == nil) then
+    return bad(t.run and "run" or "command", "needs exactly one of run (a function) and command (an argv list)")
+  end
+  local command
+  if t.run ~= nil and type(t.run) ~= "function" then return bad("run", "run must be a function") end
+  if t.command ~= nil then
+    if type(t.command) ~= "table" or type(t.command[1]) ~= "string" then
+      return bad("command", "command must be a list of strings (argv, no shell)")
+    end
+    command = {}
+    for i, a in ipairs(t.command) do
+      if type(a) ~= "string" then return bad("command", "command[" .. i .. "] must be a string") end
+      command[i] = a
+    end
+  end
+  return setmetatable({
+    name = name, description = t.description, params = params,
+    read_only = t.read_only or false, idempotent = t.idempotent or false,
+    timeout = t.timeout, run = t.run, command = command, source = source,
+  }, Tool)
+end
+
+-- new(t) -> tool; raises on a bad definition (misuse). luagent.tool{...}.
+function M.new(t)
+  local tool, err = M.check(t)
+  if not tool then error("tool: " .. err, 2) end
+  return tool
+end
+
+-- What the model is told about a tool (the request's tools entry).
+function M.spec(tool)
+  return { name = tool.name, description = tool.description, parameters = tool.params }
+end
+
+------------------------------------------------------------------------------
+-- Tool sets
+------------------------------------------------------------------------------
+
+-- A tool set is anything with :snapshot() -> {version=, tools={name=tool},
+-- names={sorted names}} and :events_since(cursor) -> list, cursor (the
+-- tools_changed / tools_reload_failed events since cursor; nil cursor: from
+-- now on). A static set never changes.
+local Static = {}
+Static.__index = Static
+
+-- static(list) -> a set of these tools; raises on a bad tool or a name
+-- given twice.
+function M.static(list)
+  local snap = { version = 1, tools = {}, names = {} }
+  for i, t in ipairs(list) do
+    local tool, err = M.check(t)
+    if not tool then error("tools[" .. i .. "]: " .. err, 3) end
+    if snap.tools[tool.name] then error("tools[" .. i .. "]: tool name '" .. tool.name .. "' is given twice", 3) end
+    snap.tools[tool.name] = tool
+    snap.names[#snap.names + 1] = tool.name
+  end
+  table.sort(snap.names)
+  return setmetatable({ snap = snap }, Static)
+end
+
+function Static:snapshot() return self.snap end
+function Static:events_since(cursor) return {}, cursor or 0 end
+
+-- True when `v` is a tool set (not a tool, not a list).
+function M.is_set(v)
+  return type(v) == "table" and type(v.snapshot) == "function" and getmetatable(v) ~= Tool
+end
+
+-- dir(path [, opts]) -> a tool set loaded from the *.lua files of a folder
+-- and reloaded when they change (lua/luagent/tools/dir.lua).
+function M.dir(path, opts)
+  return require("luagent.tools.dir").open(path, opts)
+end
+
+------------------------------------------------------------------------------
+-- Running one call
+------------------------------------------------------------------------------
+
+local function fmt(s) return (string.format("%.3g", s)) end
+
+-- Stops Lua code that computes without ever waiting: a count hook on the
+-- running coroutine raises tool_timeout once `seconds` of CPU time passed
+-- (process CPU time never runs ahead of wall time on one thread, so this is
+-- a wall-time bound that holds even when the loop cannot run). Once fired,
+-- every further instruction raises again, so a pcall in the tool cannot
+-- swallow it. Kept in one function: the sandbox of user hooks may take over.
+function M.guard_stuck(seconds, what)
+  local start, err = os.clock(), nil
+  local function hook()
+    if err or os.clock() - start >= seconds then
+      err = err or errors.new("tool_timeout", what .. " timed out after " .. fmt(seconds) .. " s",
+        { seconds = seconds, stuck = true })
+      debug.sethook(hook, "", 1)
+      error(err, 0)
+    end
+  end
+  debug.sethook(hook, "", 10000)
+end
+
+-- Cuts `text` to `cap` bytes (on a UTF-8 boundary) with a note saying how
+-- much was left out; `total` is the full size when text is already a prefix.
+function M.bound(text, cap, total)
+  total = total or #text
+  if not cap or total <= cap then return text end
+  local cut = math.min(cap, #text)
+  while cut > 0 and (text:byte(cut + 1) or 0) & 0xC0 == 0x80 do cut = cut - 1 end
+  return text:sub(1, cut) .. string.format("\n[result cut: %d of %d bytes left out]", total - cut, total)
+end
+
+-- Failures that are worth another attempt of a read_only/idempotent tool.
+local TRANSIENT = { tool_timeout = true, timeout = true, refused = true, dns = true, tls = true,
+  reset = true, eof = true, truncated = true, transport = true, stream_error = true }
+
+local function transient(err)
+  if type(err) ~= "table" then return false end
+  if err.retryable ~= nil then return err.retryable == true end
+  if err.died then return true end
+  if err.kind == "http" then return err.status == 429 or (tonumber(err.status) or 0) >= 500 end
+  return TRANSIENT[err.kind] or false
+end
+
+-- A tool's result as text: strings as they are, tables as JSON.
+local function as_text(v)
+  if v == nil then return "" end
+  if type(v) == "string" then return v end
+  if type(v) == "table" then return json.encode(v) end
+  return tostring(v)
+end
+
+-- An error value (raised or returned by a tool) as a tool_error record.
+local function tool_error(name, e)
+  if errors.is(e) then return e end
+  local msg = tostring(type(e) == "table" and e.message or e)
+  -- a raised string comes back from the task with its traceback: the model
+  -- gets the message alone
+  msg = msg:gsub("\nstack traceback:\n.*$", "")
+  return errors.new("tool_error", name .. " failed: " .. msg)
+end
+
+-- One attempt of a Lua tool: runs as a child task under a deadline and the
+-- stuck-code guard. Returns text | nil, err.
+local function lua_attempt(tool, args, ctx, timeout)
+  local luagent = require "luagent"
+  local ok, res, e = pcall(luagent.deadline, timeout, function()
+    M.guard_stuck(timeout, tool.name)
+    return tool.run(args, ctx)
+  end)
+  if not ok then
+    if errors.is(res) and res.kind == "timeout" and res.which == "deadline" then
+      return nil, errors.new("tool_timeout", tool.name .. " timed out after " .. fmt(timeout) .. " s", { seconds = timeout })
+    end
+    if errors.is_cancel(res) then error(res, 0) end
+    return nil, tool_error(tool.name, res)
+  end
+  if res == nil and e ~= nil then return nil, tool_error(tool.name, e) end
+  return as_text(res)
+end
+
+-- One attempt of a command tool: a child process in its own group, the
+-- arguments as JSON on stdin. On timeout or cancel its group gets SIGTERM,
+-- then SIGKILL after the grace, and the attempt ends only once it is gone.
+local function command_attempt(tool, args, ctx, timeout, policy)
+  local luagent = require "luagent"
+  local raw = ctx.raw_arguments
+  local input = type(raw) == "string" and type(json.decode(raw)) == "table" and raw or json.encode(args)
+  local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace,
+    max_output = policy.max_result_bytes + 1 })
+  if not proc then return nil, err, false end
+  local ok, r = pcall(luagent.deadline, timeout, proc.wait, proc)
+  if not ok then
+    pcall(proc.wait, proc) -- killed by the cancel hook: wait until the group is gone
+    proc:close()
+    if errors.is(r) and r.kind == "timeout" and r.which == "deadline" then
+      return nil, errors.new("tool_timeout", tool.name .. " timed out after " .. fmt(timeout) .. " s", { seconds = timeout })
+    end
+    error(r, 0)
+  end
+  proc:close()
+  if r.signal then
+    return nil, errors.new("tool_error", string.format("%s died of signal %d%s", tool.name, r.signal,
+      r.stderr ~= "" and (": " .. r.stderr) or ""), { died = true, signal = r.signal })
+  end
+  if r.code ~= 0 then
+    return nil, errors.new("tool_error", string.format("%s exited with code %d%s", tool.name, r.code,
+      r.stderr ~= "" and (": " .. r.stderr:gsub("%s+$", "")) or ""),
+      { exit_code = r.code, retryable = r.code == 75 }) -- EX_TEMPFAIL: try again
+  end
+  return r.stdout, nil, r.stdout_dropped
+end
+
+-- The record that stops a run when an unflagged tool may have acted.
+local function outcome_unknown(tool, call, why, cause)
+  return errors.new("outcome_unknown", string.format(
+    "%s (call %s, arguments %s) %s; it has neither read_only nor idempotent, so it may have done "
+    .. "its work and is not run again", tool.name, tostring(call.id), call.raw_arguments
+      or json.encode(call.arguments or {}), why),
+    { tool = tool.name, call_id = call.id, arguments = call.arguments, cause = cause })
+end
+
+-- execute(tool, call, opts) -> outcome. Runs one tool call to its end:
+--   call = {id=, name=, arguments=<table or nil>, raw_arguments=, error=}
+--   opts = {agent=<name>, policy=<tool section>, emit=function(event),
+--           rng=<backoff rng>, idempotency_key=, aborted=function()->reason}
+--   outcome = {content=<text for the model>, is_error=, error=<record>,
+--              attempts=, duration=, unknown=<outcome_unknown>, cancelled=}
+-- Never raises for the tool's failures; a cancellation of the calling task
+-- ends the call (the outcome says so) and is not raised.
+function M.execute(tool, call, opts)
+  local t0 = core.now()
+  local policy = opts.policy
+  local emit = opts.emit or function() end
+  local attempts = 0
+  local function done(o)
+    o.attempts, o.duration = attempts, core.now() - t0
+    if o.error and not o.content then o.content = o.error.message end
+    return o
+  end
+  if call.arguments == nil or call.error then
+    local e = errors.new("invalid_arguments", "invalid arguments for " .. tool.name .. ": "
+      .. tostring(call.error or "not a JSON object"))
+    return done { is_error = true, error = e }
+  end
+  local ok, why = schema.check(tool.params, call.arguments)
+  if not ok then
+    return done { is_error = true, error = errors.new("invalid_arguments",
+      "invalid arguments for " .. tool.name .. ": " .. why) }
+  end
+  local flagged = tool.read_only or tool.idempotent
+  local max_attempts = flagged and policy.max_retries + 1 or 1
+  local timeout = tool.timeout or policy.timeout
+  local cancelled = false
+  local ctx = {
+    call_id = call.id, agent = opts.agent, tool = tool.name, attempt = 0,
+    idempotency_key = opts.idempotency_key or (tostring(opts.agent) .. ":" .. tostring(call.id)),
+    raw_arguments = call.raw_arguments,
+  }
+  -- ctx:progress(data): a tool_execution_update event for this call.
+  function ctx.progress(_, data)
+    emit { type = "tool_execution_update", call_id = call.id, name = tool.name, data = data }
+  end
+  -- ctx:cancelled() -> whether the call was cancelled (the agent aborted).
+  function ctx.cancelled() return cancelled or (opts.aborted and opts.aborted() ~= nil) or false end
+  while true do
+    attempts = attempts + 1
+    ctx.attempt = attempts
+    local run_ok, text, err, dropped = pcall(tool.command and command_attempt or lua_attempt,
+      tool, call.arguments, ctx, timeout, policy)
+    if not run_ok then
+      -- the calling task was cancelled (the agent aborted): the tool was stopped
+      cancelled = true
+      local e = errors.is(text) and text or errors.new("tool_error", tostring(text))
+      if not errors.is_cancel(e) then error(text, 0) end -- a bug in the runner itself
+      if flagged then
+        return done { is_error = true, cancelled = true, error = e,
+          content = tool.name .. " was cancelled: " .. tostring(e.message) }
+      end
+      local u = outcome_unknown(tool, call, "was cancelled while running", e)
+      return done { is_error = true, cancelled = true, unknown = true, error = u }
+    end
+    if text then
+      return done { content = M.bound(text, policy.max_result_bytes, #text + (dropped or 0)) }
+    end
+    local uncertain = err.kind == "tool_timeout" or err.died
+    if not flagged and uncertain then
+      local u = outcome_unknown(tool, call, err.kind == "tool_timeout" and ("timed out after " .. fmt(timeout) .. " s")
+        or "died without a result", err)
+      return done { is_error = true, unknown = true, error = u, content = err.message }
+    end
+    if not (flagged and transient(err)) or attempts >= max_attempts then
+      return done { is_error = true, error = err }
+    end
+    local b = policy.backoff
+    local delay = core.backoff_delay(b.strategy, attempts, b, opts.rng or math.random())
+    emit { type = "tool_retry", call_id = call.id, name = tool.name, attempt = attempts,
+           max_attempts = max_attempts, error = tostring(err), delay_ms = math.floor(delay * 1000 + 0.5) }
+    local slept, serr = pcall(core.sleep, delay)
+    if not slept then
+      if not errors.is_cancel(serr) then error(serr, 0) end
+      cancelled = true
+      return done { is_error = true, cancelled = true, error = serr,
+        content = tool.name .. " was cancelled before its retry" }
+    end
+  end
+end
+
+return M

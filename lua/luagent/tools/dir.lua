@@ -1,0 +1,247 @@
+-- A tool set loaded from a folder: every *.lua file returns one tool or a
+-- list of tools. The folder is watched; after a burst of changes (debounced)
+-- it is rescanned whole, since editors save by writing a temporary file and
+-- renaming it. Each file loads as policies do: text only, its own
+-- environment (globals it sets stay its own), under an instruction limit.
+-- A file that fails keeps its previous tools and is reported; a removed
+-- file's tools go. Each good rescan publishes a new snapshot, which agents
+-- take between turns: an agent never sees half a folder.
+--
+-- Events (taken by agents through set:events_since, EVENTS.md):
+--   tools_reload_failed {file, line, message}
+--   tools_changed {added, removed, changed}   (lists of tool names)
+local core = require "luagent.core"
+local json = require "luagent.json"
+local policies = require "luagent.policy"
+local tools = require "luagent.tools"
+
+local M = {}
+
+M.debounce = 0.05 -- seconds of quiet after a change before the rescan
+M.max_log = 256   -- events kept for agents that have not looked yet
+
+local Set = {}
+Set.__index = Set
+Set.__name = "luagent.ToolSet"
+
+local function read(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+-- The line of `text` where `field =` is set, searching from the line that
+-- names the tool (when known). nil when not found.
+local function line_of(text, field, tool_name)
+  local n, start = 0, 1
+  local lines = {}
+  for line in (text .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
+  if tool_name then
+    for i, line in ipairs(lines) do
+      if line:find('"' .. tool_name .. '"', 1, true) or line:find("'" .. tool_name .. "'", 1, true) then
+        start = i
+        break
+      end
+    end
+  end
+  if not field then return tool_name and start or nil end
+  local pattern = "%f[%w_]" .. field .. "%s*=[^=]"
+  for i = start, #lines do
+    if (lines[i] .. " "):find(pattern) then n = i break end
+  end
+  return n > 0 and n or nil
+end
+
+-- Loads one tool file. Returns the list of checked tools, or nil and
+-- {line=, message="file:line: what"}.
+function M.load_file(path, text)
+  local function fail(msg, line)
+    line = line or tonumber(msg:match("^[^\n]-:(%d+):"))
+    if not msg:find(path, 1, true) then msg = path .. (line and (":" .. line) or "") .. ": " .. msg end
+    return nil, { line = line, message = msg }
+  end
+  -- globals the file sets stay in its own table; reads fall back to the
+  -- host's (so a tool can use io, os, require)
+  local env = setmetatable({}, { __index = _G })
+  local chunk, perr = load(text, "@" .. path, "t", env)
+  if not chunk then return fail(perr) end
+  local ok, result = policies.run_limited(chunk, policies.limits.load)
+  if not ok then return fail(result) end
+  if type(result) ~= "table" then
+    return fail("a tool file must return a tool or a list of tools (it returned " .. type(result) .. ")")
+  end
+  local list = (result.name ~= nil or result.run ~= nil or result.command ~= nil) and { result } or result
+  if #list == 0 then return fail("a tool file must return a tool or a list of tools (got an empty table)") end
+  local out, seen = {}, {}
+  for i, t in ipairs(list) do
+    local tool, why, field = tools.check(t, path)
+    local name = type(t) == "table" and type(t.name) == "string" and t.name or nil
+    if not tool then
+      return fail((#list > 1 and ("tools[" .. i .. "]: ") or "") .. why, line_of(text, field, name))
+    end
+    if seen[tool.name] then
+      return fail("tool name '" .. tool.name .. "' is given twice", line_of(text, "name", tool.name))
+    end
+    seen[tool.name] = true
+    out[#out + 1] = tool
+  end
+  return out
+end
+
+-- open(path [, opts]) -> set | nil, err. opts: watch (default true),
+-- debounce (seconds). The first load happens now; its failures are the
+-- set's first events.
+function M.open(path, opts)
+  if type(path) ~= "string" then error("tools.dir: expects a folder path", 3) end
+  opts = opts or {}
+  path = path:gsub("/+$", "")
+  if path == "" then path = "/" end
+  local names, err = core.list_dir(path)
+  if not names then return nil, err end
+  local self = setmetatable({
+    path = path, files = {}, snap = { version = 0, tools = {}, names = {} },
+    log = {}, seq = 0, debounce = opts.debounce or M.debounce, reloads = 0,
+  }, Set)
+  self:rescan()
+  if opts.watch ~= false then self:watch() end
+  return self
+end
+
+-- Appends an event to the set's log (bounded).
+function Set:record(ev)
+  self.seq = self.seq + 1
+  ev.seq = self.seq
+  self.log[#self.log + 1] = ev
+  if #self.log > M.max_log then table.remove(self.log, 1) end
+end
+
+-- events_since(cursor) -> the events after cursor (nil: from the start of
+-- the log), and the new cursor.
+function Set:events_since(cursor)
+  cursor = cursor or 0
+  local out = {}
+  for _, ev in ipairs(self.log) do
+    if ev.seq > cursor then out[#out + 1] = ev end
+  end
+  return out, self.seq
+end
+
+-- The current snapshot {version=, tools={name=tool}, names={sorted}}.
+function Set:snapshot() return self.snap end
+
+-- The version of the snapshot (counts good rescans that changed something).
+function Set:version() return self.snap.version end
+
+-- Reads the folder again and publishes a new snapshot if anything changed.
+-- Returns the number of files that failed.
+function Set:rescan()
+  self.reloads = self.reloads + 1
+  local listing = core.list_dir(self.path) or {}
+  local names = {}
+  for _, n in ipairs(listing) do
+    if n:match("%.lua$") and n:sub(1, 1) ~= "." then names[#names + 1] = n end
+  end
+  table.sort(names)
+  local present, changed, failed = {}, {}, 0
+  for _, n in ipairs(names) do
+    local file = self.path .. "/" .. n
+    local text = read(file)
+    if text then
+      present[n] = true
+      local st = self.files[n]
+      if not st or st.text ~= text then
+        local list, ferr = M.load_file(file, text)
+        if list then
+          self.files[n] = { text = text, tools = list, previous = st and st.tools or {} }
+          changed[n] = true
+        else
+          failed = failed + 1
+          self.files[n] = { text = text, tools = st and st.tools or {}, previous = st and st.tools or {} }
+          self:record { type = "tools_reload_failed", file = file, line = ferr.line, message = ferr.message }
+        end
+      end
+    end
+  end
+  for n in pairs(self.files) do
+    if not present[n] then self.files[n] = nil end
+  end
+  -- unique names: files that did not change keep theirs; a changed file
+  -- that takes a name another file has fails and keeps its previous tools
+  local map, owner = {}, {}
+  local order = {}
+  for _, n in ipairs(names) do if self.files[n] and not changed[n] then order[#order + 1] = n end end
+  for _, n in ipairs(names) do if changed[n] then order[#order + 1] = n end end
+  for _, n in ipairs(order) do
+    local st = self.files[n]
+    local clash
+    for _, t in ipairs(st.tools) do
+      if map[t.name] then clash = t break end
+    end
+    if clash then
+      failed = failed + 1
+      local file = self.path .. "/" .. n
+      local line = line_of(st.text, "name", clash.name)
+      self:record { type = "tools_reload_failed", file = file, line = line,
+        message = string.format("%s%s: tool name '%s' is already defined in %s", file,
+          line and (":" .. line) or "", clash.name, owner[clash.name]) }
+      st.tools = st.previous or {}
+    end
+    for _, t in ipairs(st.tools) do
+      if not map[t.name] then
+        map[t.name], owner[t.name] = t, self.path .. "/" .. n
+      end
+    end
+    st.previous = st.tools
+  end
+  local added, removed, changed_names = {}, {}, {}
+  local old = self.snap.tools
+  for name, t in pairs(map) do
+    if not old[name] then added[#added + 1] = name
+    elseif old[name] ~= t then changed_names[#changed_names + 1] = name end
+  end
+  for name in pairs(old) do if not map[name] then removed[#removed + 1] = name end end
+  if #added + #removed + #changed_names > 0 then
+    table.sort(added) table.sort(removed) table.sort(changed_names)
+    local list = {}
+    for name in pairs(map) do list[#list + 1] = name end
+    table.sort(list)
+    self.snap = { version = self.snap.version + 1, tools = map, names = list }
+    self:record { type = "tools_changed", added = json.array(added), removed = json.array(removed),
+                  changed = json.array(changed_names),
+                  version = self.snap.version }
+  end
+  return failed
+end
+
+-- Watches the folder (a daemon task): after a change, waits for
+-- `debounce` seconds of quiet, then rescans.
+function Set:watch()
+  local w, err = core.watch(self.path .. "/")
+  if not w then return nil, err end
+  self.watcher = w
+  self.task = core.spawn(function()
+    while true do
+      w:wait()
+      repeat
+        core.sleep(self.debounce)
+        local more = w:pending() > 0
+        if more then w:wait() end
+      until not more
+      self:rescan()
+    end
+  end)
+  self.task:set_daemon(true)
+  return true
+end
+
+-- Stops watching. The last snapshot stays usable.
+function Set:close()
+  if self.task then self.task:cancel("tool set closed") self.task = nil end
+  if self.watcher then self.watcher:close() self.watcher = nil end
+end
+Set.__close = Set.close
+
+M.Set = Set
+return M

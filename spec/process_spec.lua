@@ -1,0 +1,134 @@
+-- Child processes on the loop (host/process.c): argv without a shell, stdin,
+-- captured output with a cap, exit status, and process-group kills that
+-- reach a child ignoring SIGTERM and the child it started.
+local luagent = require "luagent"
+local core = require "luagent.core"
+
+-- True when `pid` no longer runs (gone, or a zombie nobody reaped yet).
+local function dead(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return true end
+  local stat = f:read("a")
+  f:close()
+  return stat:match("^%d+ %b() (%a)") == "Z"
+end
+
+-- Waits (real time, polling) until `pred()` holds or `limit` seconds pass.
+local function eventually(pred, limit)
+  local t0 = luagent.now()
+  while not pred() do
+    if luagent.now() - t0 > limit then return false end
+    luagent.sleep(0.01)
+  end
+  return true
+end
+
+describe("process_spawn", function()
+  it("runs argv without a shell and captures stdout, stderr and the exit code", function()
+    local p = assert(core.process_spawn({ "sh", "-c", 'echo "$1 $2"; echo oops >&2; exit 3', "x", "a b", "$HOME" }))
+    local r = p:wait()
+    assert.equal("a b $HOME\n", r.stdout)
+    assert.equal("oops\n", r.stderr)
+    assert.equal(3, r.code)
+    assert.is_nil(r.signal)
+    assert.is_false(r.killed)
+    assert.equal(r, r) -- the result of a second wait is the same data
+    assert.same(r, p:wait())
+    p:close()
+  end)
+
+  it("writes stdin and closes it", function()
+    local p = assert(core.process_spawn({ "cat" }, { stdin = '{"a":1}' }))
+    local r = p:wait()
+    assert.equal('{"a":1}', r.stdout)
+    assert.equal(0, r.code)
+  end)
+
+  it("keeps max_output bytes per stream and counts the rest", function()
+    local p = assert(core.process_spawn({ "head", "-c", "100000", "/dev/zero" }, { max_output = 1000 }))
+    local r = p:wait()
+    assert.equal(1000, #r.stdout)
+    assert.equal(99000, r.stdout_dropped)
+    assert.equal(0, r.code)
+  end)
+
+  it("returns nil and a `process` error for a program that does not exist", function()
+    local p, err = core.process_spawn({ "/nonexistent/luagent-tool" })
+    assert.is_nil(p)
+    assert.equal("process", err.kind)
+    assert.matches("cannot start '/nonexistent/luagent%-tool'", err.message)
+  end)
+
+  it("refuses bad argv", function()
+    assert.has_error(function() core.process_spawn({}) end)
+    assert.has_error(function() core.process_spawn({ "echo", 3 }) end)
+  end)
+
+  it("runs many children at once as tasks", function()
+    local tasks = {}
+    for i = 1, 20 do
+      tasks[i] = luagent.spawn(function()
+        return core.process_spawn({ "sh", "-c", "echo " .. i }):wait().stdout
+      end)
+    end
+    for i = 1, 20 do assert.equal(i .. "\n", tasks[i]:join()) end
+  end)
+end)
+
+describe("killing a process group", function()
+  local pidfile
+  before_each(function() pidfile = os.tmpname() end)
+  after_each(function() os.remove(pidfile) end)
+
+  -- A child that ignores SIGTERM and starts a grandchild that ignores it
+  -- too (SIG_IGN survives exec), writing the grandchild's pid to pidfile.
+  local function stubborn(grace)
+    return assert(core.process_spawn({ "sh", "-c",
+      'trap "" TERM; sleep 30 & echo $! > "$1"; wait; wait', "sh", pidfile }, { grace = grace }))
+  end
+
+  local function grandchild()
+    local f = io.open(pidfile)
+    local pid = f and tonumber(f:read("a"))
+    if f then f:close() end
+    return pid
+  end
+
+  it("a cancelled wait kills a child ignoring SIGTERM, and its own child, after the grace", function()
+    local p = stubborn(0.2)
+    assert.is_true(eventually(function() return grandchild() ~= nil end, 5))
+    local gpid, pid = grandchild(), p:pid()
+    local t0 = luagent.now()
+    local ok, err = pcall(luagent.deadline, 0.05, p.wait, p)
+    assert.is_false(ok)
+    assert.equal("timeout", err.kind)
+    -- SIGTERM was ignored: both still run until the grace ends
+    assert.is_false(dead(pid))
+    assert.is_false(dead(gpid))
+    local r = p:wait()
+    assert.equal(9, r.signal)
+    assert.is_true(r.killed)
+    assert.is_true(luagent.now() - t0 >= 0.2)
+    assert.is_true(eventually(function() return dead(gpid) end, 5))
+  end)
+
+  it("closing a running process kills its group at once", function()
+    local p = stubborn(10)
+    assert.is_true(eventually(function() return grandchild() ~= nil end, 5))
+    local gpid, pid = grandchild(), p:pid()
+    p:close()
+    assert.is_true(eventually(function() return dead(pid) and dead(gpid) end, 5))
+    assert.has_error(function() p:wait() end, "wait: process is closed")
+  end)
+
+  it("kill(0) sends SIGKILL at once; a cooperative child ends on SIGTERM", function()
+    local p = assert(core.process_spawn({ "sleep", "30" }))
+    p:kill()
+    local r = p:wait()
+    assert.equal(15, r.signal)
+    local q = stubborn(10)
+    assert.is_true(eventually(function() return grandchild() ~= nil end, 5))
+    q:kill(0)
+    assert.equal(9, q:wait().signal)
+  end)
+end)
