@@ -29,6 +29,8 @@ void lg_timerheap_free(lg_timerheap *h);
 int lg_timerheap_add(lg_timerheap *h, lg_timer *t, double due);
 /* Disarms `t`; harmless when it is not armed. */
 void lg_timerheap_remove(lg_timerheap *h, lg_timer *t);
+/* Whether `t` is armed. */
+static inline int lg_timer_armed(const lg_timer *t) { return t->slot != 0; }
 /* The earliest timer, or NULL. */
 lg_timer *lg_timerheap_peek(const lg_timerheap *h);
 

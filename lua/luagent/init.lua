@@ -1,5 +1,5 @@
 -- luagent: the public Lua API. Tasks, time and errors come from the C core;
--- larger areas (http, events, log) load on first use.
+-- larger areas (http, events, log, json, agent, tools) load on first use.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 
@@ -75,7 +75,7 @@ end
 -- Areas loaded on first use. These and the fields above are the whole public
 -- face: any other name raises, so a typo (`luagent.sleeep`) is found at once.
 -- Test-bench modules (luagent.mock, luagent.sim) are required by name.
-local LAZY = { http = true, events = true, log = true }
+local LAZY = { http = true, events = true, log = true, json = true, agent = true, tools = true }
 
 setmetatable(M, {
   __index = function(t, k)
