@@ -641,7 +641,8 @@ static int take_event(void *ud, const lg_sse_event *ev) {
 
 static int event_k(lua_State *L, int status, lua_KContext ctx);
 
-/* req:event() -> the next SSE event {event=, data=, id=, retry=}, nil at the
+/* req:event() -> the next SSE event {event=, data=, id=, retry=, offset=}
+ * (offset: the stream byte just past the event), nil at the
  * end of the stream, or nil, err (transport failure, or a protocol error for
  * an oversized line or event). Bytes after the last complete event at the
  * end of the stream are reported by req:info().partial. */
@@ -676,6 +677,8 @@ static int event_k(lua_State *L, int status, lua_KContext ctx) {
     maybe_unpause(r);
     if (rc > 0) {
       r->delivered = 1;
+      lua_pushinteger(L, (lua_Integer)lg_sse_offset(&r->sse));
+      lua_setfield(L, -2, "offset");
       return 1;
     }
   }

@@ -5,6 +5,8 @@
 local http = require "luagent.http"
 local errors = require "luagent.errors"
 local queue = require "luagent.queue"
+local secrets = require "luagent.secrets"
+local json = require "luagent.json"
 
 local M = {}
 
@@ -32,29 +34,11 @@ Provider.__name = "luagent.Provider"
 
 -- Keys live here, keyed by provider, never as a field: printing, logging or
 -- encoding a provider cannot reveal its key.
-local secrets = setmetatable({}, { __mode = "k" })
+local keys = setmetatable({}, { __mode = "k" })
 
 function Provider:__tostring()
   return string.format("provider %s/%s at %s", self.kind, self.model, self.base_url)
 end
-
--- Keys shorter than this are placeholders (mocks, specs), not secrets worth
--- rewriting every message for.
-local MIN_SECRET = 8
-
--- Replaces every occurrence of the key in the strings of `err` (messages,
--- echoed bodies) with "***". Cancellation records are left alone.
-local function scrub(err, key)
-  if type(err) ~= "table" or not key or #key < MIN_SECRET or err.kind == "cancelled" then return err end
-  local function clean(s) return (s:gsub(key:gsub("%p", "%%%0"), "***")) end
-  for k, v in pairs(err) do
-    if type(v) == "string" then err[k] = clean(v)
-    elseif type(v) == "table" and k ~= "raw" then scrub(v, key) end
-  end
-  if type(err.raw) == "table" then scrub(err.raw, key) end
-  return err
-end
-M.scrub = scrub
 
 -- new("kind/model") or new{kind=, model=, base_url=, api_key=, headers=,
 -- timeout=} -> provider. An unknown kind or a missing model raises.
@@ -73,7 +57,9 @@ function M.new(spec)
   local key = spec.api_key or os.getenv(info.key_env)
   if M.embedded and not spec.base_url then
     base_url = M.embedded.url .. (spec.kind == "openrouter" and "/api/v1" or "/v1")
-    key = M.embedded.api_key
+    key = M.embedded.api_key -- a placeholder, not a secret
+  else
+    secrets.register(key) -- every output is scrubbed of it from now on
   end
   local p = setmetatable({
     kind = spec.kind,
@@ -83,13 +69,13 @@ function M.new(spec)
     headers = spec.headers,
     timeout = spec.timeout,
   }, Provider)
-  secrets[p] = key
+  keys[p] = key
   return p
 end
 
 -- provider:has_key() -> whether a key is configured.
 function Provider:has_key()
-  local k = secrets[self]
+  local k = keys[self]
   return k ~= nil and k ~= ""
 end
 
@@ -103,26 +89,119 @@ local function timeouts(self, call)
   return t
 end
 
+-- An error record when a streaming answer's headers say its body cannot
+-- be an event stream: a redirect (never followed), a compressed body (none
+-- is asked for), or a JSON or HTML body. nil when the body may be read.
+local function unexpected(resp)
+  local status, h = resp.status, resp.headers
+  local function body()
+    local limit = http.ERROR_BODY_MAX + secrets.margin
+    local ok, b = pcall(resp.body, resp, limit)
+    if not ok then
+      if errors.is_cancel(b) then error(b, 0) end
+      return ""
+    end
+    return secrets.cut(b, http.ERROR_BODY_MAX, #b >= limit)
+  end
+  if status >= 300 and status < 400 then
+    return errors.new("http", string.format("HTTP %d redirect to %s: redirects are not followed"
+      .. " (check the base URL)", status, h.location and ("'" .. h.location .. "'") or "nowhere"),
+      { status = status, headers = h, body = "" })
+  end
+  local enc = h["content-encoding"]
+  if enc and enc:lower() ~= "identity" then
+    return errors.new("protocol", string.format("HTTP %d: the body is '%s'-encoded; an event"
+      .. " stream is expected as plain text (no Accept-Encoding was sent)", status, enc),
+      { status = status, headers = h, content_encoding = enc })
+  end
+  local ct = (h["content-type"] or ""):lower()
+  if ct:find("json", 1, true) or ct:find("html", 1, true) then
+    return errors.new("protocol", string.format("HTTP %d: expected an event stream"
+      .. " (text/event-stream), got a '%s' body", status, h["content-type"]),
+      { status = status, headers = h, content_type = h["content-type"], body = body() })
+  end
+end
+
+-- Text fields of delta events, per stream of deltas.
+local DELTA_FIELD = { text_delta = "text", thinking_delta = "text", tool_call_delta = "arguments" }
+
+-- A filter over one answer's events that scrubs every key from them
+-- (lua/luagent/secrets.lua). A delta ending with what may be the start of
+-- a key keeps that end back until the next delta of its stream shows
+-- whether a key goes on there; what is held is released before the next
+-- event that is not a delta, so the deltas still add up to the text.
+local function scrubbed_events()
+  local held, order = {}, {} -- stream id -> {ev=<template>, text=}; ids in order
+  local function flush(out)
+    for _, id in ipairs(order) do
+      local h = held[id]
+      held[id] = nil
+      h.ev[DELTA_FIELD[h.ev.type]] = h.text
+      out[#out + 1] = h.ev
+    end
+    order = {}
+  end
+  return function(list)
+    local out = {}
+    for _, ev in ipairs(list) do
+      local field = DELTA_FIELD[ev.type]
+      if not field then
+        flush(out)
+        out[#out + 1] = secrets.scrub(ev)
+      else
+        local id = ev.type .. (ev.index or "")
+        local h = held[id]
+        local text = secrets.text((h and h.text or "") .. ev[field])
+        local n = secrets.tail(text)
+        if n > 0 then
+          if not h then order[#order + 1] = id end
+          local copy = {}
+          for k, v in pairs(ev) do copy[k] = v end
+          held[id] = { ev = copy, text = text:sub(-n) }
+          text = text:sub(1, -n - 1)
+        elseif h then
+          held[id] = nil
+          for i, o in ipairs(order) do if o == id then table.remove(order, i) break end end
+        end
+        if text ~= "" then
+          ev[field] = text
+          out[#out + 1] = secrets.scrub(ev)
+        end
+      end
+    end
+    return out
+  end
+end
+
 -- provider:stream(request [, opts]) -> iterator, nil, nil, response | nil, err.
 -- request: {system=, messages=, tools=, max_tokens=, temperature=} (model is
--- the provider's unless given). opts.timeout overrides timeouts. The
--- iterator raises an error record when the stream fails after it began. The
--- response is the generic for's closing value: leaving the loop early
--- aborts the transfer at once.
+-- the provider's unless given). opts.timeout overrides timeouts;
+-- opts.max_bytes caps the bytes of the answer's event data (past it the
+-- attempt fails with kind `too_large`). The iterator raises an error record
+-- when the stream fails after it began. The response is the generic for's
+-- closing value: leaving the loop early aborts the transfer at once. Keys
+-- are scrubbed from every event and error (lua/luagent/secrets.lua).
 function Provider:stream(request, opts)
-  local key = secrets[self]
+  local key = keys[self]
   local req = {}
   for k, v in pairs(request) do req[k] = v end
   req.model = req.model or self.model
   local ok, built = pcall(self.adapter.build, req, { base_url = self.base_url, api_key = key, headers = self.headers })
-  if not ok then error(scrub({ message = tostring(built) }, key).message, 2) end
-  local rec = M.recorder and M.recorder:begin(built, function(s) return scrub({ s = s }, key).s end)
+  if not ok then error(secrets.text(tostring(built)), 2) end
+  local rec = M.recorder and M.recorder:begin(built)
   local resp, err = http.request {
     method = built.method, url = built.url, headers = built.headers, body = built.body,
     timeout = timeouts(self, opts and opts.timeout),
   }
+  if resp then
+    err = unexpected(resp)
+    if err then
+      resp:close()
+      resp = nil
+    end
+  end
   if not resp then
-    err = scrub(err, key)
+    err = secrets.scrub(err)
     if rec then rec:finish(err) end
     return nil, err
   end
@@ -130,13 +209,26 @@ function Provider:stream(request, opts)
   local dec = self.adapter.decoder { model = req.model }
   local events = resp:events()
   local pending, finished = queue.new(), false
+  local max_bytes = opts and opts.max_bytes
+  local bytes, nevents = 0, 0
+  local scrub = scrubbed_events()
 
   local function fail(e)
     resp:close()
     finished = true
-    e = scrub(e, key)
+    e = secrets.scrub(e)
     if rec then rec:finish(e) end
     error(e, 0)
+  end
+
+  -- The body ended without any event: say what it held instead.
+  local function not_a_stream(e)
+    local info = resp:info()
+    if nevents > 0 or info.bytes == 0 or e.kind ~= "truncated" then return e end
+    local ct = resp.headers["content-type"]
+    return errors.new("protocol", string.format("HTTP %d: the body (%d bytes, %s) held no"
+      .. " server-sent event", resp.status, info.bytes, ct and "'" .. ct .. "'" or "no Content-Type"),
+      { status = resp.status, headers = resp.headers, bytes = info.bytes, provider = e.provider })
   end
 
   return function()
@@ -148,15 +240,24 @@ function Provider:stream(request, opts)
       if not got then fail(sse) end
       local out, derr
       if sse then
+        nevents = nevents + 1
+        bytes = bytes + #sse.data
+        if max_bytes and bytes > max_bytes then
+          fail(errors.new("too_large", string.format("the answer passed max_answer_bytes"
+            .. " (%d bytes of event data, at byte offset %d)", max_bytes, sse.offset or 0),
+            { limit = max_bytes, bytes = bytes, offset = sse.offset, delivered = dec.delivered }))
+        end
         if rec then rec:event(sse) end
         out, derr = dec:feed(sse)
       else
         out, derr = dec:finish()
+        if not out then derr = not_a_stream(derr) end
         finished = true
         resp:close()
         if rec then rec:finish() end
       end
       if not out then fail(derr) end
+      out = scrub(out)
       -- the answer is complete at its message_end: record it now, since a
       -- caller may stop pulling here, and release the transfer
       local last = out[#out]
