@@ -45,12 +45,13 @@ function Exchange:event(ev)
                                      event = ev.event, data = ev.data }
 end
 
--- ex:finish([err]) writes the exchange; an HTTP error keeps its body.
+-- ex:finish([err]) writes the exchange; an HTTP error (or a body that was
+-- no event stream) keeps its body.
 function Exchange:finish(err)
   if self.done then return end
   self.done = true
   local x = { request = self.request, status = self.status, headers = self.headers }
-  if err and err.kind == "http" then
+  if err and err.status and type(err.body) == "string" then
     x.status, x.headers, x.body = err.status, err.headers, err.body
   elseif self.status then
     x.events = self.events
