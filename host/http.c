@@ -363,8 +363,18 @@ static http_ctx *http_get(lua_State *L) {
 
 /* ------------------------------------------------------ error records */
 
-/* The error kind for a curl result, refined by the socket's errno. */
-static const char *kind_of(CURLcode rc, long os_errno, int got_headers) {
+/* True when curl's message says the response itself was malformed (chunked
+ * framing it could not parse, headers over its limit or without a colon):
+ * a fault of the server's bytes, not of the connection. */
+static int malformed_response(const char *errbuf) {
+  return strstr(errbuf, "chunked-encoding") || strstr(errbuf, "response headers") ||
+         strstr(errbuf, "Header without colon");
+}
+
+/* The error kind for a curl result, refined by the socket's errno and
+ * curl's message. */
+static const char *kind_of(CURLcode rc, long os_errno, int got_headers, const char *errbuf) {
+  if (rc == CURLE_RECV_ERROR && malformed_response(errbuf)) return "protocol";
   switch (rc) {
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY: return "dns";
@@ -399,7 +409,7 @@ static void push_failure(lua_State *L, request *r) {
   const char *msg = r->fail_msg;
   char text[CURL_ERROR_SIZE + 96];
   if (!kind) {
-    kind = kind_of(r->result, r->os_errno, r->status > 0);
+    kind = kind_of(r->result, r->os_errno, r->status > 0, r->errbuf);
     snprintf(text, sizeof text, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->result));
     msg = text;
   }
