@@ -1,7 +1,8 @@
 -- API keys never leave the process: a hostile server echoes the key in
 -- every place it can (headers of 2xx and 3xx responses, a redirect's
 -- Location, SSE event names, the model's text split across deltas, tool
--- arguments, an error body cut at 64 KiB, a JSON body), and the key is found
+-- arguments, an in-stream error that is retried and logged, an error body
+-- cut at 64 KiB, a JSON body), and the key is found
 -- in none of the outputs: error records, events, `--events jsonl`, the
 -- cassette of `--record`, and the log lines on stderr.
 local helpers = require "helpers"
@@ -34,6 +35,10 @@ function scenario.stream(conn, req)
   for _, c in ipairs(chunks) do conn:write("event: " .. key .. "\ndata: " .. c .. "\n\n") end
   conn:write("data: [DONE]\n\n")
 end
+function scenario.overloaded(conn, req)
+  conn:write(server.head(200, { "Content-Type: text/event-stream", "Connection: close" })
+    .. 'data: {"error":{"message":"key ' .. jsonesc(echo(req)) .. ' overloaded","type":"overloaded_error"}}\n\n')
+end
 function scenario.redirect(conn, req)
   conn:write(server.head(302, { "Location: http://127.0.0.1:1/login?auth=" .. urlenc(echo(req)),
     "X-Echo: " .. echo(req), "Content-Length: 0", "Connection: close" }))
@@ -62,11 +67,11 @@ local function dump(v, out, seen)
 end
 
 retry.log = function(line) io.stderr:write("LOG ", line, "\n") end
-for _, name in ipairs({ "stream", "redirect", "cut", "json" }) do
+for _, name in ipairs({ "stream", "overloaded", "redirect", "cut", "json" }) do
   local srv = server.serve(scenario[name])
   local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1" }
   local out = {}
-  for ev in luagent.stream { model = model, policy = { max_retries = 0 },
+  for ev in luagent.stream { model = model, policy = { max_retries = 1, backoff = { strategy = "fixed", base = 0 } },
                              messages = { { role = "user", content = "hi" } } } do
     dump(ev, out, {})
   end
@@ -100,11 +105,12 @@ for _, key in ipairs({ "sk-1234", "sk-LEAK/CHECK+0123456789abcdef==" }) do
     setup(function() r = run_with(key) end)
 
     it("ran every scenario, recorded them and printed their events", function()
-      for _, name in ipairs({ "stream", "redirect", "cut", "json" }) do
+      for _, name in ipairs({ "stream", "overloaded", "redirect", "cut", "json" }) do
         assert.matches("SCENARIO " .. name, r.stderr)
       end
       local _, lines = r.cassette:gsub("\n", "")
-      assert.equal(4, lines)
+      assert.equal(6, lines) -- the overloaded call was tried twice
+      assert.matches("LOG WARN provider error %(attempt 1/2%).-key Bearer %*%*%* overloaded", r.stderr)
       assert.matches('"type":"message_end"', r.stdout)
       -- the echoes are there, scrubbed
       assert.matches("the key is %*%*%*, right", r.stdout)

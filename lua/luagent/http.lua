@@ -22,7 +22,8 @@ local function raise(resp, err)
   error(err, 0)
 end
 
--- resp:events() -> iterator of SSE events {event=, data=, id=, retry=}.
+-- resp:events() -> iterator of SSE events {event=, data=, id=, retry=,
+-- offset=} (offset: the body byte just past the event).
 function Response:events()
   return function()
     local ev, err = self._req:event()

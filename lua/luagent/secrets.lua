@@ -113,8 +113,13 @@ end
 function M.tail(s)
   local best = 0
   for _, f in ipairs(forms) do
-    for n = math.min(#f - 1, #s), best + 1, -1 do
-      if s:sub(-n) == f:sub(1, n) then best = n break end
+    -- candidates start where f's first byte occurs in the last #f - 1
+    -- bytes of s, earliest (longest) first
+    local first = f:sub(1, 1)
+    local i = s:find(first, math.max(1, #s - #f + 2), true)
+    while i and #s - i + 1 > best do
+      if s:sub(i) == f:sub(1, #s - i + 1) then best = #s - i + 1 break end
+      i = s:find(first, i + 1, true)
     end
   end
   return best
