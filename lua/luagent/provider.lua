@@ -2,6 +2,7 @@
 -- is one attempt: provider:stream(request) sends it and returns an iterator of
 -- normalized events (lua/luagent/EVENTS.md), or nil and an error record.
 -- Retries belong to the layer above.
+local core = require "luagent.core"
 local http = require "luagent.http"
 local errors = require "luagent.errors"
 local queue = require "luagent.queue"
@@ -90,19 +91,10 @@ local function timeouts(self, call)
 end
 
 -- An error record when a streaming answer's headers say its body cannot
--- be an event stream: a redirect (never followed), a compressed body (none
--- is asked for), or a JSON or HTML body. nil when the body may be read.
+-- be read: a redirect (never followed) or a compressed body (none is asked
+-- for). nil when the body may be read.
 local function unexpected(resp)
   local status, h = resp.status, resp.headers
-  local function body()
-    local limit = http.ERROR_BODY_MAX + secrets.margin
-    local ok, b = pcall(resp.body, resp, limit)
-    if not ok then
-      if errors.is_cancel(b) then error(b, 0) end
-      return ""
-    end
-    return secrets.cut(b, http.ERROR_BODY_MAX, #b >= limit)
-  end
   if status >= 300 and status < 400 then
     return errors.new("http", string.format("HTTP %d redirect to %s: redirects are not followed"
       .. " (check the base URL)", status, h.location and ("'" .. h.location .. "'") or "nowhere"),
@@ -114,11 +106,38 @@ local function unexpected(resp)
       .. " stream is expected as plain text (no Accept-Encoding was sent)", status, enc),
       { status = status, headers = h, content_encoding = enc })
   end
-  local ct = (h["content-type"] or ""):lower()
-  if ct:find("json", 1, true) or ct:find("html", 1, true) then
-    return errors.new("protocol", string.format("HTTP %d: expected an event stream"
-      .. " (text/event-stream), got a '%s' body", status, h["content-type"]),
-      { status = status, headers = h, content_type = h["content-type"], body = body() })
+end
+
+-- Events of a body whose Content-Type does not say text/event-stream (a
+-- JSON error, an HTML page, or a stream a server mislabels, which is still
+-- read): parsed here, keeping the body's first bytes so that a body without
+-- any event can be shown. Returns the iterator and a function returning
+-- the kept text.
+local function sniffed_events(resp)
+  local parser = core.sse_parser()
+  local limit = http.ERROR_BODY_MAX + secrets.margin
+  local pending, pos, kept, size = {}, 1, {}, 0
+  local function events()
+    while true do
+      local ev = pending[pos]
+      if ev then
+        pending[pos], pos = nil, pos + 1
+        return ev
+      end
+      local chunk = resp:read()
+      if not chunk then return nil end
+      if size < limit then
+        kept[#kept + 1] = chunk:sub(1, limit - size)
+        size = size + #kept[#kept]
+      end
+      local evs, err = parser:feed(chunk)
+      if not evs then error(err, 0) end
+      pending, pos = evs, 1
+    end
+  end
+  return events, function()
+    local text = table.concat(kept)
+    return secrets.cut(text, http.ERROR_BODY_MAX, #text >= limit)
   end
 end
 
@@ -207,7 +226,13 @@ function Provider:stream(request, opts)
   end
   if rec then rec:response(resp.status, resp.headers) end
   local dec = self.adapter.decoder { model = req.model }
-  local events = resp:events()
+  local content_type = resp.headers["content-type"]
+  local events, kept
+  if (content_type or ""):lower():find("text/event-stream", 1, true) then
+    events = resp:events()
+  else
+    events, kept = sniffed_events(resp)
+  end
   local pending, finished = queue.new(), false
   local max_bytes = opts and opts.max_bytes
   local bytes, nevents = 0, 0
@@ -223,12 +248,21 @@ function Provider:stream(request, opts)
 
   -- The body ended without any event: say what it held instead.
   local function not_a_stream(e)
-    local info = resp:info()
-    if nevents > 0 or info.bytes == 0 or e.kind ~= "truncated" then return e end
-    local ct = resp.headers["content-type"]
-    return errors.new("protocol", string.format("HTTP %d: the body (%d bytes, %s) held no"
-      .. " server-sent event", resp.status, info.bytes, ct and "'" .. ct .. "'" or "no Content-Type"),
-      { status = resp.status, headers = resp.headers, bytes = info.bytes, provider = e.provider })
+    local n = resp:info().bytes
+    if nevents > 0 or n == 0 or e.kind ~= "truncated" then return e end
+    local fields = { status = resp.status, headers = resp.headers, bytes = n,
+      content_type = content_type, provider = e.provider }
+    if not kept then
+      return errors.new("protocol", string.format("HTTP %d: the body (%d bytes) held no"
+        .. " server-sent event", resp.status, n), fields)
+    end
+    fields.body = kept()
+    local said = json.decode(fields.body)
+    said = type(said) == "table" and type(said.error) == "table" and said.error.message
+    return errors.new("protocol", string.format("HTTP %d: expected an event stream"
+      .. " (text/event-stream), got %s of %d bytes without any event%s", resp.status,
+      content_type and "a '" .. content_type .. "' body" or "a body without Content-Type", n,
+      type(said) == "string" and ": " .. said or ""), fields)
   end
 
   return function()
