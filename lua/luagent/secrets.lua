@@ -15,7 +15,7 @@ local M = {}
 -- Every form of every registered key, longest first (a longer form that
 -- contains a shorter one is replaced whole).
 local forms = {}
-local registered = {}
+local registered = {} -- key -> true
 
 -- The longest form; bodies cut at a size limit are read this much further
 -- so a key across the cut is still recognised (see M.cut).
@@ -32,8 +32,10 @@ end
 local JSON_ESC = { ['"'] = '\\"', ["\\"] = "\\\\", ["/"] = "\\/", ["\n"] = "\\n",
   ["\r"] = "\\r", ["\t"] = "\\t", ["\b"] = "\\b", ["\f"] = "\\f" }
 
-local function json_escaped(key)
-  return (key:gsub('[%c"\\/]', function(c)
+-- The key inside a JSON string: with "/" escaped (as cjson and many
+-- servers write it) or not (as luagent's own encoder does).
+local function json_escaped(key, slash)
+  return (key:gsub(slash and '[%c"\\/]' or '[%c"\\]', function(c)
     return JSON_ESC[c] or string.format("\\u%04x", c:byte())
   end))
 end
@@ -49,7 +51,7 @@ function M.register(key)
   local seen = {}
   for _, f in ipairs(forms) do seen[f] = true end
   for _, f in ipairs({ key, percent(key), percent(key, true), percent(key, false, true),
-                       percent(key, true, true), json_escaped(key) }) do
+                       percent(key, true, true), json_escaped(key, true), json_escaped(key) }) do
     if not seen[f] then
       seen[f] = true
       forms[#forms + 1] = f
@@ -57,11 +59,6 @@ function M.register(key)
     end
   end
   table.sort(forms, function(a, b) return #a > #b end)
-end
-
--- forget_all(): drops every key (specs).
-function M.forget_all()
-  forms, registered, M.margin = {}, {}, 0
 end
 
 local function escape(s) return (s:gsub("%p", "%%%0")) end
