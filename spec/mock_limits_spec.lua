@@ -92,6 +92,20 @@ describe("a mock connection", function()
   end)
 end)
 
+describe("luagent mock --help", function()
+  it("states the limits the mock enforces", function()
+    local text = require("luagent.mock.help").mock
+    local MiB = 1024 * 1024
+    -- words of a phrase may be split across lines
+    local function says(phrase) assert.matches((phrase:gsub(" ", "%%s+")), text) end
+    says("headers up to " .. mock.MAX_HEAD // 1024 .. " KiB")
+    says("body up to " .. mock.MAX_BODY // MiB .. " MiB")
+    says("over " .. mock.IDLE_TIMEOUT .. " s")
+    says("latest " .. mock.LOG_MAX .. " requests")
+    says("pass " .. mock.LOG_BYTES // MiB .. " MiB together")
+  end)
+end)
+
 describe("cassette headers", function()
   local line = '{"request":{"method":"POST","path":"/v1/chat/completions"},"status":200,'
     .. '"headers":{"x-a":"b\\r\\nSet-Cookie: evil=1"},"body":"{}"}'
