@@ -277,8 +277,8 @@ function Provider:stream(request, opts)
         nevents = nevents + 1
         bytes = bytes + #sse.data
         if max_bytes and bytes > max_bytes then
-          fail(errors.new("too_large", string.format("the answer passed max_answer_bytes"
-            .. " (%d bytes of event data, at byte offset %d)", max_bytes, sse.offset or 0),
+          fail(errors.new("too_large", string.format("the answer passed max_answer_bytes = %d"
+            .. " (event data, at byte offset %d of the body)", max_bytes, sse.offset or 0),
             { limit = max_bytes, bytes = bytes, offset = sse.offset, delivered = dec.delivered }))
         end
         if rec then rec:event(sse) end
