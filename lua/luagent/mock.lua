@@ -492,7 +492,10 @@ local function connection(server, conn)
     local ok, req, failure = pcall(read_request, conn, st)
     timer:cancel()
     server.timers[conn] = nil
-    if not ok then
+    if ok and expired then -- it fired as the request completed: the cancel is still due
+      conn:close()
+      break
+    elseif not ok then
       if not expired then
         conn:close()
         server.conns[conn] = nil
