@@ -393,8 +393,18 @@ static http_ctx *http_get(lua_State *L) {
 
 /* ------------------------------------------------------ error records */
 
-/* The error kind for a curl result, refined by the socket's errno. */
-static const char *kind_of(CURLcode rc, long os_errno, int got_headers) {
+/* True when curl's message says the response itself was malformed (chunked
+ * framing it could not parse, headers over its limit or without a colon):
+ * a fault of the server's bytes, not of the connection. */
+static int malformed_response(const char *errbuf) {
+  return strstr(errbuf, "chunked-encoding") || strstr(errbuf, "response headers") ||
+         strstr(errbuf, "Header without colon");
+}
+
+/* The error kind for a curl result, refined by the socket's errno and
+ * curl's message. */
+static const char *kind_of(CURLcode rc, long os_errno, int got_headers, const char *errbuf) {
+  if (rc == CURLE_RECV_ERROR && malformed_response(errbuf)) return "protocol";
   switch (rc) {
     case CURLE_COULDNT_RESOLVE_HOST:
     case CURLE_COULDNT_RESOLVE_PROXY: return "dns";
@@ -429,7 +439,7 @@ static void push_failure(lua_State *L, request *r) {
   const char *msg = r->fail_msg;
   char text[CURL_ERROR_SIZE + 96];
   if (!kind) {
-    kind = kind_of(r->result, r->os_errno, r->status > 0);
+    kind = kind_of(r->result, r->os_errno, r->status > 0, r->errbuf);
     snprintf(text, sizeof text, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->result));
     msg = text;
   }
@@ -679,7 +689,8 @@ static int take_event(void *ud, const lg_sse_event *ev) {
 
 static int event_k(lua_State *L, int status, lua_KContext ctx);
 
-/* req:event() -> the next SSE event {event=, data=, id=, retry=}, nil at the
+/* req:event() -> the next SSE event {event=, data=, id=, retry=, offset=}
+ * (offset: the stream byte just past the event), nil at the
  * end of the stream, or nil, err (transport failure, or a protocol error for
  * an oversized line or event). Bytes after the last complete event at the
  * end of the stream are reported by req:info().partial. */
@@ -714,6 +725,8 @@ static int event_k(lua_State *L, int status, lua_KContext ctx) {
     maybe_unpause(r);
     if (rc > 0) {
       r->delivered = 1;
+      lua_pushinteger(L, (lua_Integer)lg_sse_offset(&r->sse));
+      lua_setfield(L, -2, "offset");
       return 1;
     }
   }

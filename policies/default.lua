@@ -37,6 +37,10 @@ return {
   -- Every attempt and every wait of one call together.
   total_deadline = 1800,
 
+  -- One answer's event data may not pass 64 MiB: a server that streams
+  -- without end fails the attempt (kind too_large) before memory runs out.
+  max_answer_bytes = 64 * 1024 * 1024,
+
   -- retry_statuses is left out: the built-in rules apply (429, 503, 529,
   -- 408, 409, 500, 502, 504, and OpenRouter's in-flight 402).
 

@@ -5,6 +5,7 @@
 local json = require "luagent.json"
 local errors = require "luagent.errors"
 local queue = require "luagent.queue"
+local secrets = require "luagent.secrets"
 
 local M = {}
 
@@ -35,7 +36,8 @@ function M.publish(ev)
     if not ok then
       if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
       table.remove(subscribers, i)
-      io.stderr:write("luagent: an event consumer failed and was removed: ", tostring(err), "\n")
+      io.stderr:write("luagent: an event consumer failed on a ", tostring(ev.type),
+        " event and was removed: ", secrets.text(tostring(err)), "\n")
     end
   end
 end
@@ -60,9 +62,11 @@ local function plain(v, depth)
   return out
 end
 
--- to_json(event) -> one line of JSON (no newline).
+-- to_json(event) -> one line of JSON (no newline), valid UTF-8, keys
+-- scrubbed (lua/luagent/secrets.lua). Non-finite numbers (a server's
+-- `1e999`, a policy's math.huge) are written as null.
 function M.to_json(ev)
-  return json.encode(plain(ev, 0))
+  return secrets.text(json.encode(plain(ev, 0), { nonfinite = "null" }))
 end
 
 -- jsonl(file) -> a consumer writing each event as one JSON line to file.

@@ -5,10 +5,12 @@
 -- stream. Transport failures are error records (lua/luagent/EVENTS.md).
 local core = require "luagent.core"
 local errors = require "luagent.errors"
+local secrets = require "luagent.secrets"
 
 local M = {}
 
--- Error bodies are kept up to this size in `http` error records.
+-- Error bodies are kept up to this size in `http` error records (scrubbed
+-- of keys before the cut: lua/luagent/secrets.lua).
 M.ERROR_BODY_MAX = 64 * 1024
 
 local Response = {}
@@ -20,7 +22,8 @@ local function raise(resp, err)
   error(err, 0)
 end
 
--- resp:events() -> iterator of SSE events {event=, data=, id=, retry=}.
+-- resp:events() -> iterator of SSE events {event=, data=, id=, retry=,
+-- offset=} (offset: the body byte just past the event).
 function Response:events()
   return function()
     local ev, err = self._req:event()
@@ -102,12 +105,14 @@ function M.request(opts)
   if not req then return nil, err end
   local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req }, Response)
   if resp.status >= 400 and opts.http_errors ~= false then
-    local ok, body = pcall(resp.body, resp, M.ERROR_BODY_MAX)
+    local limit = M.ERROR_BODY_MAX + secrets.margin
+    local ok, body = pcall(resp.body, resp, limit)
     resp:close()
     if not ok and errors.is_cancel(body) then error(body, 0) end
-    return nil, errors.new("http", string.format("HTTP %d", resp.status), {
-      status = resp.status, headers = resp.headers, body = ok and body or "",
-    })
+    body = ok and secrets.cut(body, M.ERROR_BODY_MAX, #body >= limit) or ""
+    return nil, secrets.scrub(errors.new("http", string.format("HTTP %d", resp.status), {
+      status = resp.status, headers = resp.headers, body = body,
+    }))
   end
   return resp
 end

@@ -50,17 +50,72 @@ local escapes = {
   ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t",
 }
 
--- A JSON string literal; UTF-8 passes through, control bytes are escaped.
+-- The replacement character, U+FFFD, as UTF-8.
+M.REPLACEMENT = "\u{FFFD}"
+
+-- clean_utf8(s) -> s with every byte that does not start a valid UTF-8
+-- sequence (stray bytes, overlong forms, encoded surrogates) replaced by
+-- U+FFFD. Valid text is returned as is.
+function M.clean_utf8(s)
+  if utf8.len(s) then return s end
+  local out, i = {}, 1
+  while i <= #s do
+    local n, bad = utf8.len(s, i)
+    if n then
+      out[#out + 1] = s:sub(i)
+      break
+    end
+    out[#out + 1] = s:sub(i, bad - 1)
+    out[#out + 1] = M.REPLACEMENT
+    i = bad + 1
+  end
+  return table.concat(out)
+end
+
+-- fix_surrogates(text) -> JSON text in which every lone UTF-16 surrogate
+-- escape (`\ud800` without its pair, or a stray low half) is replaced by
+-- `\ufffd`, so the text decodes. Pairs and escaped backslashes are kept.
+function M.fix_surrogates(text)
+  if not text:find("\\u[dD][89a-fA-F]") then return text end
+  local out, pos, i = {}, 1, 1
+  while true do
+    local s, e = text:find("\\+u[dD][89a-fA-F]%x%x", i)
+    if not s then break end
+    local u = e - 4 -- the 'u'
+    i = e + 1
+    if (u - s) % 2 == 1 then -- an odd run of backslashes: a real escape
+      local code = tonumber(text:sub(u + 1, e), 16)
+      if code < 0xDC00 and text:find("^\\u[dD][c-fC-F]%x%x", e + 1) then
+        i = e + 7 -- a high half followed by its low half: a pair
+      else
+        out[#out + 1] = text:sub(pos, u - 2)
+        out[#out + 1] = "\\ufffd"
+        pos = e + 1
+      end
+    end
+  end
+  out[#out + 1] = text:sub(pos)
+  return table.concat(out)
+end
+
+-- A JSON string literal; control bytes are escaped, bytes that are not
+-- UTF-8 become U+FFFD (so every line luagent writes is valid UTF-8).
 local function quote(s)
+  s = M.clean_utf8(s)
   return '"' .. s:gsub('[%c"\\]', function(c)
     return escapes[c] or string.format("\\u%04x", c:byte())
   end) .. '"'
 end
 
+-- How non-finite numbers encode: nil raises (request bodies must not
+-- change meaning silently); "null" writes null (event lines).
+local nonfinite = nil
+
 -- Integers exactly; floats as the shortest text that reads back equal.
 local function number(x)
   if math.type(x) == "integer" then return string.format("%d", x) end
   if x ~= x or x == math.huge or x == -math.huge then
+    if nonfinite == "null" then return "null" end
     error("json.encode: cannot encode a non-finite number", 0)
   end
   for digits = 15, 17 do
@@ -137,17 +192,27 @@ function encode(v, buf, depth)
   end
 end
 
--- Encodes `v` as compact JSON text; non-finite numbers and functions raise.
-function M.encode(v)
+-- Encodes `v` as compact JSON text; functions raise, and so do non-finite
+-- numbers unless opts.nonfinite = "null" (then they are written as null).
+function M.encode(v, opts)
   local buf = {}
-  encode(v, buf, 0)
+  nonfinite = opts and opts.nonfinite
+  local ok, err = pcall(encode, v, buf, 0)
+  nonfinite = nil
+  if not ok then error(err, 0) end
   return table.concat(buf)
 end
 
--- Decodes JSON text: the value, or nil and cjson's message.
+-- Decodes JSON text: the value, or nil and cjson's message. Lone surrogate
+-- escapes decode as U+FFFD (M.fix_surrogates); other bytes pass as sent.
 function M.decode(text)
   local ok, v = pcall(decoder.decode, text)
   if ok then return v end
+  local fixed = M.fix_surrogates(text)
+  if fixed ~= text then
+    ok, v = pcall(decoder.decode, fixed)
+    if ok then return v end
+  end
   return nil, tostring(v)
 end
 

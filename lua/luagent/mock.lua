@@ -14,8 +14,18 @@ local cassette = require "luagent.mock.cassette"
 
 local M = {}
 
+-- Limits per connection: a request's header block and body (what one
+-- connection can make the server buffer), and the seconds a connection may
+-- take to send its next whole request (slow or idle clients are dropped, so
+-- they cannot hold descriptors and memory for good).
 M.MAX_HEAD = 64 * 1024
-M.MAX_BODY = 64 * 1024 * 1024
+M.MAX_BODY = 16 * 1024 * 1024
+M.IDLE_TIMEOUT = 60
+
+-- The request log is a window: the latest LOG_MAX requests, fewer when
+-- their bodies pass LOG_BYTES together (the newest is always kept).
+M.LOG_MAX = 1000
+M.LOG_BYTES = 16 * 1024 * 1024
 
 ------------------------------------------------------------------------------
 -- Request parsing
@@ -132,7 +142,10 @@ end
 local function head(resp, framing, close)
   local out = { string.format("HTTP/1.1 %d %s\r\n", resp.status,
     replies.reasons[resp.status] or "Unknown") }
-  for _, h in ipairs(resp.headers or {}) do out[#out + 1] = h[1] .. ": " .. h[2] .. "\r\n" end
+  for _, h in ipairs(resp.headers or {}) do
+    -- CR or LF in a name or value would start a header of its own
+    out[#out + 1] = h[1]:gsub("[\r\n]", "") .. ": " .. h[2]:gsub("[\r\n]", " ") .. "\r\n"
+  end
   out[#out + 1] = framing .. "\r\n"
   if close then out[#out + 1] = "Connection: close\r\n" end
   out[#out + 1] = "\r\n"
@@ -306,7 +319,8 @@ function M.state(opts)
     faults = list, rng = faults.rng(math.tointeger(seed)), player = player,
     ttft = ttft, tps = tps, recorded_speed = opts.recorded_speed,
     now = opts.now or os.time, on_divergence = opts.on_divergence, script = opts.script,
-    count = 0, log = {}, divergences = {},
+    count = 0, log = {}, log_sizes = {}, log_bytes = 0, divergences = {},
+    log_max = opts.log_max or M.LOG_MAX, log_bytes_max = opts.log_bytes or M.LOG_BYTES,
   }
 end
 
@@ -358,6 +372,25 @@ local function model(state, req, format, body)
   return respond(state, req, resp, fault)
 end
 
+-- Adds a request of `size` body bytes to the log window, dropping the
+-- oldest entries past its limits.
+local function remember(state, entry, size)
+  local log, sizes = state.log, state.log_sizes
+  log[#log + 1], sizes[#sizes + 1] = entry, size
+  state.log_bytes = state.log_bytes + size
+  local drop = 0
+  while #log - drop > 1 and (#log - drop > state.log_max or state.log_bytes > state.log_bytes_max) do
+    drop = drop + 1
+    state.log_bytes = state.log_bytes - sizes[drop]
+  end
+  if drop > 0 then
+    local n = #log
+    table.move(log, drop + 1, n, 1)
+    table.move(sizes, drop + 1, n, 1)
+    for i = n - drop + 1, n do log[i], sizes[i] = nil, nil end
+  end
+end
+
 -- The request log as JSON.
 local function log_json(state)
   local O = replies.object
@@ -379,7 +412,7 @@ function M.handle(state, req)
   local body = req.body ~= "" and replies.decode(req.body) or nil
   local entry = { method = req.method, path = req.path, headers = M.mask(req.headers),
     body = body == nil and req.body or body }
-  state.log[#state.log + 1] = entry
+  remember(state, entry, #req.body)
   if not format then
     return json(req, 404, replies.encode(replies.object("error", replies.object(
       "message", "no route for " .. req.method .. " " .. req.path, "type", "not_found_error"))))
@@ -419,6 +452,7 @@ local function read_request(conn, st)
     repeat
       local chunk = conn:read()
       if not chunk then return nil end
+      st.partial = true
       parts[#parts + 1] = chunk
       have = have + #chunk
     until not need or have >= need
@@ -445,11 +479,37 @@ local function execute(conn, plan)
   return true
 end
 
--- One connection: requests in turn (keep-alive) until either side closes.
+-- One connection: requests in turn (keep-alive) until either side closes,
+-- or until the client takes longer than the idle timeout to send its next
+-- whole request (a request begun is answered 408 first).
 local function connection(server, conn)
   local st = { buf = "" }
   while true do
-    local req, failure = read_request(conn, st)
+    st.partial = st.buf ~= ""
+    -- the idle timer cancels this task's read when it fires; the server's
+    -- close cancels the timer (so no timer outlives the server)
+    local me, expired = luagent.current(), false
+    local timer = luagent.daemon(function()
+      luagent.sleep(server.idle_timeout)
+      expired = true
+      me:cancel("idle timeout")
+    end)
+    server.timers[conn] = timer
+    local ok, req, failure = pcall(read_request, conn, st)
+    timer:cancel()
+    server.timers[conn] = nil
+    if ok and expired then -- it fired as the request completed: the cancel is still due
+      conn:close()
+      break
+    elseif not ok then
+      if not expired then
+        conn:close()
+        server.conns[conn] = nil
+        error(req, 0) -- cancelled: the server is closing
+      end
+      req, failure = nil, st.partial and { status = 408, message = "the request did not"
+        .. " arrive within " .. server.idle_timeout .. " s" } or nil
+    end
     if not req then
       if not failure or execute(conn, M.bad_request_plan(failure)) then conn:close() end
       break
@@ -487,8 +547,9 @@ local Server = {}
 Server.__index = Server
 
 -- Starts the mock provider. opts: listen="127.0.0.1:0", tcp=<what provides
--- tcp_listen; default luagent.core, specs pass fakes> and everything M.state
--- takes. Returns a server {url=, state=} (see the methods below), or nil,
+-- tcp_listen; default luagent.core, specs pass fakes>, idle_timeout=<seconds,
+-- default M.IDLE_TIMEOUT> and everything M.state takes (log_max=,
+-- log_bytes= size the request log window). Returns a server {url=, state=} (see the methods below), or nil,
 -- err. Its tasks are daemons: they do not keep a run alive.
 function M.start(opts)
   opts = opts or {}
@@ -503,14 +564,16 @@ function M.start(opts)
   local listener, lerr = tcp.tcp_listen(host, port)
   if not listener then return nil, lerr end
   local h, p = listener:address()
-  local server = setmetatable({ state = state, listener = listener, conns = {},
+  local server = setmetatable({ state = state, listener = listener, conns = {}, timers = {},
+    idle_timeout = opts.idle_timeout or M.IDLE_TIMEOUT,
     url = "http://" .. (h:find(":", 1, true) and "[" .. h .. "]" or h) .. ":" .. p }, Server)
   server.task = luagent.daemon(accept_loop, server)
   return server
 end
 
 -- What the server received: a list of {n=<model request number>, method=,
--- path=, headers=<masked>, body=<decoded JSON or text>}.
+-- path=, headers=<masked>, body=<decoded JSON or text>}, the latest
+-- M.LOG_MAX requests at most (a window; see M.LOG_BYTES).
 function Server:requests()
   return self.state.log
 end
@@ -539,7 +602,8 @@ function Server:close()
     task:cancel("mock server closed")
     conn:close()
   end
-  self.conns = {}
+  for _, timer in pairs(self.timers) do timer:cancel("mock server closed") end
+  self.conns, self.timers = {}, {}
 end
 
 ------------------------------------------------------------------------------

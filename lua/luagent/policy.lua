@@ -28,6 +28,7 @@ M.defaults = {
   attempt_timeout = 600,
   idle_timeout = 120,
   total_deadline = 1800,
+  max_answer_bytes = 64 * 1024 * 1024,
   honor_x_should_retry = false,
   unusable_retries = 1,
   -- shared per endpoint by every call of the process (lua/luagent/endpoint.lua);
@@ -202,6 +203,10 @@ local check = {
   limit = function(v)
     return v == false or (finite(v) and v >= 0), "a number of seconds >= 0, or false for none"
   end,
+  bytes = function(v)
+    return v == false or (math.type(v) == "integer" and v >= 1024 and v <= 1 << 40),
+      "a whole number of bytes from 1024 to 2^40, or false for no limit"
+  end,
   table = function(v) return type(v) == "table", "a table" end,
   table_or_false = function(v) return v == false or type(v) == "table", "a table, or false for none" end,
   hooks = function(v) return is_function_list(v), "a function or a list of functions" end,
@@ -230,7 +235,7 @@ local FIELDS = {
   name = check.string, description = check.string,
   max_retries = check.count, unusable_retries = check.count,
   attempt_timeout = check.timeout, idle_timeout = check.timeout,
-  total_deadline = check.timeout,
+  total_deadline = check.timeout, max_answer_bytes = check.bytes,
   honor_x_should_retry = check.boolean,
   retry_statuses = check.statuses,
   backoff = check.table, retry_after = check.table,
@@ -415,6 +420,7 @@ function M.new(t, source, text)
     attempt_timeout = pick(t.attempt_timeout, D.attempt_timeout),
     idle_timeout = pick(t.idle_timeout, D.idle_timeout),
     total_deadline = pick(t.total_deadline, D.total_deadline),
+    max_answer_bytes = pick(t.max_answer_bytes, D.max_answer_bytes),
     retry_statuses = t.retry_statuses and table.move(t.retry_statuses, 1, #t.retry_statuses, 1, {}),
     honor_x_should_retry = pick(t.honor_x_should_retry, D.honor_x_should_retry),
     unusable_retries = pick(t.unusable_retries, D.unusable_retries),

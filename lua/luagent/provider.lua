@@ -2,9 +2,12 @@
 -- is one attempt: provider:stream(request) sends it and returns an iterator of
 -- normalized events (lua/luagent/EVENTS.md), or nil and an error record.
 -- Retries belong to the layer above.
+local core = require "luagent.core"
 local http = require "luagent.http"
 local errors = require "luagent.errors"
 local queue = require "luagent.queue"
+local secrets = require "luagent.secrets"
+local json = require "luagent.json"
 
 local M = {}
 
@@ -32,29 +35,11 @@ Provider.__name = "luagent.Provider"
 
 -- Keys live here, keyed by provider, never as a field: printing, logging or
 -- encoding a provider cannot reveal its key.
-local secrets = setmetatable({}, { __mode = "k" })
+local keys = setmetatable({}, { __mode = "k" })
 
 function Provider:__tostring()
   return string.format("provider %s/%s at %s", self.kind, self.model, self.base_url)
 end
-
--- Keys shorter than this are placeholders (mocks, specs), not secrets worth
--- rewriting every message for.
-local MIN_SECRET = 8
-
--- Replaces every occurrence of the key in the strings of `err` (messages,
--- echoed bodies) with "***". Cancellation records are left alone.
-local function scrub(err, key)
-  if type(err) ~= "table" or not key or #key < MIN_SECRET or err.kind == "cancelled" then return err end
-  local function clean(s) return (s:gsub(key:gsub("%p", "%%%0"), "***")) end
-  for k, v in pairs(err) do
-    if type(v) == "string" then err[k] = clean(v)
-    elseif type(v) == "table" and k ~= "raw" then scrub(v, key) end
-  end
-  if type(err.raw) == "table" then scrub(err.raw, key) end
-  return err
-end
-M.scrub = scrub
 
 -- new("kind/model") or new{kind=, model=, base_url=, api_key=, headers=,
 -- timeout=} -> provider. An unknown kind or a missing model raises.
@@ -73,7 +58,9 @@ function M.new(spec)
   local key = spec.api_key or os.getenv(info.key_env)
   if M.embedded and not spec.base_url then
     base_url = M.embedded.url .. (spec.kind == "openrouter" and "/api/v1" or "/v1")
-    key = M.embedded.api_key
+    key = M.embedded.api_key -- a placeholder, not a secret
+  else
+    secrets.register(key) -- every output is scrubbed of it from now on
   end
   local p = setmetatable({
     kind = spec.kind,
@@ -83,13 +70,13 @@ function M.new(spec)
     headers = spec.headers,
     timeout = spec.timeout,
   }, Provider)
-  secrets[p] = key
+  keys[p] = key
   return p
 end
 
 -- provider:has_key() -> whether a key is configured.
 function Provider:has_key()
-  local k = secrets[self]
+  local k = keys[self]
   return k ~= nil and k ~= ""
 end
 
@@ -103,40 +90,179 @@ local function timeouts(self, call)
   return t
 end
 
+-- An error record when a streaming answer's headers say its body cannot
+-- be read: a redirect (never followed) or a compressed body (none is asked
+-- for). nil when the body may be read.
+local function unexpected(resp)
+  local status, h = resp.status, resp.headers
+  if status >= 300 and status < 400 then
+    return errors.new("http", string.format("HTTP %d redirect to %s: redirects are not followed"
+      .. " (check the base URL)", status, h.location and ("'" .. h.location .. "'") or "nowhere"),
+      { status = status, headers = h, body = "" })
+  end
+  local enc = h["content-encoding"]
+  if enc and enc:lower() ~= "identity" then
+    return errors.new("protocol", string.format("HTTP %d: the body is '%s'-encoded; an event"
+      .. " stream is expected as plain text (no Accept-Encoding was sent)", status, enc),
+      { status = status, headers = h, content_encoding = enc })
+  end
+end
+
+-- Events of a body whose Content-Type does not say text/event-stream (a
+-- JSON error, an HTML page, or a stream a server mislabels, which is still
+-- read): parsed here, keeping the body's first bytes so that a body without
+-- any event can be shown. Returns the iterator and a function returning
+-- the kept text.
+local function sniffed_events(resp)
+  local parser = core.sse_parser()
+  local limit = http.ERROR_BODY_MAX + secrets.margin
+  local pending, pos, kept, size = {}, 1, {}, 0
+  local function events()
+    while true do
+      local ev = pending[pos]
+      if ev then
+        pending[pos], pos = nil, pos + 1
+        return ev
+      end
+      local chunk = resp:read()
+      if not chunk then return nil end
+      if size < limit then
+        kept[#kept + 1] = chunk:sub(1, limit - size)
+        size = size + #kept[#kept]
+      end
+      local evs, err = parser:feed(chunk)
+      if not evs then error(err, 0) end
+      pending, pos = evs, 1
+    end
+  end
+  return events, function()
+    local text = table.concat(kept)
+    return secrets.cut(text, http.ERROR_BODY_MAX, #text >= limit)
+  end
+end
+
+-- Text fields of delta events, per stream of deltas.
+local DELTA_FIELD = { text_delta = "text", thinking_delta = "text", tool_call_delta = "arguments" }
+
+-- A filter over one answer's events that scrubs every key from them
+-- (lua/luagent/secrets.lua). A delta ending with what may be the start of
+-- a key keeps that end back until the next delta of its stream shows
+-- whether a key goes on there; what is held is released before the next
+-- event that is not a delta, so the deltas still add up to the text.
+local function scrubbed_events()
+  local held, order = {}, {} -- stream id -> {ev=<template>, text=}; ids in order
+  local function flush(out)
+    for _, id in ipairs(order) do
+      local h = held[id]
+      held[id] = nil
+      h.ev[DELTA_FIELD[h.ev.type]] = h.text
+      out[#out + 1] = h.ev
+    end
+    order = {}
+  end
+  return function(list)
+    local out = {}
+    for _, ev in ipairs(list) do
+      local field = DELTA_FIELD[ev.type]
+      if not field then
+        flush(out)
+        out[#out + 1] = secrets.scrub(ev)
+      else
+        local id = ev.type .. (ev.index or "")
+        local h = held[id]
+        local text = secrets.text((h and h.text or "") .. ev[field])
+        local n = secrets.tail(text)
+        if n > 0 then
+          if not h then order[#order + 1] = id end
+          local copy = {}
+          for k, v in pairs(ev) do copy[k] = v end
+          held[id] = { ev = copy, text = text:sub(-n) }
+          text = text:sub(1, -n - 1)
+        elseif h then
+          held[id] = nil
+          for i, o in ipairs(order) do if o == id then table.remove(order, i) break end end
+        end
+        if text ~= "" then
+          ev[field] = text
+          out[#out + 1] = secrets.scrub(ev)
+        end
+      end
+    end
+    return out
+  end
+end
+
 -- provider:stream(request [, opts]) -> iterator, nil, nil, response | nil, err.
 -- request: {system=, messages=, tools=, max_tokens=, temperature=} (model is
--- the provider's unless given). opts.timeout overrides timeouts. The
--- iterator raises an error record when the stream fails after it began. The
--- response is the generic for's closing value: leaving the loop early
--- aborts the transfer at once.
+-- the provider's unless given). opts.timeout overrides timeouts;
+-- opts.max_bytes caps the bytes of the answer's event data (past it the
+-- attempt fails with kind `too_large`). The iterator raises an error record
+-- when the stream fails after it began. The response is the generic for's
+-- closing value: leaving the loop early aborts the transfer at once. Keys
+-- are scrubbed from every event and error (lua/luagent/secrets.lua).
 function Provider:stream(request, opts)
-  local key = secrets[self]
+  local key = keys[self]
   local req = {}
   for k, v in pairs(request) do req[k] = v end
   req.model = req.model or self.model
   local ok, built = pcall(self.adapter.build, req, { base_url = self.base_url, api_key = key, headers = self.headers })
-  if not ok then error(scrub({ message = tostring(built) }, key).message, 2) end
-  local rec = M.recorder and M.recorder:begin(built, function(s) return scrub({ s = s }, key).s end)
+  if not ok then error(secrets.text(tostring(built)), 2) end
+  local rec = M.recorder and M.recorder:begin(built)
   local resp, err = http.request {
     method = built.method, url = built.url, headers = built.headers, body = built.body,
     timeout = timeouts(self, opts and opts.timeout),
   }
+  if resp then
+    err = unexpected(resp)
+    if err then
+      resp:close()
+      resp = nil
+    end
+  end
   if not resp then
-    err = scrub(err, key)
+    err = secrets.scrub(err)
     if rec then rec:finish(err) end
     return nil, err
   end
   if rec then rec:response(resp.status, resp.headers) end
   local dec = self.adapter.decoder { model = req.model }
-  local events = resp:events()
+  local content_type = resp.headers["content-type"]
+  local events, kept
+  if (content_type or ""):lower():find("text/event-stream", 1, true) then
+    events = resp:events()
+  else
+    events, kept = sniffed_events(resp)
+  end
   local pending, finished = queue.new(), false
+  local max_bytes = opts and opts.max_bytes
+  local bytes, nevents = 0, 0
+  local scrub = scrubbed_events()
 
   local function fail(e)
     resp:close()
     finished = true
-    e = scrub(e, key)
+    e = secrets.scrub(e)
     if rec then rec:finish(e) end
     error(e, 0)
+  end
+
+  -- The body ended without any event: say what it held instead.
+  local function not_a_stream(e)
+    local n = resp:info().bytes
+    if nevents > 0 or n == 0 or e.kind ~= "truncated" then return e end
+    local fields = { status = resp.status, headers = resp.headers, bytes = n,
+      content_type = content_type, provider = e.provider }
+    if not kept then
+      return errors.new("protocol", string.format("HTTP %d: the body (%d bytes) held no"
+        .. " server-sent event", resp.status, n), fields)
+    end
+    fields.body = kept()
+    local said = json.decode(fields.body)
+    said = type(said) == "table" and type(said.error) == "table" and said.error.message
+    return errors.new("protocol", string.format("HTTP %d: expected an event stream"
+      .. " (text/event-stream), got %s of %d bytes without any event%s", resp.status,
+      content_type and "a '" .. content_type .. "' body" or "a body without Content-Type", n,
+      type(said) == "string" and ": " .. said or ""), fields)
   end
 
   return function()
@@ -148,15 +274,24 @@ function Provider:stream(request, opts)
       if not got then fail(sse) end
       local out, derr
       if sse then
+        nevents = nevents + 1
+        bytes = bytes + #sse.data
+        if max_bytes and bytes > max_bytes then
+          fail(errors.new("too_large", string.format("the answer passed max_answer_bytes = %d"
+            .. " (event data, at byte offset %d of the body)", max_bytes, sse.offset or 0),
+            { limit = max_bytes, bytes = bytes, offset = sse.offset, delivered = dec.delivered }))
+        end
         if rec then rec:event(sse) end
         out, derr = dec:feed(sse)
       else
         out, derr = dec:finish()
+        if not out then derr = not_a_stream(derr) end
         finished = true
         resp:close()
         if rec then rec:finish() end
       end
       if not out then fail(derr) end
+      out = scrub(out)
       -- the answer is complete at its message_end: record it now, since a
       -- caller may stop pulling here, and release the transfer
       local last = out[#out]

@@ -407,6 +407,7 @@ function M.stream(opts)
     -- provider:stream -> iterator, nil, nil, response | nil, err
     local ok, stream, perr, _, r = pcall(provider.stream, provider, request, {
       timeout = { total = limit, idle = seconds(policy.idle_timeout) },
+      max_bytes = policy.max_answer_bytes or nil,
     })
     if not ok then return failed(stream) end -- cancelled while connecting, or a bug
     if not stream then return failed(perr) end

@@ -48,6 +48,9 @@ local function invalid(x)
       if type(k) ~= "string" or type(v) ~= "string" then
         return "\"headers\" values must be strings"
       end
+      if k:find("[\r\n]") or v:find("[\r\n]") then
+        return "header \"" .. k:gsub("[\r\n]", "\\n") .. "\" contains CR or LF (it would inject headers)"
+      end
     end
   end
   if x.events ~= nil and x.body ~= nil then return "has both \"events\" and \"body\"" end

@@ -92,23 +92,22 @@ local function usage(spec, message, fields)
 end
 
 -- Parses a scope (the text after "@"): a table {kind="one"|"range"|"every"|"p"}
--- or nil when malformed.
+-- or nil when malformed. Numbers too large for an integer are malformed.
 local function parse_scope(s)
-  local n = s:match("^(%d+)$")
+  local function int(d) return d and math.tointeger(tonumber(d)) end
+  local n = int(s:match("^(%d+)$"))
   if n then
-    n = math.tointeger(tonumber(n))
     if n >= 1 then return { kind = "range", from = n, to = n } end
     return nil
   end
   local a, b = s:match("^(%d+)%-(%d+)$")
-  if a then
-    a, b = math.tointeger(tonumber(a)), math.tointeger(tonumber(b))
+  a, b = int(a), int(b)
+  if a and b then
     if a >= 1 and b >= a then return { kind = "range", from = a, to = b } end
     return nil
   end
-  local k = s:match("^every:(%d+)$")
+  local k = int(s:match("^every:(%d+)$"))
   if k then
-    k = math.tointeger(tonumber(k))
     if k >= 1 then return { kind = "every", k = k } end
     return nil
   end

@@ -147,6 +147,12 @@ Serves a mock model provider over HTTP on loopback:
 
 Without a cassette it echoes the last message, or calls the first tool when
 tools are offered and the last message is not a tool result.
+
+Limits: a request's headers up to 64 KiB (else 431) and its body up to
+16 MiB (else 413); a connection that takes over 60 s to send its next whole
+request is closed (a request begun gets a 408 first). /__luagent/requests
+shows a window: the latest 1000 requests, fewer when their bodies pass
+16 MiB together. Cassette header values with CR or LF are refused on load.
 ]]
 
 return M

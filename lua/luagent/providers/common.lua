@@ -200,18 +200,28 @@ function Decoder:feed(ev)
   local out = {}
   self.out = out
   local data = ev.data
+  -- where the event began in the body: just past the one before it
+  local offset = self.offset or 0
+  if math.type(ev.offset) == "integer" then self.offset = ev.offset end
   if self.ended or data == nil or data == "" then return out end
   if data == self.sentinel then
     self:complete()
     return self:flush(out)
   end
-  local payload, jerr = M.decode(data)
+  local payload, jerr = M.decode(json.clean_utf8(data))
   if payload == nil then
-    return self:fail("protocol", "invalid JSON in SSE data at event " .. self.n .. ": " .. jerr,
-      { event_index = self.n })
+    return self:fail("protocol", string.format("invalid JSON in SSE data at event %d: %s (byte offset %d)",
+      self.n, jerr, offset), { event_index = self.n, offset = offset })
   end
   if type(payload) ~= "table" then return out end
-  local ok, err = self.handle(self, payload, ev)
+  -- a payload of an unexpected shape must not raise: it is the server's
+  -- fault, reported as a protocol error like malformed JSON
+  local ran, ok, err = pcall(self.handle, self, payload, ev)
+  if not ran then
+    self.out = {}
+    return self:fail("protocol", string.format("unexpected payload in SSE data at event %d: %s (byte offset %d)",
+      self.n, tostring(ok), offset), { event_index = self.n, offset = offset })
+  end
   if ok == nil and err then return nil, err end
   return self:flush(out)
 end
