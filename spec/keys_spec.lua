@@ -67,6 +67,7 @@ local function dump(v, out, seen)
 end
 
 retry.log = function(line) io.stderr:write("LOG ", line, "\n") end
+require("luagent.log").set_level("info") -- retries are logged at info
 for _, name in ipairs({ "stream", "overloaded", "redirect", "cut", "json" }) do
   local srv = server.serve(scenario[name])
   local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1" }
@@ -110,7 +111,7 @@ for _, key in ipairs({ "sk-1234", "sk-LEAK/CHECK+0123456789abcdef==" }) do
       end
       local _, lines = r.cassette:gsub("\n", "")
       assert.equal(6, lines) -- the overloaded call was tried twice
-      assert.matches("LOG WARN provider error %(attempt 1/2%).-key Bearer %*%*%* overloaded", r.stderr)
+      assert.matches("LOG INFO provider error %(attempt 1/2%).-key Bearer %*%*%* overloaded", r.stderr)
       assert.matches('"type":"message_end"', r.stdout)
       -- the echoes are there, scrubbed
       assert.matches("the key is %*%*%*, right", r.stdout)
