@@ -117,19 +117,17 @@ static int fail_addr(lua_State *L, const char *fn, const char *host, lua_Integer
   return 2;
 }
 
-/* Returns nil, err (kind usage) for an address tcp_listen/tcp_connect cannot use. */
+/* Raises for an address tcp_listen/tcp_connect cannot use (a misuse: the
+ * caller passes numeric addresses). */
 static int bad_address(lua_State *L, const char *fn, const char *host, lua_Integer port) {
-  lua_pushnil(L);
-  lua_pushfstring(L,
-                  "%s: bad address '%s' port %I (wants a numeric IPv4 or IPv6 address "
-                  "or localhost, and a port from 0 to 65535)",
-                  fn, host, port);
-  lg_error_push(L, "usage", lua_tostring(L, -1));
-  lua_remove(L, -2);
-  return 2;
+  return luaL_error(L,
+                    "%s: bad address '%s' port %I (wants a numeric IPv4 or IPv6 address "
+                    "or localhost, and a port from 0 to 65535)",
+                    fn, host, port);
 }
 
-/* Returns nil, err (kind transport) for an operation on a closed object. */
+/* Returns nil, err (kind transport) to a wait that a close ended. Calls on
+ * an object already closed raise instead (use after close is a misuse). */
 static int closed_error(lua_State *L, const char *message) {
   lua_pushnil(L);
   lg_error_push(L, "transport", message);
@@ -319,10 +317,13 @@ static int read_try(lua_State *L, conn *c) {
   return lg_task_suspend(L, &c->rw, 0, read_k);
 }
 
-/* conn:read() -> data | nil (EOF) | nil, err. Cancellable; bytes that
+/* conn:read() -> data | nil (EOF) | nil, err. Raises once closed here; a
+ * read blocked when another task closes the connection gets nil, err.
+ * Cancellable; bytes that
  * arrived stay buffered for the next read. Returns a new Lua string. */
 static int l_conn_read(lua_State *L) {
   conn *c = check_conn(L);
+  if (!c->tcp) return luaL_error(L, "read: connection is closed");
   lua_settop(L, 1);
   return read_try(L, c);
 }
@@ -374,7 +375,7 @@ static int l_conn_write(lua_State *L) {
   size_t len;
   const char *s = luaL_checklstring(L, 2, &len);
   lua_settop(L, 2);
-  if (!c->tcp) return closed_error(L, "write: connection closed");
+  if (!c->tcp) return luaL_error(L, "write: connection is closed");
   if (len == 0) {
     lua_pushboolean(L, 1);
     return 1;
@@ -605,10 +606,12 @@ static int accept_try(lua_State *L, server *s) {
 }
 
 /* srv:accept() -> conn | nil, err. Connections are handed out in the order
- * they arrived; a closed server gives nil, err (transport, "server closed").
+ * they arrived; an accept blocked when the server closes gets nil, err
+ * (transport, "server closed"); accept on a closed server raises.
  * Cancellable. Returns a new "luagent.TcpConn" userdata owned by Lua. */
 static int l_server_accept(lua_State *L) {
   server *s = check_server(L);
+  if (!s->tcp) return luaL_error(L, "accept: server is closed");
   lua_settop(L, 1);
   return accept_try(L, s);
 }

@@ -561,7 +561,9 @@ function M.start(opts)
   end
   local state, err = M.state(opts)
   if not state then return nil, err end
-  local listener, lerr = tcp.tcp_listen(host, port)
+  -- tcp_listen raises for an address it cannot use: here that is the user's --listen
+  local ok, listener, lerr = pcall(tcp.tcp_listen, host, port)
+  if not ok then return nil, errors.new("usage", tostring(listener)) end
   if not listener then return nil, lerr end
   local h, p = listener:address()
   local server = setmetatable({ state = state, listener = listener, conns = {}, timers = {},
