@@ -327,3 +327,23 @@ describe("classify.unusable", function()
     end)
   end
 end)
+
+describe("classify.unusable on a long reply", function()
+  -- 80,000 leaked blocks (2 MB): cutting them out one by one copied the
+  -- text once per block (quadratic, seconds with the loop frozen); one
+  -- linear pass takes milliseconds. The bound is 20 times that, not a race.
+  it("strips 80,000 markup blocks in one linear pass", function()
+    local block = '<tool_call>{"a":1}</tool_call>  '
+    local text = block:rep(80000)
+    assert.is_true(#text >= 2000000)
+    local t0 = os.clock()
+    local bad, why = classify.unusable({ content = text })
+    local spent = os.clock() - t0
+    assert.is_true(bad)
+    assert.equal("only leaked tool-call markup", why)
+    assert.is_true(spent < 0.5, ("took %.2f s of CPU"):format(spent))
+    t0 = os.clock()
+    assert.is_false(classify.unusable({ content = text .. "a word" }))
+    assert.is_true(os.clock() - t0 < 0.5)
+  end)
+end)

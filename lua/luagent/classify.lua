@@ -370,21 +370,26 @@ function M.classify(err, ctx, policy)
 end
 
 -- Removes every block of leaked markup from `text`; returns what is left and
--- whether anything was removed.
+-- whether anything was removed. One forward scan per kind of markup, the
+-- kept pieces joined once: linear in the text (a reply of 80,000 leaked
+-- blocks is 2 MB, and cutting them one at a time copied it 80,000 times).
 local function strip_markup(text)
   local found = false
   for _, pair in ipairs(M.leaked_markup) do
     local open, close = pair[1], pair[2]
+    local kept, pos = {}, 1
     while true do
-      local i, j = text:find(open, 1, true)
+      local i, j = text:find(open, pos, true)
       if not i then break end
-      local stop = #text
-      if close then
-        local _, k = text:find(close, j + 1, true)
-        stop = k or #text
-      end
-      text = text:sub(1, i - 1) .. text:sub(stop + 1)
+      kept[#kept + 1] = text:sub(pos, i - 1)
       found = true
+      local k = close and select(2, text:find(close, j + 1, true))
+      if not k then pos = #text + 1 break end
+      pos = k + 1
+    end
+    if pos > 1 then
+      kept[#kept + 1] = text:sub(pos)
+      text = table.concat(kept)
     end
   end
   return text, found
