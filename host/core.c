@@ -8,6 +8,7 @@
 #include "guard.h"
 #include "http.h"
 #include "loop.h"
+#include "sandbox.h"
 #include "sse.h"
 #include "tcp.h"
 #include "watch.h"
@@ -44,5 +45,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_http_register(L);
   lg_watch_register(L);
   lg_guard_register(L);
+  lg_sandbox_register(L);
   return 1;
 }

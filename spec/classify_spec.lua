@@ -289,6 +289,20 @@ describe("classify hooks that fail", function()
     assert.equal("rule 2: classify hook at " .. file .. ":18", d.reason)
   end)
 
+  it("a hook's retry_after of math.huge (or past the sane range) is reported and ignored", function()
+    for _, ra in ipairs({ math.huge, 0 / 0, 1e7, -1 }) do
+      local reports = {}
+      local d = classify.classify(http(503), { report = function(m) reports[#reports + 1] = m end },
+        hook_says({ class = "overloaded", retry_after = ra }))
+      assert.equal("overloaded", d.class)
+      assert.matches("^rule 3", d.reason)
+      assert.is_nil(d.retry_after)
+      assert.equal(1, #reports)
+      assert.matches("classify hook returned a retry_after that is not a number of seconds from 0 to 1000000 %(got "
+        .. tostring(ra):gsub("%p", "%%%0") .. "%)", reports[1])
+    end
+  end)
+
   it("the hook gets the error and the context", function()
     local seen
     local p = P { classify = function(err, ctx) seen = { err.status, ctx.attempt } end }

@@ -1,0 +1,12 @@
+/* Bounds for running user Lua: wall time, memory and instructions per call,
+ * and pattern functions that honour them (host/sandbox.c says why). */
+#ifndef LG_SANDBOX_H
+#define LG_SANDBOX_H
+
+#include <lua.h>
+
+/* Registers core.sandbox(opts) and core.bounded_string into the table on
+ * top of the stack. */
+void lg_sandbox_register(lua_State *L);
+
+#endif
