@@ -14,7 +14,8 @@
  *     what they allocate are the pattern functions (backtracking) and
  *     string.rep of an empty string; sandboxed code gets find, match,
  *     gmatch and gsub from host/pattern.c, which checks the same deadline
- *     every few thousand steps (sandbox.lua adds rep and table.move);
+ *     every few thousand steps, and so do string.rep (which loops without
+ *     allocating on an empty string) and table.move (2^40 nils);
  *   - memory: while a box runs, the state's allocator is wrapped and counts
  *     the net growth; past the limit allocations fail (a Lua memory error)
  *     and the box is stopped;
@@ -454,6 +455,63 @@ static int l_gsub(lua_State *L) {
   return 2;
 }
 
+/* string.rep(s, n [, sep]): Lua's, except that nothing repeated is answered
+ * at once (Lua loops n times copying nothing, which no memory bound stops)
+ * and the copying checks the deadline. */
+static int l_rep(lua_State *L) {
+  size_t l, lsep;
+  const char *s = luaL_checklstring(L, 1, &l);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  const char *sep = luaL_optlstring(L, 3, "", &lsep);
+  if (n <= 0 || l + lsep == 0) {
+    lua_pushliteral(L, "");
+    return 1;
+  }
+  if (l + lsep < l || l + lsep > (size_t)0x7fffffff / (lua_Unsigned)n)
+    return luaL_error(L, "resulting string too large");
+  size_t total = (size_t)n * l + (size_t)(n - 1) * lsep;
+  luaL_Buffer b;
+  char *p = luaL_buffinitsize(L, &b, total);
+  lg_box *box = armed_box(L);
+  for (lua_Integer i = 0; i < n; i++) {
+    if (box && (i & 4095) == 0 && box_late(box, L)) return box_raise(L, box);
+    memcpy(p, s, l);
+    p += l;
+    if (lsep > 0 && i + 1 < n) {
+      memcpy(p, sep, lsep);
+      p += lsep;
+    }
+  }
+  luaL_pushresultsize(&b, total);
+  return 1;
+}
+
+/* table.move(a1, f, e, t [, a2]): Lua's, with the deadline checked as it
+ * goes (Lua's moves 2^40 nils without a pause). */
+static int l_move(lua_State *L) {
+  lua_Integer f = luaL_checkinteger(L, 2);
+  lua_Integer e = luaL_checkinteger(L, 3);
+  lua_Integer t = luaL_checkinteger(L, 4);
+  int to = lua_isnoneornil(L, 5) ? 1 : 5;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, to, LUA_TTABLE);
+  if (e >= f) {
+    luaL_argcheck(L, f > 0 || e < LUA_MAXINTEGER + f, 3, "too many elements to move");
+    lua_Integer n = e - f;
+    luaL_argcheck(L, t <= LUA_MAXINTEGER - n, 4, "destination wrap around");
+    lg_box *box = armed_box(L);
+    int forward = t > e || t <= f || (to != 1 && !lua_compare(L, 1, to, LUA_OPEQ));
+    for (lua_Integer i = 0; i <= n; i++) {
+      if (box && (i & 4095) == 0 && box_late(box, L)) return box_raise(L, box);
+      lua_Integer k = forward ? i : n - i;
+      lua_geti(L, 1, f + k);
+      lua_seti(L, to, t + k);
+    }
+  }
+  lua_pushvalue(L, to);
+  return 1;
+}
+
 void lg_sandbox_register(lua_State *L) {
   static const luaL_Reg box_methods[] = {
       {"resume", l_box_resume}, {"stats", l_box_stats}, {NULL, NULL}};
@@ -462,7 +520,11 @@ void lg_sandbox_register(lua_State *L) {
   lua_setfield(L, -2, "sandbox");
   static const luaL_Reg patterns[] = {
       {"find", l_find}, {"match", l_match}, {"gmatch", l_gmatch}, {"gsub", l_gsub},
-      {NULL, NULL}};
+      {"rep", l_rep},   {NULL, NULL}};
   luaL_newlib(L, patterns);
   lua_setfield(L, -2, "bounded_string");
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, l_move);
+  lua_setfield(L, -2, "move");
+  lua_setfield(L, -2, "bounded_table");
 }

@@ -5,8 +5,8 @@
 
 #include <lua.h>
 
-/* Registers core.sandbox(opts) and core.bounded_string into the table on
- * top of the stack. */
+/* Registers core.sandbox(opts), core.bounded_string and
+ * core.bounded_table into the table on top of the stack. */
 void lg_sandbox_register(lua_State *L);
 
 #endif

@@ -29,39 +29,13 @@ local function copy(t, except)
   return c
 end
 
--- string.rep("", n) loops n times without allocating, so no memory bound
--- stops it: an empty result is answered at once.
-local rep = string.rep
-local function bounded_rep(s, n, sep)
-  if s == "" and (sep == nil or sep == "") and math.tointeger(n) then return "" end
-  return rep(s, n, sep)
-end
-
--- table.move in Lua, so its loop is counted by the instruction bound (the
--- C one moves 2^40 nils without a check).
-local function bounded_move(a1, f, e, t, a2)
-  a2 = a2 == nil and a1 or a2
-  for _, v in ipairs({ f, e, t }) do
-    if math.type(v) ~= "integer" then error("bad argument to 'move' (number has no integer representation)", 2) end
-  end
-  if e >= f then
-    if t > f or t > e or a1 ~= a2 then
-      for i = 0, e - f do rawset(a2, t + i, rawget(a1, f + i)) end
-    else
-      for i = e - f, 0, -1 do rawset(a2, t + i, rawget(a1, f + i)) end
-    end
-  end
-  return a2
-end
-
--- The string library of sandboxed code: Lua's, with the pattern functions
--- bounded (host/pattern.c) and rep guarded. It is also what string methods
--- (s:match(...)) find while a sandboxed call runs.
+-- The string and table libraries of sandboxed code: Lua's, with the
+-- functions whose time is not bounded by what they allocate replaced
+-- (host/sandbox.c: find, match, gmatch, gsub, rep, move).
 local STRING = copy(string)
 for name, fn in pairs(core.bounded_string) do STRING[name] = fn end
-STRING.rep = bounded_rep
 local TABLE = copy(table)
-TABLE.move = bounded_move
+for name, fn in pairs(core.bounded_table) do TABLE[name] = fn end
 
 -- A fresh environment for user code: pure functions and copies of the pure
 -- libraries. Left out: io, os (but time/clock/date/difftime), require, load,
@@ -139,7 +113,26 @@ local function error_message(co, e)
   return msg
 end
 
-local string_mt = debug.getmetatable("")
+-- The functions swapped into the host's own string and table libraries
+-- while a sandboxed call runs, so that string methods (s:match(...)) and
+-- host functions the user code calls are bounded too.
+local SWAP = {
+  { string, "find" }, { string, "match" }, { string, "gmatch" }, { string, "gsub" },
+  { string, "rep" }, { table, "move" },
+}
+local BOUNDED = {}
+for i, s in ipairs(SWAP) do BOUNDED[i] = (s[1] == string and STRING or TABLE)[s[2]] end
+
+-- Puts `fns` (a list in SWAP's order) into the libraries; returns the
+-- functions they replace.
+local function swap(fns)
+  local old = {}
+  for i, s in ipairs(SWAP) do
+    old[i] = s[1][s[2]]
+    s[1][s[2]] = fns[i]
+  end
+  return old
+end
 
 -- Calls fn(table.unpack(args)) within `limits` ({wall=, memory=,
 -- instructions=}; a field left out takes M.defaults'; who= names the code
@@ -147,7 +140,8 @@ local string_mt = debug.getmetatable("")
 -- fn's results, or false and a message starting with "file:line:" when the
 -- position is known: an error, a bound passed (it is stopped at once and
 -- pcall cannot catch that), or an attempt to wait (fn may not yield). The
--- host's string methods are the bounded ones while fn runs.
+-- host's string and table libraries hold the bounded functions while fn
+-- runs (SWAP).
 function M.call(fn, args, limits)
   limits = limits or {}
   local d = M.defaults
@@ -157,10 +151,9 @@ function M.call(fn, args, limits)
   }
   local co = coroutine.create(fn)
   args = args or {}
-  local host_string = string_mt.__index
-  string_mt.__index = STRING
+  local host = swap(BOUNDED)
   local res = table.pack(pcall(box.resume, box, co, table.unpack(args, 1, args.n or #args)))
-  string_mt.__index = host_string
+  swap(host)
   if not res[1] then error(res[2], 0) end -- misuse: a call inside a sandboxed call
   res = table.pack(table.unpack(res, 2, res.n))
   if not res[1] then
