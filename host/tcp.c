@@ -19,6 +19,7 @@
 #include <lauxlib.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -169,15 +170,27 @@ static int push_addr(lua_State *L, const struct sockaddr_storage *sa) {
   return 2;
 }
 
-/* Writing to a socket the peer reset raises SIGPIPE, whose default action
- * kills the process; libuv writes with plain write(), so the signal is
- * ignored (when nobody chose a disposition) and the write reports EPIPE. */
+/* SIGPIPE: a write to a socket whose peer left must fail with EPIPE (libuv
+ * writes with plain write(), and the default action kills the process), but
+ * a write to stdout or stderr whose reader left must end the process, as it
+ * ends any Unix tool (`luagent run x.lua | head -c 10`). The handler tells
+ * them apart: a pipe whose reader is gone polls POLLERR. Only poll, signal
+ * and raise are called here, all async-signal-safe. */
+static void on_sigpipe(int sig) {
+  struct pollfd fds[2] = {{.fd = 1, .events = POLLOUT}, {.fd = 2, .events = POLLOUT}};
+  if (poll(fds, 2, 0) > 0 && ((fds[0].revents | fds[1].revents) & POLLERR)) {
+    signal(sig, SIG_DFL);
+    raise(sig); /* pending until this handler returns, then fatal */
+  }
+}
+
+/* Installs on_sigpipe when nobody chose a disposition for SIGPIPE. */
 static void ignore_sigpipe(void) {
   struct sigaction sa;
   if (sigaction(SIGPIPE, NULL, &sa) != 0 || sa.sa_handler != SIG_DFL) return;
-  sa.sa_handler = SIG_IGN;
+  sa.sa_handler = on_sigpipe;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGPIPE, &sa, NULL);
 }
 
