@@ -11,6 +11,7 @@
  * as nothing else can make progress, so specs never sleep real seconds. */
 #include "loop.h"
 #include "core.h"
+#include "sandbox.h"
 
 #include <lauxlib.h>
 #include <math.h>
@@ -309,7 +310,13 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
     t->kctx = ctx;
     return lua_yieldk(L, 0, 0, resume_k);
   }
-  /* Cannot yield here: drive the loop until this wait ends. */
+  /* Cannot yield here: drive the loop until this wait ends; never from
+   * sandboxed code, whose bounds would then apply to every other task. */
+  if (lg_sandbox_running(L)) {
+    w->task = NULL;
+    if (w->cancel) w->cancel(w);
+    return luaL_error(L, "sandboxed code may not wait (it runs to completion)");
+  }
   lg_task root;
   memset(&root, 0, sizeof root);
   root.loop = loop;

@@ -139,6 +139,8 @@ static lg_box *armed_box(lua_State *L) {
   return lua_getallocf(L, &ud) == box_alloc ? ud : NULL;
 }
 
+int lg_sandbox_running(lua_State *L) { return armed_box(L) != NULL; }
+
 /* ---------------------------------------------------------------- box */
 
 /* sandbox{wall=, memory=, instructions=} -> a box: bounds for running user

@@ -9,4 +9,7 @@
  * core.bounded_table into the table on top of the stack. */
 void lg_sandbox_register(lua_State *L);
 
+/* Whether sandboxed code is running in L's state (a box is resumed). */
+int lg_sandbox_running(lua_State *L);
+
 #endif

@@ -99,29 +99,31 @@ describe("luagent (the executable)", function()
   end)
 end)
 
-describe("SIGINT", function()
-  -- Starts a script in the background (with `flags` before it), waits until
-  -- its output holds `mark` ("ready" by default), sends `sig` (INT by
-  -- default) `count` times, and returns the exit code and output. A process
-  -- still alive 10 s later is killed (exit=137), so a failure cannot hang.
-  local function interrupt(source, count, sig, flags, mark)
-    local script = h.tempfile(source, ".lua")
-    local out = os.tmpname()
-    local cmd = string.format([[
-      %s run %s %s >%s 2>&1 & pid=$!
-      i=0; while ! grep -q %s %s && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done
-      for n in $(seq %d); do kill -%s $pid; sleep 0.05; done
-      ( sleep 10; kill -KILL $pid 2>/dev/null ) & killer=$!
-      wait $pid; echo "exit=$?" >>%s
-      kill $killer 2>/dev/null
-    ]], h.quote(h.bin), flags or "", script, out, mark or "ready", out, count, sig or "INT", out)
-    os.execute(cmd)
-    local text = h.slurp(out)
-    os.remove(script)
-    os.remove(out)
-    return text
-  end
+-- Starts a script in the background (with `flags` before it), waits until
+-- its output holds `mark` ("ready" by default), sends `sig` (INT by
+-- default) `count` times, or runs the shell command `send` ($pid is the
+-- process), and returns the output with "exit=CODE" appended. A process
+-- still alive 10 s later is killed (exit=137), so a failure cannot hang.
+local function interrupt(source, count, sig, flags, mark, send)
+  local script = h.tempfile(source, ".lua")
+  local out = os.tmpname()
+  send = send or string.format("for n in $(seq %d); do kill -%s $pid; sleep 0.05; done", count, sig or "INT")
+  local cmd = string.format([[
+    %s run %s %s >%s 2>&1 & pid=$!
+    i=0; while ! grep -q %s %s && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done
+    %s
+    ( sleep 10; kill -KILL $pid 2>/dev/null ) & killer=$!
+    wait $pid; echo "exit=$?" >>%s
+    kill $killer 2>/dev/null
+  ]], h.quote(h.bin), flags or "", script, out, mark or "ready", out, send, out)
+  os.execute(cmd)
+  local text = h.slurp(out)
+  os.remove(script)
+  os.remove(out)
+  return text
+end
 
+describe("SIGINT", function()
   it("cancels the main task on the first, which cleans up and exits 130", function()
     local text = interrupt([[
       local luagent = require "luagent"
@@ -169,24 +171,13 @@ end)
 describe("SIGTERM", function()
   it("stops a run gracefully: the call in flight ends aborted and is recorded, exit 143", function()
     local cassette = os.tmpname()
-    local script = h.tempfile([[
+    -- the mock stalls the reply after its first bytes: the call is in flight
+    local text = interrupt([[
       local luagent = require "luagent"
       local stream = luagent.stream { model = "openai/gpt-4o-mini", messages = { { role = "user", content = "hi" } } }
       for _ in stream do end
-    ]], ".lua")
-    local out = os.tmpname()
-    -- the mock stalls the reply after its first bytes: the call is in flight
-    os.execute(string.format([[
-      %s run --faults 'stall:secs=30:after=400@1' --events jsonl --record %s %s >%s 2>&1 & pid=$!
-      i=0; while ! grep -q message_start %s && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done
-      kill -TERM $pid
-      ( sleep 10; kill -KILL $pid 2>/dev/null ) & killer=$!
-      wait $pid; echo "exit=$?" >>%s
-      kill $killer 2>/dev/null
-    ]], h.quote(h.bin), cassette, script, out, out, out))
-    local text, recorded = h.slurp(out), h.slurp(cassette)
-    os.remove(script)
-    os.remove(out)
+    ]], 1, "TERM", "--faults 'stall:secs=30:after=400@1' --events jsonl --record " .. cassette, "message_start")
+    local recorded = h.slurp(cassette)
     os.remove(cassette)
     assert.matches('"stop_reason":"aborted"', text)
     assert.matches("luagent: recorded 1 exchange%(s%)", text)
@@ -198,26 +189,13 @@ describe("SIGTERM", function()
   end)
 
   it("exits at once on a second stop signal", function()
-    local script = [[
+    local text = interrupt([[
       local luagent = require "luagent"
       print("ready"); io.stdout:flush()
       pcall(luagent.sleep, 3600)
       print("still here"); io.stdout:flush()
       luagent.sleep(3600)
-    ]]
-    local path = h.tempfile(script, ".lua")
-    local out = os.tmpname()
-    os.execute(string.format([[
-      %s run %s >%s 2>&1 & pid=$!
-      i=0; while ! grep -q ready %s && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done
-      kill -TERM $pid; sleep 0.1; kill -INT $pid
-      ( sleep 10; kill -KILL $pid 2>/dev/null ) & killer=$!
-      wait $pid; echo "exit=$?" >>%s
-      kill $killer 2>/dev/null
-    ]], h.quote(h.bin), path, out, out, out))
-    local text = h.slurp(out)
-    os.remove(path)
-    os.remove(out)
+    ]], nil, nil, nil, nil, "kill -TERM $pid; sleep 0.1; kill -INT $pid")
     assert.matches("still here", text)
     assert.matches("exit=143", text)
   end)

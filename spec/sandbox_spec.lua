@@ -142,3 +142,18 @@ describe("hostile classify hooks", function()
     assert.matches("^" .. f .. ":7: instruction limit %(100000%) exceeded", reports[3])
   end)
 end)
+
+describe("a sandboxed call that tries to wait", function()
+  -- A hook from a script's own policy table can reach luagent.sleep; the
+  -- loop must not run other tasks inside the hook's bounds.
+  it("is refused with file:line, and other tasks are untouched", function()
+    local other_ran = false
+    local other = core.spawn(function() other_ran = true end)
+    local ok, msg = sandbox.call(function() core.sleep(0.01) end)
+    assert.is_false(ok)
+    assert.matches(HERE .. "sandboxed code may not wait", msg)
+    assert.is_false(other_ran)
+    other:join()
+    assert.is_true(other_ran)
+  end)
+end)
