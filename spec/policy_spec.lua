@@ -221,6 +221,7 @@ describe("policy.load of a broken file", function()
     { "nested_line.lua", "^" .. FIX .. "nested_line%.lua:6: retry_after%.jitter must be a number of seconds from 0 to 1000000 %(got %-1%)", 6 },
     { "runaway.lua", "^" .. FIX .. "runaway%.lua:3: instruction limit %(%d+%) exceeded", 3 },
     { "runaway_pcall.lua", "^" .. FIX .. "runaway_pcall%.lua:4: instruction limit %(%d+%) exceeded", 4 },
+    { "runaway_match.lua", "^" .. FIX .. "runaway_match%.lua:4: time limit %(0%.5 s%) exceeded", 4 },
     { "not_a_table.lua", "^" .. FIX .. "not_a_table%.lua: a policy file must return a table %(it returned string%)", nil },
     { "missing.lua", "^" .. FIX .. "missing%.lua: No such file", nil },
   }
@@ -235,6 +236,15 @@ describe("policy.load of a broken file", function()
       assert.equal(line, err.line)
     end)
   end
+
+  it("refuses a file over 1 MiB before running it", function()
+    local path = os.tmpname()
+    write(path, "return {}\n" .. ("-- padding\n"):rep(100000))
+    local p, err = policies.load(path)
+    os.remove(path)
+    assert.is_nil(p)
+    assert.matches("^" .. path:gsub("%p", "%%%0") .. ": the file is 1100010 bytes; a policy may have at most 1048576$", err.message)
+  end)
 
   it("refuses a precompiled (binary) chunk", function()
     local path = os.tmpname()
