@@ -49,6 +49,7 @@ static int in_class(unsigned char c, unsigned char cl) {
     case 'u': yes = isupper(c); break;
     case 'w': yes = isalnum(c); break;
     case 'x': yes = isxdigit(c); break;
+    case 'z': yes = c == 0; break; /* deprecated in Lua, still understood */
     default: return cl == c;
   }
   if (isupper(cl)) yes = !yes;

@@ -157,3 +157,48 @@ describe("a sandboxed call that tries to wait", function()
     assert.is_true(other_ran)
   end)
 end)
+
+describe("the bounded pattern functions", function()
+  -- host/pattern.c against Lua's own string library: the same results (or
+  -- both an error) on random patterns and subjects, seeded.
+  it("agree with Lua's on 20,000 random patterns", function()
+    local B = core.bounded_string
+    local atoms = { "a", "b", ".", "%a", "%D", "%s", "%W", "[ab]", "[^a]", "%%", "(", ")", "()", "%b()",
+      "%bab", "%f[%w]", "$", "^", "-", "*", "+", "?", "%1", "%2", "%0", "[a-c]", "x", "[]]", "[^]]",
+      "[%d%s]", "[-a]", "[a-]", "[%]", "%z", "%", "[", "%b", "%fa", "(a*(.)%w(%s*))", "\0", "%x%X", "%p" }
+    local chars = { "a", "b", "c", "(", ")", " ", "1", "x", "]", "%", "^", "$", "-", "\0", "Z", "\n" }
+    local rng = core.backoff_rng(11)
+    local function pick(list) return list[math.floor(rng:next() * #list) + 1] end
+    local function outcome(ok, ...) return { ok = ok, n = select("#", ...), ... } end
+    local function same(a, b)
+      if a.ok ~= b.ok or (a.ok and a.n ~= b.n) then return false end
+      for i = 1, a.ok and a.n or 0 do if a[i] ~= b[i] then return false end end
+      return true
+    end
+    local function all(gmatch, s, p, init)
+      local out = {}
+      for x, y in gmatch(s, p, init) do out[#out + 1] = tostring(x) .. "|" .. tostring(y) end
+      return table.concat(out, ",")
+    end
+    local repls = { "<%0>", "%1", "%%", "%2x", function(_, y) return y end, { a = "A", b = false }, 7 }
+    local differ = {}
+    for _ = 1, 4000 do
+      local p, s = {}, {}
+      for i = 1, 1 + math.floor(rng:next() * 6) do p[i] = pick(atoms) end
+      for i = 1, math.floor(rng:next() * 14) do s[i] = pick(chars) end
+      p, s = table.concat(p), table.concat(s)
+      local init, r = math.floor(rng:next() * 13) - 5, pick(repls)
+      local calls = {
+        { string.find, B.find, s, p, init }, { string.match, B.match, s, p, init },
+        { string.find, B.find, s, p, init, true }, { string.gsub, B.gsub, s, p, r },
+        { function(...) return all(string.gmatch, ...) end, function(...) return all(B.gmatch, ...) end, s, p, init },
+      }
+      for _, c in ipairs(calls) do
+        if not same(outcome(pcall(c[1], table.unpack(c, 3, 6))), outcome(pcall(c[2], table.unpack(c, 3, 6)))) then
+          differ[#differ + 1] = ("%q on %q"):format(p, s)
+        end
+      end
+    end
+    assert.same({}, differ)
+  end)
+end)
