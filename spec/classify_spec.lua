@@ -303,6 +303,16 @@ describe("classify hooks that fail", function()
     end
   end)
 
+  it("a hook's answer is read raw: a looping __index or __pairs never runs", function()
+    local loop = function() while true do end end
+    local answer = setmetatable({ retryable = true }, { __index = loop, __pairs = loop, __len = loop })
+    local reports = {}
+    local d = classify.classify(http(503), { report = function(m) reports[#reports + 1] = m end }, hook_says(answer))
+    assert.equal("overloaded", d.class)
+    assert.equal(1, #reports)
+    assert.matches("classify hook returned a table %(expected nil, a class name", reports[1])
+  end)
+
   it("the hook gets the error and the context", function()
     local seen
     local p = P { classify = function(err, ctx) seen = { err.status, ctx.attempt } end }

@@ -374,6 +374,8 @@ describe("policy.loader", function()
       -- table, after every bound: policy code has no setmetatable
       { "return setmetatable({}, {\n  __index = function() while true do end end })\n",
         ":1: attempt to call a nil value %(global 'setmetatable'%)" },
+      { "return {\n  backoff = setmetatable({}, { __pairs = function() while true do end end }),\n}\n",
+        ":2: attempt to call a nil value %(global 'setmetatable'%)" },
       { "local t = {}\nsetmetatable(t, { __gc = function() while true do end end })\nreturn t\n",
         ":2: attempt to call a nil value %(global 'setmetatable'%)" },
     }
