@@ -135,16 +135,19 @@ describe("SIGINT", function()
     assert.matches("exit=130", text)
   end)
 
-  it("exits at once on the second", function()
-    local text = interrupt([[
-      local luagent = require "luagent"
-      print("ready"); io.stdout:flush()
-      pcall(luagent.sleep, 3600)   -- swallows the first cancellation
-      print("still here"); io.stdout:flush()
-      luagent.spawn(function() luagent.sleep(3600) end):join()
-    ]], 2)
-    assert.matches("still here", text)
-    assert.matches("exit=130", text)
+  it("exits at once on the second (INT, INT: 130; TERM, then INT: 143)", function()
+    for _, c in ipairs({ { "kill -INT $pid; sleep 0.1; kill -INT $pid", "exit=130" },
+                         { "kill -TERM $pid; sleep 0.1; kill -INT $pid", "exit=143" } }) do
+      local text = interrupt([[
+        local luagent = require "luagent"
+        print("ready"); io.stdout:flush()
+        pcall(luagent.sleep, 3600)   -- swallows the first cancellation
+        print("still here"); io.stdout:flush()
+        luagent.spawn(function() luagent.sleep(3600) end):join()
+      ]], nil, nil, nil, nil, c[1])
+      assert.matches("still here", text)
+      assert.matches(c[2], text)
+    end
   end)
 
   it("interrupts busy Lua: the first raises `cancelled` in the running loop, cleanup runs, 130", function()
@@ -186,18 +189,6 @@ describe("SIGTERM", function()
     local _, lines = recorded:gsub("\n", "")
     assert.equal(1, lines)
     assert.matches('"status":200', recorded)
-  end)
-
-  it("exits at once on a second stop signal", function()
-    local text = interrupt([[
-      local luagent = require "luagent"
-      print("ready"); io.stdout:flush()
-      pcall(luagent.sleep, 3600)
-      print("still here"); io.stdout:flush()
-      luagent.sleep(3600)
-    ]], nil, nil, nil, nil, "kill -TERM $pid; sleep 0.1; kill -INT $pid")
-    assert.matches("still here", text)
-    assert.matches("exit=143", text)
   end)
 end)
 
