@@ -5,6 +5,7 @@
 #include <curl/curl.h>
 #include <lauxlib.h>
 #include <uv.h>
+#include <poll.h>
 #include <signal.h>
 
 #include "backoff.h"
@@ -12,6 +13,7 @@
 #include "http.h"
 #include "loop.h"
 #include "process.h"
+#include "sandbox.h"
 #include "sse.h"
 #include "tcp.h"
 #include "watch.h"
@@ -36,16 +38,28 @@ void lg_class_new(lua_State *L, const char *name, const luaL_Reg *methods,
   lua_pop(L, 1);
 }
 
-/* Writing to a socket or pipe whose reader is gone raises SIGPIPE, whose
- * default action kills the process; libuv writes with plain write(), so the
- * signal is ignored (when nobody chose a disposition) and the write reports
- * EPIPE. Used by tcp.c and process.c. */
+/* SIGPIPE: a write to a socket or a child's pipe whose reader left must fail
+ * with EPIPE (libuv writes with plain write(), and the default action kills
+ * the process), but a write to stdout or stderr whose reader left must end
+ * the process, as it ends any Unix tool (`luagent run x.lua | head -c 10`).
+ * The handler tells them apart: a pipe whose reader is gone polls POLLERR.
+ * Only poll, signal and raise are called here, all async-signal-safe. */
+static void on_sigpipe(int sig) {
+  struct pollfd fds[2] = {{.fd = 1, .events = POLLOUT}, {.fd = 2, .events = POLLOUT}};
+  if (poll(fds, 2, 0) > 0 && ((fds[0].revents | fds[1].revents) & POLLERR)) {
+    signal(sig, SIG_DFL);
+    raise(sig); /* pending until this handler returns, then fatal */
+  }
+}
+
+/* Installs on_sigpipe when nobody chose a disposition for SIGPIPE. Used by
+ * tcp.c and process.c. */
 void lg_ignore_sigpipe(void) {
   struct sigaction sa;
   if (sigaction(SIGPIPE, NULL, &sa) != 0 || sa.sa_handler != SIG_DFL) return;
-  sa.sa_handler = SIG_IGN;
+  sa.sa_handler = on_sigpipe;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGPIPE, &sa, NULL);
 }
 
@@ -69,5 +83,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_watch_register(L);
   lg_process_register(L);
   lg_guard_register(L);
+  lg_sandbox_register(L);
   return 1;
 }

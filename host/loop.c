@@ -11,9 +11,12 @@
  * as nothing else can make progress, so specs never sleep real seconds. */
 #include "loop.h"
 #include "core.h"
+#include "sandbox.h"
 
 #include <lauxlib.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,10 +61,12 @@ struct joiner {
 struct lg_loop {
   uv_loop_t uv;
   uv_timer_t wake;        /* real mode: armed for the earliest lg_timer */
-  uv_signal_t sigint;
+  uv_async_t sigwake;     /* the stop signal's handler wakes the loop */
   lg_task *sigint_task;   /* kept alive by sigint_ref */
   int sigint_ref;         /* registry ref to sigint_task's userdata */
-  int sigints;
+  volatile sig_atomic_t sigints;   /* stop signals received */
+  volatile sig_atomic_t first_sig; /* SIGINT or SIGTERM */
+  lua_State *volatile running;     /* the task coroutine being resumed */
   lg_timerheap timers;
   int is_virtual;
   double vnow;
@@ -154,6 +159,7 @@ static void arm_wake(lg_loop *loop) {
 /* ------------------------------------------------------------- the loop */
 
 static int l_loop_gc(lua_State *L);
+static void stop_signals_forget(lg_loop *loop);
 
 static void walk_close(uv_handle_t *h, void *arg) {
   (void)arg;
@@ -190,6 +196,7 @@ static int l_loop_gc(lua_State *L) {
   lg_loop *loop = lua_touserdata(L, 1);
   if (loop->closed) return 0;
   loop->closed = 1;
+  stop_signals_forget(loop);
   uv_walk(&loop->uv, walk_close, NULL);
   uv_run(&loop->uv, UV_RUN_DEFAULT);
   uv_loop_close(&loop->uv);
@@ -298,6 +305,13 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
     t->kctx = ctx;
     return lua_yieldk(L, 0, 0, resume_k);
   }
+  if (lg_sandbox_running(L)) {
+    /* Sandboxed code runs to completion: a wait would let other tasks run
+     * inside its bounds. */
+    w->task = NULL;
+    if (w->cancel) w->cancel(w);
+    return luaL_error(L, "sandboxed code may not wait (it runs to completion)");
+  }
   if (t) {
     /* A task inside a C call that cannot yield (a table.sort comparator, a
      * gsub callback, a metamethod called from C). Running the scheduler on
@@ -376,6 +390,14 @@ static void finish_cancelled_unstarted(lua_State *L, lg_task *t) {
   finish_task(L, t, LUA_ERRRUN, 0);
 }
 
+/* Sets the coroutine the signal handler interrupts; returns the previous
+ * one (a blocking wait resumes tasks from inside another). */
+static lua_State *loop_running_swap(lg_loop *loop, lua_State *co) {
+  lua_State *prev = loop->running;
+  loop->running = co;
+  return prev;
+}
+
 static void resume_task(lua_State *L, lg_task *t) {
   int nargs = 0, nres = 0;
   if (t->nargs >= 0) { /* first resume */
@@ -387,7 +409,9 @@ static void resume_task(lua_State *L, lg_task *t) {
     }
   }
   t->state = T_RUNNING;
+  lua_State *outer = loop_running_swap(t->loop, t->co);
   int status = lua_resume(t->co, L, nargs, &nres);
+  loop_running_swap(t->loop, outer);
   if (status == LUA_YIELD) {
     lua_pop(t->co, nres);
     if (t->state == T_RUNNING) push_ready(t); /* plain coroutine.yield() */
@@ -727,27 +751,93 @@ static int l_stats(lua_State *L) {
   return 1;
 }
 
-static void sigint_cb(uv_signal_t *h, int signum) {
-  (void)signum;
+/* ---------------------------------------------------- SIGINT, SIGTERM
+ *
+ * A stop signal must reach Lua that is busy (a loop in a script never lets
+ * the loop turn), so, as lua.c does, the handler sets a hook on the running
+ * task's coroutine, which raises `cancelled` there at its next instruction,
+ * and wakes the loop, which cancels the on_sigint task if it waits. A
+ * second signal exits at once. A handler has no argument: signal_loop is
+ * the one process-wide variable, set by on_sigint and cleared when its
+ * loop closes; signal_thread is the thread that runs the loop (a signal
+ * delivered to a libuv or libcurl worker is passed on to it). */
+
+static lg_loop *volatile signal_loop;
+static pthread_t signal_thread;
+
+/* The hook the handler sets: once, in the running task, raises `cancelled`
+ * while the on_sigint task lives (a run being stopped stops its busy
+ * tasks too); after that task ended, it does nothing. */
+static void interrupt_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  lg_loop *loop = lg_loop_get(L);
+  lg_task *t = task_of(L);
+  if (!t || !loop->sigint_task || loop->sigint_task->state == T_DONE) return;
+  lg_error_push(L, "cancelled", loop->first_sig == SIGTERM ? "task cancelled: terminated (SIGTERM)"
+                                                           : "task cancelled: interrupted (SIGINT)");
+  lua_error(L);
+}
+
+/* The handler of SIGINT and SIGTERM; async-signal-safe calls only
+ * (lua_sethook is meant to be called from one, as lua.c does). */
+static void on_stop_signal(int sig) {
+  lg_loop *loop = signal_loop;
+  if (!loop) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  if (!pthread_equal(pthread_self(), signal_thread)) {
+    pthread_kill(signal_thread, sig);
+    return;
+  }
+  if (loop->sigints++ > 0) _exit(128 + loop->first_sig);
+  loop->first_sig = sig;
+  lua_State *co = loop->running;
+  if (co) lua_sethook(co, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  uv_async_send(&loop->sigwake);
+}
+
+/* On the loop, after a stop signal: cancels the on_sigint task. */
+static void sigwake_cb(uv_async_t *h) {
   lg_loop *loop = h->data;
-  if (++loop->sigints > 1) _exit(130);
   lg_task *t = loop->sigint_task;
   if (!t || t->state == T_DONE) return;
   t->cancel_pending = 1;
   if (t->state == T_WAITING) cancel_wait(t);
 }
 
-/* on_sigint(task): the first SIGINT cancels `task`, a second exits at once
- * with code 130. Returns nothing; interrupted() tells whether it fired. The
- * loop holds a reference to the task, so the signal never finds it freed. */
+/* The loop is closing: its signals go back to their default action. */
+static void stop_signals_forget(lg_loop *loop) {
+  if (signal_loop != loop) return;
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal_loop = NULL;
+}
+
+/* on_sigint(task): the first SIGINT or SIGTERM cancels `task` (and raises
+ * `cancelled` in whichever task is busy running Lua), a second exits at
+ * once with 128 + the first signal's number. Returns nothing;
+ * interrupted() tells whether it fired. The loop holds a reference to the
+ * task, so the signal never finds it freed. */
 static int l_on_sigint(lua_State *L) {
   lg_task *t = check_task(L, 1);
   lg_loop *loop = lg_loop_get(L);
-  if (!uv_is_active((uv_handle_t *)&loop->sigint)) {
-    uv_signal_init(&loop->uv, &loop->sigint);
-    loop->sigint.data = loop;
-    uv_signal_start(&loop->sigint, sigint_cb, SIGINT);
-    uv_unref((uv_handle_t *)&loop->sigint);
+  if (signal_loop != loop) {
+    if (signal_loop) return luaL_error(L, "on_sigint: another Lua state receives the signals");
+    uv_async_init(&loop->uv, &loop->sigwake, sigwake_cb);
+    loop->sigwake.data = loop;
+    uv_unref((uv_handle_t *)&loop->sigwake);
+    signal_thread = pthread_self();
+    signal_loop = loop;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
   }
   luaL_unref(L, LUA_REGISTRYINDEX, loop->sigint_ref);
   lua_pushvalue(L, 1);
@@ -756,9 +846,13 @@ static int l_on_sigint(lua_State *L) {
   return 0;
 }
 
+/* interrupted() -> whether a stop signal came, and its number (2 or 15). */
 static int l_interrupted(lua_State *L) {
-  lua_pushboolean(L, lg_loop_get(L)->sigints > 0);
-  return 1;
+  lg_loop *loop = lg_loop_get(L);
+  lua_pushboolean(L, loop->sigints > 0);
+  if (loop->sigints == 0) return 1;
+  lua_pushinteger(L, loop->first_sig);
+  return 2;
 }
 
 void lg_loop_register(lua_State *L) {

@@ -303,6 +303,30 @@ describe("classify hooks that fail", function()
     assert.equal("rule 2: classify hook at " .. file .. ":18", d.reason)
   end)
 
+  it("a hook's retry_after of math.huge (or past the sane range) is reported and ignored", function()
+    for _, ra in ipairs({ math.huge, 0 / 0, 1e7, -1 }) do
+      local reports = {}
+      local d = classify.classify(http(503), { report = function(m) reports[#reports + 1] = m end },
+        hook_says({ class = "overloaded", retry_after = ra }))
+      assert.equal("overloaded", d.class)
+      assert.matches("^rule 3", d.reason)
+      assert.is_nil(d.retry_after)
+      assert.equal(1, #reports)
+      assert.matches("classify hook returned a retry_after that is not a number of seconds from 0 to 1000000 %(got "
+        .. tostring(ra):gsub("%p", "%%%0") .. "%)", reports[1])
+    end
+  end)
+
+  it("a hook's answer is read raw: a looping __index or __pairs never runs", function()
+    local loop = function() while true do end end
+    local answer = setmetatable({ retryable = true }, { __index = loop, __pairs = loop, __len = loop })
+    local reports = {}
+    local d = classify.classify(http(503), { report = function(m) reports[#reports + 1] = m end }, hook_says(answer))
+    assert.equal("overloaded", d.class)
+    assert.equal(1, #reports)
+    assert.matches("classify hook returned a table %(expected nil, a class name", reports[1])
+  end)
+
   it("the hook gets the error and the context", function()
     local seen
     local p = P { classify = function(err, ctx) seen = { err.status, ctx.attempt } end }
@@ -340,4 +364,24 @@ describe("classify.unusable", function()
       if want then assert.is_string(why) end
     end)
   end
+end)
+
+describe("classify.unusable on a long reply", function()
+  -- 80,000 leaked blocks (2 MB): cutting them out one by one copied the
+  -- text once per block (quadratic, seconds with the loop frozen); one
+  -- linear pass takes milliseconds. The bound is 20 times that, not a race.
+  it("strips 80,000 markup blocks in one linear pass", function()
+    local block = '<tool_call>{"a":1}</tool_call>  '
+    local text = block:rep(80000)
+    assert.is_true(#text >= 2000000)
+    local t0 = os.clock()
+    local bad, why = classify.unusable({ content = text })
+    local spent = os.clock() - t0
+    assert.is_true(bad)
+    assert.equal("only leaked tool-call markup", why)
+    assert.is_true(spent < 0.5, ("took %.2f s of CPU"):format(spent))
+    t0 = os.clock()
+    assert.is_false(classify.unusable({ content = text .. "a word" }))
+    assert.is_true(os.clock() - t0 < 0.5)
+  end)
 end)

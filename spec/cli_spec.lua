@@ -100,25 +100,31 @@ describe("luagent (the executable)", function()
   end)
 end)
 
-describe("SIGINT", function()
-  -- Starts a script in the background, waits until it prints "ready", sends
-  -- SIGINT `count` times, and returns the exit code and output.
-  local function interrupt(source, count)
-    local script = h.tempfile(source, ".lua")
-    local out = os.tmpname()
-    local cmd = string.format([[
-      %s run %s >%s 2>&1 & pid=$!
-      i=0; while ! grep -q ready %s && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done
-      for n in $(seq %d); do kill -INT $pid; sleep 0.05; done
-      wait $pid; echo "exit=$?" >>%s
-    ]], h.quote(h.bin), script, out, out, count, out)
-    os.execute(cmd)
-    local text = h.slurp(out)
-    os.remove(script)
-    os.remove(out)
-    return text
-  end
+-- Starts a script in the background (with `flags` before it), waits until
+-- its output holds `mark` ("ready" by default), sends `sig` (INT by
+-- default) `count` times, or runs the shell command `send` ($pid is the
+-- process), and returns the output with "exit=CODE" appended. A process
+-- still alive 10 s later is killed (exit=137), so a failure cannot hang.
+local function interrupt(source, count, sig, flags, mark, send)
+  local script = h.tempfile(source, ".lua")
+  local out = os.tmpname()
+  send = send or string.format("for n in $(seq %d); do kill -%s $pid; sleep 0.05; done", count, sig or "INT")
+  local cmd = string.format([[
+    %s run %s %s >%s 2>&1 & pid=$!
+    i=0; while ! grep -q %s %s && [ $i -lt 250 ]; do sleep 0.02; i=$((i+1)); done
+    %s
+    ( sleep 10; kill -KILL $pid 2>/dev/null ) & killer=$!
+    wait $pid; echo "exit=$?" >>%s
+    kill $killer 2>/dev/null
+  ]], h.quote(h.bin), flags or "", script, out, mark or "ready", out, send, out)
+  os.execute(cmd)
+  local text = h.slurp(out)
+  os.remove(script)
+  os.remove(out)
+  return text
+end
 
+describe("SIGINT", function()
   it("cancels the main task on the first, which cleans up and exits 130", function()
     local text = interrupt([[
       local luagent = require "luagent"
@@ -130,15 +136,82 @@ describe("SIGINT", function()
     assert.matches("exit=130", text)
   end)
 
-  it("exits at once on the second", function()
+  it("exits at once on the second (INT, INT: 130; TERM, then INT: 143)", function()
+    for _, c in ipairs({ { "kill -INT $pid; sleep 0.1; kill -INT $pid", "exit=130" },
+                         { "kill -TERM $pid; sleep 0.1; kill -INT $pid", "exit=143" } }) do
+      local text = interrupt([[
+        local luagent = require "luagent"
+        print("ready"); io.stdout:flush()
+        pcall(luagent.sleep, 3600)   -- swallows the first cancellation
+        print("still here"); io.stdout:flush()
+        luagent.spawn(function() luagent.sleep(3600) end):join()
+      ]], nil, nil, nil, nil, c[1])
+      assert.matches("still here", text)
+      assert.matches(c[2], text)
+    end
+  end)
+
+  it("interrupts busy Lua: the first raises `cancelled` in the running loop, cleanup runs, 130", function()
+    local text = interrupt([[
+      local guard <close> = setmetatable({}, { __close = function() print("cleanup ran") end })
+      print("ready"); io.stdout:flush()
+      local n = 0
+      while true do n = n + 1 end
+    ]], 1)
+    assert.matches("cleanup ran", text)
+    assert.matches("luagent: interrupted", text)
+    assert.matches("exit=130", text)
+  end)
+
+  it("ends a busy script that swallows the first on the second", function()
+    local text = interrupt([[
+      print("ready"); io.stdout:flush()
+      while true do pcall(function() while true do end end) end
+    ]], 2)
+    assert.matches("exit=130", text)
+  end)
+end)
+
+describe("SIGTERM", function()
+  it("stops a run gracefully: the call in flight ends aborted and is recorded, exit 143", function()
+    local cassette = os.tmpname()
+    -- the mock stalls the reply after its first bytes: the call is in flight
     local text = interrupt([[
       local luagent = require "luagent"
-      print("ready"); io.stdout:flush()
-      pcall(luagent.sleep, 3600)   -- swallows the first cancellation
-      print("still here"); io.stdout:flush()
-      luagent.spawn(function() luagent.sleep(3600) end):join()
-    ]], 2)
-    assert.matches("still here", text)
-    assert.matches("exit=130", text)
+      local stream = luagent.stream { model = "openai/gpt-4o-mini", messages = { { role = "user", content = "hi" } } }
+      for _ in stream do end
+    ]], 1, "TERM", "--faults 'stall:secs=30:after=400@1' --events jsonl --record " .. cassette, "message_start")
+    local recorded = h.slurp(cassette)
+    os.remove(cassette)
+    assert.matches('"stop_reason":"aborted"', text)
+    assert.matches("luagent: recorded 1 exchange%(s%)", text)
+    assert.matches("luagent: terminated", text)
+    assert.matches("exit=143", text)
+    local _, lines = recorded:gsub("\n", "")
+    assert.equal(1, lines)
+    assert.matches('"status":200', recorded)
+  end)
+end)
+
+describe("a closed stdout", function()
+  -- The embedded mock needs SIGPIPE not to kill the process on a socket;
+  -- stdout whose reader left must still end it, as it ends any Unix tool.
+  it("ends `luagent run x.lua | head -c 10` with the embedded mock (SIGPIPE, 141)", function()
+    local script = h.tempfile([[
+      local line = ("x"):rep(99)
+      for _ = 1, 20000 do print(line) end
+      io.stderr:write("ran to the end\n")
+    ]], ".lua")
+    local err = os.tmpname()
+    local p = io.popen(string.format("bash -c '%s run --mock %s 2>%s | head -c 10 >/dev/null; echo ${PIPESTATUS[0]}'",
+      h.bin, script, err))
+    local status = p:read("a")
+    p:close()
+    local stderr = h.slurp(err)
+    os.remove(script)
+    os.remove(err)
+    assert.matches("embedded mock", stderr)
+    assert.not_matches("ran to the end", stderr)
+    assert.equal("141\n", status)
   end)
 end)

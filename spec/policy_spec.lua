@@ -210,11 +210,11 @@ describe("policy.new", function()
   local bad = {
     { "unknown field", { max_retry = 1 }, "policy table: unknown field 'max_retry'" },
     { "unknown nested field", { retry_after = { wait = 1 } }, "policy table: unknown field 'retry_after.wait'" },
-    { "negative retries", { max_retries = -1 }, "max_retries must be a whole number >= 0 (got -1)" },
-    { "fractional retries", { max_retries = 1.5 }, "max_retries must be a whole number >= 0" },
-    { "zero timeout", { attempt_timeout = 0 }, "attempt_timeout must be a number of seconds > 0, or false" },
-    { "infinite base", { backoff = { base = math.huge } }, "backoff.base must be a number of seconds >= 0" },
-    { "NaN max", { backoff = { max = 0 / 0 } }, "backoff.max must be a number of seconds >= 0" },
+    { "negative retries", { max_retries = -1 }, "max_retries must be a whole number from 0 to 1000 (got -1)" },
+    { "fractional retries", { max_retries = 1.5 }, "max_retries must be a whole number from 0 to 1000" },
+    { "zero timeout", { attempt_timeout = 0 }, "attempt_timeout must be a number of seconds > 0 (at most 1000000), or false" },
+    { "infinite base", { backoff = { base = math.huge } }, "backoff.base must be a number of seconds from 0 to 1000000 (got inf)" },
+    { "NaN max", { backoff = { max = 0 / 0 } }, "backoff.max must be a number of seconds from 0 to 1000000" },
     { "jitter over 1", { backoff = { jitter = 2 } }, "backoff.jitter must be a number from 0 to 1" },
     { "unknown strategy", { backoff = { strategy = "linear" } }, "backoff.strategy must be one of" },
     { "over_max", { retry_after = { over_max = "wait" } }, 'retry_after.over_max must be "give_up", "cap" or "backoff"' },
@@ -225,6 +225,21 @@ describe("policy.new", function()
     { "an unknown compaction strategy", { on_context_overflow = "summarise" },
       'on_context_overflow must be a function or the name of a shipped strategy ("drop_oldest") (got "summarise")' },
     { "boolean as string", { honor_x_should_retry = "yes" }, 'honor_x_should_retry must be true or false (got "yes")' },
+    -- every number is bounded to a sane range (issue 11)
+    { "1e300 retries", { max_retries = 1e300 }, "max_retries must be a whole number from 0 to 1000 (got 1e+300)" },
+    { "math.maxinteger retries", { max_retries = math.maxinteger }, "max_retries must be a whole number from 0 to 1000" },
+    { "a total deadline of 1e300 s", { total_deadline = 1e300 }, "total_deadline must be a number of seconds > 0 (at most 1000000)" },
+    { "a huge multiplier", { backoff = { multiplier = 1e308 } }, "backoff.multiplier must be a number > 0, at most 1000" },
+    { "an infinite max_wait", { retry_after = { max_wait = math.huge } }, "retry_after.max_wait must be a number of seconds from 0 to 1000000, or false" },
+    { "breaker ratio 2", { breaker = { ratio = 2 } }, "breaker.ratio must be a number > 0, at most 1 (got 2)" },
+    { "breaker window as a string", { breaker = { window = "20" } }, 'breaker.window must be a whole number from 0 to 1024 (got "20")' },
+    { "an unknown breaker field", { breaker = { open = 5 } }, "unknown field 'breaker.open'" },
+    { "breaker open_for inf", { breaker = { open_for = math.huge } }, "breaker.open_for must be a number of seconds > 0" },
+    { "breaker min_calls over window", { breaker = { window = 4, min_calls = 8 } }, "breaker.min_calls must be an integer in [1, window]" },
+    { "budget max 0", { budget = { max = 0 } }, "budget.max must be a number from 0.001 to 1000000 (got 0)" },
+    { "budget ratio over max", { budget = { max = 2, ratio = 3 } }, "budget.ratio must be a number in [0.001, max]" },
+    { "cooldown jitter NaN", { cooldown = { jitter = 0 / 0 } }, "cooldown.jitter must be a number from 0 to 10" },
+    { "an unknown cooldown field", { cooldown = { wait = 1 } }, "unknown field 'cooldown.wait'" },
   }
   for _, b in ipairs(bad) do
     local what, t, msg = table.unpack(b)
@@ -248,11 +263,12 @@ describe("policy.load of a broken file", function()
     { "runtime_error.lua", "^" .. FIX .. "runtime_error%.lua:3: attempt to index a nil value", 3 },
     { "unknown_field.lua", "^" .. FIX .. "unknown_field%.lua:4: unknown field 'max_retry'", 4 },
     { "unknown_nested_field.lua", "^" .. FIX .. "unknown_nested_field%.lua:5: unknown field 'backoff%.ceiling'", 5 },
-    { "bad_value.lua", "^" .. FIX .. 'bad_value%.lua:3: backoff%.base must be a number of seconds >= 0 %(got "one second"%)', 3 },
+    { "bad_value.lua", "^" .. FIX .. 'bad_value%.lua:3: backoff%.base must be a number of seconds from 0 to 1000000 %(got "one second"%)', 3 },
     { "bad_strategy.lua", "^" .. FIX .. "bad_strategy%.lua:3: backoff%.strategy must be one of", 3 },
-    { "nested_line.lua", "^" .. FIX .. "nested_line%.lua:6: retry_after%.jitter must be a number of seconds >= 0 %(got %-1%)", 6 },
+    { "nested_line.lua", "^" .. FIX .. "nested_line%.lua:6: retry_after%.jitter must be a number of seconds from 0 to 1000000 %(got %-1%)", 6 },
     { "runaway.lua", "^" .. FIX .. "runaway%.lua:3: instruction limit %(%d+%) exceeded", 3 },
     { "runaway_pcall.lua", "^" .. FIX .. "runaway_pcall%.lua:4: instruction limit %(%d+%) exceeded", 4 },
+    { "runaway_match.lua", "^" .. FIX .. "runaway_match%.lua:4: time limit %(0%.5 s%) exceeded", 4 },
     { "not_a_table.lua", "^" .. FIX .. "not_a_table%.lua: a policy file must return a table %(it returned string%)", nil },
     { "missing.lua", "^" .. FIX .. "missing%.lua: No such file", nil },
   }
@@ -267,6 +283,15 @@ describe("policy.load of a broken file", function()
       assert.equal(line, err.line)
     end)
   end
+
+  it("refuses a file over 1 MiB before running it", function()
+    local path = os.tmpname()
+    write(path, "return {}\n" .. ("-- padding\n"):rep(100000))
+    local p, err = policies.load(path)
+    os.remove(path)
+    assert.is_nil(p)
+    assert.matches("^" .. path:gsub("%p", "%%%0") .. ": the file is 1100010 bytes; a policy may have at most 1048576$", err.message)
+  end)
 
   it("refuses a precompiled (binary) chunk", function()
     local path = os.tmpname()
@@ -380,6 +405,35 @@ describe("policy.loader", function()
     assert.equal(7, loader:get().max_retries)
     assert.is_nil(loader.error)
     assert.equal(2, loader.version)
+  end)
+
+  it("rejects an edit with bad breaker, budget or cooldown values, or metatables, and keeps the previous", function()
+    write(path, "return { max_retries = 3, breaker = { consecutive = 2 } }\n")
+    local loader = policies.loader(path)
+    assert.equal(3, loader:get().max_retries)
+    local edits = {
+      { "return {\n  max_retries = 4,\n  breaker = {\n    window = 8,\n    min_calls = 20,\n  },\n}\n",
+        ":5: breaker.min_calls must be an integer in %[1, window%]" },
+      { "return {\n  budget = { max = 1e300 },\n}\n", ":2: budget.max must be a number from 0.001 to 1000000" },
+      { "return {\n  cooldown = {\n    jitter = -1 },\n}\n", ":3: cooldown.jitter must be a number from 0 to 10" },
+      { "return {\n  max_retries = math.maxinteger,\n}\n", ":2: max_retries must be a whole number from 0 to 1000" },
+      -- a looping __index or __pairs would run when the loader reads the
+      -- table, after every bound: policy code has no setmetatable
+      { "return setmetatable({}, {\n  __index = function() while true do end end })\n",
+        ":1: attempt to call a nil value %(global 'setmetatable'%)" },
+      { "return {\n  backoff = setmetatable({}, { __pairs = function() while true do end end }),\n}\n",
+        ":2: attempt to call a nil value %(global 'setmetatable'%)" },
+      { "local t = {}\nsetmetatable(t, { __gc = function() while true do end end })\nreturn t\n",
+        ":2: attempt to call a nil value %(global 'setmetatable'%)" },
+    }
+    for _, e in ipairs(edits) do
+      write(path, e[1])
+      assert.is_nil(loader:reload())
+      assert.matches("^" .. path:gsub("%p", "%%%0") .. e[2], loader.error.message)
+      assert.equal(3, loader:get().max_retries)
+      assert.equal(2, loader:get().breaker.consecutive)
+    end
+    assert.equal(1, loader.version)
   end)
 
   it("starts on the fallback when the first load fails", function()

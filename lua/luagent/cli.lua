@@ -1,6 +1,6 @@
 -- The command line: `luagent run`, `luagent help`, ... Exit codes: 0 success,
 -- 1 the script failed, 2 usage error (unknown command or flag, missing file),
--- 130 interrupted.
+-- 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 local core = require "luagent.core"
 
 local M = {}
@@ -67,7 +67,9 @@ options:
 Exit codes: 0 done; 1 the script raised an error (printed as
 "luagent: FILE:LINE: message" with a traceback); 2 usage error or missing
 file; 130 interrupted (the first Ctrl-C cancels the main task and lets it
-clean up, a second exits at once).
+clean up, even while its Lua is busy; a second exits at once); 143 the same
+for SIGTERM (a graceful stop: the call in flight ends with an aborted event
+and is still recorded).
 ]]
 
 local function say(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end
@@ -262,9 +264,10 @@ function M.run(args)
   cleanup()
   if main:status() == "failed" then
     local _, err = pcall(main.join, main)
-    if core.interrupted() and type(err) == "table" and err.kind == "cancelled" then
-      say("luagent: interrupted")
-      return 130
+    local stopped, sig = core.interrupted()
+    if stopped and type(err) == "table" and err.kind == "cancelled" then
+      say(sig == 15 and "luagent: terminated" or "luagent: interrupted")
+      return 128 + sig
     end
     say("luagent: %s", describe_error(err))
     return 1
@@ -273,7 +276,8 @@ function M.run(args)
     say("luagent: deadlock: %d task(s) wait on something that can never happen", stuck)
     return 1
   end
-  return core.interrupted() and 130 or 0
+  local stopped, sig = core.interrupted()
+  return stopped and 128 + sig or 0
 end
 
 -- Topics beyond the built-in ones live with their area (e.g. faults).

@@ -672,8 +672,8 @@ local function serve_cli(opts, out, err)
 end
 
 -- `luagent mock [flags]`: serves until interrupted. Returns the exit code:
--- 2 for usage errors, 130 when interrupted. Called outside a task (as the
--- CLI does) it runs the loop itself.
+-- 2 for usage errors, 128 + the signal when stopped (130 SIGINT, 143
+-- SIGTERM). Called outside a task (as the CLI does) it runs the loop itself.
 function M.main(argv, out, err)
   out, err = out or io.stdout, err or io.stderr
   local opts, perr = M.parse_args(argv or {})
@@ -690,7 +690,8 @@ function M.main(argv, out, err)
   local task = luagent.spawn(serve_cli, opts, out, err)
   luagent.core.on_sigint(task)
   luagent.run()
-  if luagent.core.interrupted() then return 130 end
+  local stopped, sig = luagent.core.interrupted()
+  if stopped then return 128 + sig end
   local ok, code = pcall(task.join, task)
   if not ok then
     err:write("luagent mock: ", tostring(code), "\n")

@@ -6,11 +6,15 @@
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local compact = require "luagent.compact"
+local sandbox = require "luagent.sandbox"
 
 local M = {}
 
--- Instruction limits: running a policy file, and one call of one hook.
-M.limits = { load = 1000000, hook = 100000 }
+-- Bounds of user code (policies/README.md, "What a hook may do"): the
+-- instructions, wall-clock seconds and net bytes of running a policy file,
+-- and of one call of one hook. The file itself may be at most max_bytes.
+M.limits = { load = 1000000, hook = 100000, load_wall = 0.5, hook_wall = 0.1,
+             memory = 32 * 1024 * 1024, max_bytes = 1024 * 1024 }
 
 -- Where a bare name ("yoagent") is looked for, as in package.path: the
 -- current folder, then the bundled policies wherever this library lives (a
@@ -64,94 +68,22 @@ M.strategy_defaults = {
 local Policy = { __name = "luagent.Policy" }
 
 ------------------------------------------------------------------------------
--- Running user code under a limit
+-- Running user code within bounds (lua/luagent/sandbox.lua)
 ------------------------------------------------------------------------------
 
--- "file:line: " of a stack level (from debug.getinfo with "Sl"), or "".
-local function position(info)
-  if not info or info.currentline < 0 then return "" end
-  local src = info.source:sub(1, 1) == "@" and info.source:sub(2) or info.short_src
-  return src .. ":" .. info.currentline .. ": "
-end
-
--- True when an error message already starts with "file:line:".
-local function has_position(msg)
-  return msg:match("^[^\n]-:%d+:") ~= nil
-end
-
--- The message of an error value, with the failing position added from the
--- dead coroutine's stack when the message has none (error("x", 0), tables).
-local function error_message(co, e)
-  local mt = getmetatable(e)
-  local msg = type(e) == "string" and e
-    or (mt and mt.__tostring and tostring(e))
-    or ("error object is a " .. type(e) .. " value")
-  if has_position(msg) then return msg end
-  for level = 0, 50 do
-    local info = debug.getinfo(co, level, "Sl")
-    if not info then break end
-    if info.currentline >= 0 then return position(info) .. msg end
-  end
-  return msg
-end
-
--- Runs fn(...) as a coroutine under an instruction limit, so user code can
--- neither loop forever nor take the host down. Returns true and fn's
--- results, or false and a message starting with "file:line:" when the
--- position is known. Once the limit is hit, every further instruction raises
--- the same error, so a pcall inside the user's code cannot swallow it. A
--- function that yields (tries to wait) is stopped too.
+-- Runs fn(...) in the sandbox: `limit` is a number of instructions (a hook:
+-- M.limits.hook_wall, M.limits.memory) or a table {instructions=, wall=,
+-- memory=}. The arguments are handed over as plain, bounded copies
+-- (sandbox.plain). Returns true and fn's results, or false and a message
+-- starting with "file:line:" when the position is known: fn raised, passed
+-- a bound (pcall inside fn cannot swallow that) or tried to wait.
 function M.run_limited(fn, limit, ...)
-  local co = coroutine.create(fn)
-  local stopped
-  local function stop()
-    stopped = stopped or position(debug.getinfo(2, "Sl"))
-      .. "instruction limit (" .. limit .. ") exceeded"
-    debug.sethook(co, stop, "", 1)
-    error(stopped, 0)
-  end
-  debug.sethook(co, stop, "", limit)
-  local res = table.pack(coroutine.resume(co, ...))
-  if not res[1] then return false, stopped or error_message(co, res[2]) end
-  if coroutine.status(co) == "suspended" then
-    local where = position(debug.getinfo(co, 1, "Sl"))
-    coroutine.close(co)
-    return false, where .. "policy code may not wait (it yielded)"
-  end
-  return true, table.unpack(res, 2, res.n)
-end
-
-------------------------------------------------------------------------------
--- The environment a policy file runs in
-------------------------------------------------------------------------------
-
-local function copy(t, except)
-  local c = {}
-  for k, v in pairs(t) do
-    if not (except and except[k]) then c[k] = v end
-  end
-  return c
-end
-
--- A fresh environment per load: pure functions and copies of the pure
--- libraries. Left out: io, os (but time/clock/date/difftime), require, load,
--- dofile, debug, coroutine, package, print (stdout may carry JSON events),
--- collectgarbage, getmetatable (it reaches the shared string metatable) and
--- math.randomseed (host state). It guards against accidents, not against a
--- hostile author: a policy is the user's own code.
-local function sandbox()
-  local env = {
-    assert = assert, error = error, ipairs = ipairs, next = next,
-    pairs = pairs, pcall = pcall, xpcall = xpcall, select = select,
-    tonumber = tonumber, tostring = tostring, type = type,
-    rawequal = rawequal, rawget = rawget, rawlen = rawlen, rawset = rawset,
-    setmetatable = setmetatable,
-    string = copy(string), table = copy(table), utf8 = copy(utf8),
-    math = copy(math, { randomseed = true }),
-    os = { time = os.time, clock = os.clock, date = os.date, difftime = os.difftime },
-  }
-  env._G = env
-  return env
+  local limits = type(limit) == "table" and limit
+    or { instructions = limit, wall = M.limits.hook_wall, memory = M.limits.memory }
+  local args = table.pack(...)
+  for i = 1, args.n do args[i] = sandbox.plain(args[i]) end
+  limits.who = "policy code"
+  return sandbox.call(fn, args, limits)
 end
 
 ------------------------------------------------------------------------------
@@ -166,9 +98,9 @@ local function is_function_list(v)
   if type(v) == "function" then return true end
   if type(v) ~= "table" then return false end
   local n = 0
-  for _ in pairs(v) do n = n + 1 end
+  for _ in next, v do n = n + 1 end
   for i = 1, n do
-    if type(v[i]) ~= "function" then return false end
+    if type(rawget(v, i)) ~= "function" then return false end
   end
   return true
 end
@@ -176,9 +108,9 @@ end
 local function is_status_list(v)
   if type(v) ~= "table" then return false end
   local n = 0
-  for _ in pairs(v) do n = n + 1 end
+  for _ in next, v do n = n + 1 end
   for i = 1, n do
-    local s = v[i]
+    local s = rawget(v, i)
     local ok = (math.type(s) == "integer" and s >= 100 and s <= 599)
       or (type(s) == "string" and s:match("^[1-5]xx$"))
     if not ok then return false end
@@ -186,23 +118,40 @@ local function is_status_list(v)
   return true
 end
 
+-- The sane range of numbers in a policy: every duration is at most
+-- MAX_SECONDS (about 11.6 days), every count at most MAX_COUNT, so no value
+-- overflows a format, a timer or the attempt arithmetic.
+M.MAX_SECONDS = 1000000
+M.MAX_COUNT = 1000
+
+-- A check that v is a number in [lo, hi] (lo excluded when `above`), whole
+-- when `whole`; `what` says what was expected.
+local function number_in(lo, hi, what, above, whole)
+  return function(v)
+    local ok = finite(v) and (above and v > lo or not above and v >= lo) and v <= hi
+      and (not whole or v % 1 == 0)
+    return ok, what
+  end
+end
+
+-- The same check, also accepting false (for "none").
+local function or_false(number_check, what)
+  return function(v) return v == false or (number_check(v)), what end
+end
+
+local S = M.MAX_SECONDS
+
 -- Each check returns whether v is acceptable, and what was expected.
 local check = {
   string = function(v) return type(v) == "string", "a string" end,
   boolean = function(v) return type(v) == "boolean", "true or false" end,
   fn = function(v) return type(v) == "function", "a function" end,
-  count = function(v)
-    return finite(v) and v >= 0 and v % 1 == 0, "a whole number >= 0"
-  end,
-  seconds = function(v) return finite(v) and v >= 0, "a number of seconds >= 0" end,
-  positive = function(v) return finite(v) and v > 0, "a number > 0" end,
-  fraction = function(v) return finite(v) and v >= 0 and v <= 1, "a number from 0 to 1" end,
-  timeout = function(v)
-    return v == false or (finite(v) and v > 0), "a number of seconds > 0, or false for none"
-  end,
-  limit = function(v)
-    return v == false or (finite(v) and v >= 0), "a number of seconds >= 0, or false for none"
-  end,
+  count = number_in(0, M.MAX_COUNT, "a whole number from 0 to " .. M.MAX_COUNT, false, true),
+  seconds = number_in(0, S, "a number of seconds from 0 to " .. S),
+  positive = number_in(0, 1000, "a number > 0, at most 1000", true),
+  fraction = number_in(0, 1, "a number from 0 to 1"),
+  timeout = or_false(number_in(0, S, "", true), "a number of seconds > 0 (at most " .. S .. "), or false for none"),
+  limit = or_false(number_in(0, S, ""), "a number of seconds from 0 to " .. S .. ", or false for none"),
   bytes = function(v)
     return v == false or (math.type(v) == "integer" and v >= 1024 and v <= 1 << 40),
       "a whole number of bytes from 1024 to 2^40, or false for no limit"
@@ -255,6 +204,25 @@ local RETRY_AFTER_FIELDS = {
   honor = check.boolean, max_wait = check.limit, jitter = check.seconds,
   over_max = check.over_max,
 }
+-- The shared protection (lua/luagent/endpoint.lua); the C constructors
+-- then check how the fields fit together (min_calls <= window, ...).
+local BREAKER_FIELDS = {
+  consecutive = number_in(0, 1000000, "a whole number from 0 to 1000000", false, true),
+  ratio = number_in(0, 1, "a number > 0, at most 1", true),
+  window = number_in(0, 1024, "a whole number from 0 to 1024", false, true),
+  min_calls = number_in(1, 1024, "a whole number from 1 to 1024", false, true),
+  open_for = number_in(0, S, "a number of seconds > 0 (at most " .. S .. ")", true),
+  open_max = number_in(0, S, "a number of seconds > 0 (at most " .. S .. ")", true),
+  growth = number_in(1, 1000, "a number from 1 to 1000"),
+  probe_timeout = number_in(0, S, "a number of seconds > 0 (at most " .. S .. ")", true),
+}
+local BUDGET_FIELDS = {
+  max = number_in(0.001, 1000000, "a number from 0.001 to 1000000"),
+  ratio = number_in(0.001, 1000000, "a number from 0.001 to 1000000 (and at most max)"),
+}
+local COOLDOWN_FIELDS = {
+  jitter = number_in(0, 10, "a number from 0 to 10"),
+}
 
 -- The line of `text` that assigns the field at `path` ({"retry_after",
 -- "jitter"}): each key is looked for ("key =") after the line of the one
@@ -292,7 +260,7 @@ local function check_fields(t, fields, parent, source, text)
     return p
   end
   local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
+  for k in next, t do keys[#keys + 1] = k end
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
   for _, k in ipairs(keys) do
     local name = prefix .. tostring(k)
@@ -301,9 +269,10 @@ local function check_fields(t, fields, parent, source, text)
       return nil, invalid(source, text, path(k), "unknown field '" .. name
         .. "' (policies/README.md lists the fields)")
     end
-    local ok, want = check_field(t[k])
+    local v = rawget(t, k)
+    local ok, want = check_field(v)
     if not ok then
-      local got = type(t[k]) == "string" and ("%q"):format(t[k]) or tostring(t[k])
+      local got = type(v) == "string" and ("%q"):format(v) or tostring(v)
       return nil, invalid(source, text, path(k), name .. " must be " .. want .. " (got " .. got .. ")")
     end
   end
@@ -382,6 +351,41 @@ local function basename(source)
   return (source:match("([^/\\]+)%.lua$") or source)
 end
 
+-- A copy of t read with next/rawget only, `depth` levels deep (tables
+-- below are copied too), so checking and using it runs no metamethod.
+local function raw_copy(t, depth)
+  local c = {}
+  for k, v in next, t do
+    if depth > 1 and type(v) == "table" then v = raw_copy(v, depth - 1) end
+    c[k] = v
+  end
+  return c
+end
+
+-- The nested tables of a policy and their fields.
+local PARTS = {
+  { "backoff", BACKOFF_FIELDS }, { "retry_after", RETRY_AFTER_FIELDS },
+  { "breaker", BREAKER_FIELDS }, { "budget", BUDGET_FIELDS }, { "cooldown", COOLDOWN_FIELDS },
+}
+
+-- Builds the breaker and the budget once, as the endpoint will, so how
+-- their fields fit together (min_calls <= window, ratio <= max) is checked
+-- at load, with the file's line.
+local function check_protection(t, source, text)
+  for _, part in ipairs({ { "breaker", core.breaker }, { "budget", core.retry_budget } }) do
+    local name, make = part[1], part[2]
+    if type(t[name]) == "table" then
+      local ok, msg = pcall(make, t[name])
+      if not ok then
+        local field = tostring(msg):match("config%.([%w_]+)")
+        local what = tostring(msg):match("config%.(.*)$") or tostring(msg)
+        return nil, invalid(source, text, { name, field }, name .. "." .. what)
+      end
+    end
+  end
+  return true
+end
+
 -- Checks a policy table and returns a new, complete one (every field set;
 -- `classify` always a list). `source` names it in errors (a file path, or
 -- "policy table"); `text` is the file's text, used to find line numbers.
@@ -393,12 +397,13 @@ function M.new(t, source, text)
   end
   if getmetatable(t) == Policy then return t end
   source = source or "policy table"
+  t = raw_copy(t, 2) -- read once, raw: no metamethod of the caller's tables runs later
   local ok, err = check_fields(t, FIELDS, nil, source, text)
-  if ok and t.backoff then
-    ok, err = check_fields(t.backoff, BACKOFF_FIELDS, "backoff", source, text)
-  end
-  if ok and t.retry_after then
-    ok, err = check_fields(t.retry_after, RETRY_AFTER_FIELDS, "retry_after", source, text)
+  for _, part in ipairs(PARTS) do
+    local name, fields = part[1], part[2]
+    if ok and type(t[name]) == "table" then
+      ok, err = check_fields(t[name], fields, name, source, text)
+    end
   end
   if ok and t.tool then
     ok, err = check_fields(t.tool, TOOL_FIELDS, "tool", source, text)
@@ -406,6 +411,7 @@ function M.new(t, source, text)
       ok, err = check_fields(t.tool.backoff, BACKOFF_FIELDS, "tool.backoff", source, text)
     end
   end
+  if ok then ok, err = check_protection(t, source, text) end
   if not ok then return nil, err end
   local D = M.defaults
   local hooks = t.classify
@@ -424,7 +430,7 @@ function M.new(t, source, text)
     retry_statuses = t.retry_statuses and table.move(t.retry_statuses, 1, #t.retry_statuses, 1, {}),
     honor_x_should_retry = pick(t.honor_x_should_retry, D.honor_x_should_retry),
     unusable_retries = pick(t.unusable_retries, D.unusable_retries),
-    classify = hooks and table.move(hooks, 1, #hooks, 1, {}) or {},
+    classify = hooks or {},
     on_retry = t.on_retry,
     on_context_overflow = type(t.on_context_overflow) == "string"
       and compact.hook(t.on_context_overflow) or t.on_context_overflow,
@@ -457,9 +463,13 @@ function M.load(path)
   if not f then return fail(oerr) end
   local text = f:read("a")
   f:close()
-  local chunk, perr = load(text, "@" .. path, "t", sandbox())
+  if #text > M.limits.max_bytes then
+    return fail(("the file is %d bytes; a policy may have at most %d"):format(#text, M.limits.max_bytes))
+  end
+  local chunk, perr = load(text, "@" .. path, "t", sandbox.env())
   if not chunk then return fail(perr) end
-  local ok, result = M.run_limited(chunk, M.limits.load)
+  local ok, result = M.run_limited(chunk, { instructions = M.limits.load,
+    wall = M.limits.load_wall, memory = M.limits.memory })
   if not ok then return fail(result) end
   if type(result) ~= "table" then
     return fail("a policy file must return a table (it returned " .. type(result) .. ")")

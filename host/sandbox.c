@@ -1,0 +1,532 @@
+/* Running user Lua (policy files, hooks; Lua tools next) under bounds that
+ * hold in wall time and memory, in the host's own Lua state.
+ *
+ * Why not a Lua state of its own on a worker thread: a hook is a closure of
+ * its policy file, so that file would have to live in the worker's state and
+ * every argument and result be copied across; a runaway there can only be
+ * abandoned, still burning a CPU (the backtracking match of issue 11 runs
+ * for hours). Here the bound is exact instead, because every way user code
+ * can spend time or memory is covered:
+ *   - Lua instructions: a count hook checks the instruction budget and the
+ *     wall-clock deadline every HOOK_EVERY instructions; once stopped it
+ *     raises at every instruction, so pcall cannot swallow the stop;
+ *   - long C calls: the only library functions whose time is not linear in
+ *     what they allocate are the pattern functions (backtracking) and
+ *     string.rep of an empty string; sandboxed code gets find, match,
+ *     gmatch and gsub from host/pattern.c, which checks the same deadline
+ *     every few thousand steps, and so do string.rep (which loops without
+ *     allocating on an empty string) and table.move (2^40 nils);
+ *   - memory: while a box runs, the state's allocator is wrapped and counts
+ *     the net growth; past the limit allocations fail (a Lua memory error)
+ *     and the box is stopped;
+ *   - metamethods that would run later, outside the bounds (__index,
+ *     __pairs, __gc): sandboxed code gets no setmetatable, and the host
+ *     reads what it returns with rawget/next only (lua/luagent/sandbox.lua).
+ * The allocator is swapped only for the length of one resume and restored
+ * before anything else runs, so no state outlives the call. */
+#include "sandbox.h"
+
+#include <lauxlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "core.h"
+#include "pattern.h"
+
+#define BOX_MT "luagent.Sandbox"
+#define HOOK_EVERY 1000 /* instructions between two checks of the bounds */
+
+enum { RUN_OK, STOP_TIME, STOP_MEMORY, STOP_INSTRUCTIONS };
+
+typedef struct {
+  double wall;              /* seconds one resume may run; <= 0: no bound */
+  size_t memory;            /* net bytes one resume may add; 0: no bound */
+  lua_Integer instructions; /* over the box's life; 0: no bound */
+  lua_Integer counted;      /* instructions so far */
+  /* while armed (one resume) */
+  int armed;
+  lua_Alloc base_f;         /* the state's allocator, wrapped */
+  void *base_ud;
+  long long used;           /* net bytes since arming (may go negative) */
+  uint64_t deadline;        /* uv_hrtime() nanoseconds */
+  lua_State *co;
+  int stop;                 /* RUN_OK or why it was stopped */
+  char why[200];            /* "file:line: time limit (0.1 s) exceeded" */
+} lg_box;
+
+/* ------------------------------------------------------------- bounds */
+
+static void box_hook(lua_State *L, lua_Debug *ar);
+
+/* The box whose resume is running in L's state, or NULL. */
+static lg_box *armed_box(lua_State *L);
+
+/* Writes why the box stopped into b->why, with the position of the Lua
+ * code running in L (the first frame with a line). */
+static void box_describe(lg_box *b, lua_State *L) {
+  char what[120];
+  if (b->stop == STOP_TIME)
+    snprintf(what, sizeof what, "time limit (%g s) exceeded", b->wall);
+  else if (b->stop == STOP_MEMORY)
+    snprintf(what, sizeof what, "memory limit (%zu bytes) exceeded", b->memory);
+  else
+    snprintf(what, sizeof what, "instruction limit (%lld) exceeded", (long long)b->instructions);
+  lua_Debug ar;
+  for (int level = 0; L && lua_getstack(L, level, &ar); level++) {
+    lua_getinfo(L, "Sl", &ar);
+    if (ar.currentline >= 0) {
+      const char *src = ar.source[0] == '@' ? ar.source + 1 : ar.short_src;
+      snprintf(b->why, sizeof b->why, "%s:%d: %s", src, ar.currentline, what);
+      return;
+    }
+  }
+  snprintf(b->why, sizeof b->why, "%s", what);
+}
+
+/* Stops the box (the first reason stays) and makes the count hook fire at
+ * every instruction, so the stop is raised again wherever it is caught.
+ * L is the running code, or NULL inside the allocator (described later). */
+static void box_stop(lg_box *b, lua_State *L, int why) {
+  if (b->stop) return;
+  b->stop = why;
+  b->why[0] = '\0';
+  if (L) box_describe(b, L);
+  lua_sethook(b->co, box_hook, LUA_MASKCOUNT, 1);
+}
+
+/* Raises the box's stop message (a string without further position). */
+static int box_raise(lua_State *L, lg_box *b) {
+  if (!b->why[0]) box_describe(b, L);
+  lua_pushstring(L, b->why);
+  return lua_error(L);
+}
+
+/* Whether the box ran past its deadline (and stops it if so). */
+static int box_late(lg_box *b, lua_State *L) {
+  if (!b->stop && b->wall > 0 && uv_hrtime() >= b->deadline) box_stop(b, L, STOP_TIME);
+  return b->stop != RUN_OK;
+}
+
+/* The count hook: instruction budget and deadline. */
+static void box_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lg_box *b = armed_box(L);
+  if (!b) return;
+  if (!b->stop) {
+    b->counted += HOOK_EVERY;
+    if (b->instructions > 0 && b->counted > b->instructions) box_stop(b, L, STOP_INSTRUCTIONS);
+    else box_late(b, L);
+  }
+  if (b->stop) box_raise(L, b);
+}
+
+/* The allocator while a box runs: the state's own, refusing growth past
+ * the box's memory limit. */
+static void *box_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  lg_box *b = ud;
+  size_t old = ptr ? osize : 0;
+  if (b->memory && nsize > old && b->used + (long long)(nsize - old) > (long long)b->memory) {
+    box_stop(b, NULL, STOP_MEMORY);
+    return NULL;
+  }
+  void *r = b->base_f(b->base_ud, ptr, osize, nsize);
+  if (r || nsize == 0) b->used += (long long)nsize - (long long)old;
+  return r;
+}
+
+static lg_box *armed_box(lua_State *L) {
+  void *ud;
+  return lua_getallocf(L, &ud) == box_alloc ? ud : NULL;
+}
+
+int lg_sandbox_running(lua_State *L) { return armed_box(L) != NULL; }
+
+/* ---------------------------------------------------------------- box */
+
+/* sandbox{wall=, memory=, instructions=} -> a box: bounds for running user
+ * code; wall in seconds per resume, memory in bytes per resume,
+ * instructions over the box's life. Absent or 0: no bound. */
+static int l_sandbox(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lg_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  memset(b, 0, sizeof *b);
+  luaL_setmetatable(L, BOX_MT);
+  lua_getfield(L, 1, "wall");
+  b->wall = luaL_optnumber(L, -1, 0);
+  lua_getfield(L, 1, "memory");
+  lua_Number mem = luaL_optnumber(L, -1, 0);
+  lua_getfield(L, 1, "instructions");
+  lua_Number ins = luaL_optnumber(L, -1, 0);
+  lua_pop(L, 3);
+  if (!(b->wall >= 0 && b->wall < 1e9) || !(mem >= 0 && mem < 1e15) || !(ins >= 0 && ins < 1e15))
+    return luaL_error(L, "sandbox: wall, memory and instructions must be numbers from 0 to 1e9");
+  b->memory = (size_t)mem;
+  b->instructions = (lua_Integer)ins;
+  return 1;
+}
+
+/* box:resume(co, ...) -> like coroutine.resume, within the box's bounds:
+ * true, results (or the yielded values: co is then suspended), or false,
+ * the error value, and when a bound stopped it, why ("file:line: time
+ * limit (0.1 s) exceeded"). Not re-entrant: one box runs at a time. */
+static int l_box_resume(lua_State *L) {
+  lg_box *b = luaL_checkudata(L, 1, BOX_MT);
+  lua_State *co = lua_tothread(L, 2);
+  luaL_argexpected(L, co != NULL, 2, "coroutine");
+  if (armed_box(L)) return luaL_error(L, "sandbox: resume inside a running sandbox");
+  int nargs = lua_gettop(L) - 2;
+  if (!lua_checkstack(co, nargs + LUA_MINSTACK)) return luaL_error(L, "sandbox: too many arguments");
+  lua_xmove(L, co, nargs);
+  b->armed = 1;
+  b->stop = RUN_OK;
+  b->used = 0;
+  b->co = co;
+  b->deadline = uv_hrtime() + (uint64_t)(b->wall * 1e9);
+  b->base_f = lua_getallocf(L, &b->base_ud);
+  lua_setallocf(L, box_alloc, b);
+  lua_sethook(co, box_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  int nres = 0;
+  int status = lua_resume(co, L, 0 + nargs, &nres);
+  lua_setallocf(L, b->base_f, b->base_ud);
+  lua_sethook(co, NULL, 0, 0);
+  b->armed = 0;
+  b->co = NULL;
+  if (status == LUA_OK || status == LUA_YIELD) {
+    if (!lua_checkstack(L, nres + 1)) return luaL_error(L, "sandbox: too many results");
+    lua_pushboolean(L, 1);
+    lua_xmove(co, L, nres);
+    return nres + 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_xmove(co, L, 1);
+  if (b->stop) {
+    if (!b->why[0]) box_describe(b, co);
+    lua_pushstring(L, b->why);
+  } else {
+    lua_pushnil(L);
+  }
+  return 3;
+}
+
+/* box:stats() -> {instructions=, memory=} used so far (memory: the net
+ * growth of the last resume). */
+static int l_box_stats(lua_State *L) {
+  lg_box *b = luaL_checkudata(L, 1, BOX_MT);
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, b->counted);
+  lua_setfield(L, -2, "instructions");
+  lua_pushinteger(L, (lua_Integer)b->used);
+  lua_setfield(L, -2, "memory");
+  return 1;
+}
+
+/* ------------------------------------------------- bounded patterns */
+
+/* What the matcher's tick needs: the running box and the calling code. */
+typedef struct {
+  lg_box *box;
+  lua_State *L;
+} tick_ctx;
+
+/* tick of host/pattern.c: whether the running box is out of time. */
+static int pattern_tick(void *ud) {
+  tick_ctx *t = ud;
+  return box_late(t->box, t->L);
+}
+
+/* Starts a match over s under the running box's deadline, if any. */
+static void match_init(lua_State *L, lg_match *m, tick_ctx *t, const char *s, size_t len) {
+  t->box = armed_box(L);
+  t->L = L;
+  lg_pattern_init(m, s, len, t->box ? pattern_tick : NULL, t);
+}
+
+/* Raises the error of a match that returned -1: the box's stop (the hook
+ * keeps raising it) or what is wrong with the pattern. */
+static int match_error(lua_State *L, lg_match *m, const char *fn) {
+  lg_box *b = armed_box(L);
+  if (b && b->stop) return box_raise(L, b);
+  return luaL_error(L, "%s (in string.%s)", m->error, fn);
+}
+
+/* Lua's rule for a start position: negative counts from the end; 1-based.
+ * Returns the 0-based offset, which may be len + 1 (past the end). */
+static size_t start_offset(lua_Integer pos, size_t len) {
+  if (pos > 0) return (size_t)pos - 1;
+  if (pos == 0 || pos < -(lua_Integer)len) return 0;
+  return len + (size_t)pos;
+}
+
+/* Pushes capture i of the last match (the whole match s..e when there are
+ * none and i is 0). */
+static void push_capture(lua_State *L, lg_match *m, int i, const char *s, const char *e) {
+  if (i >= m->level) {
+    if (i != 0) luaL_error(L, "invalid capture index %%%d", i + 1);
+    lua_pushlstring(L, s, (size_t)(e - s));
+    return;
+  }
+  ptrdiff_t len = m->capture[i].len;
+  if (len == LG_PATTERN_UNFINISHED) luaL_error(L, "unfinished capture");
+  if (len == LG_PATTERN_POSITION)
+    lua_pushinteger(L, (lua_Integer)(m->capture[i].init - m->src) + 1);
+  else
+    lua_pushlstring(L, m->capture[i].init, (size_t)len);
+}
+
+/* Pushes every capture (or the whole match when `whole` and there are
+ * none); returns how many. */
+static int push_captures(lua_State *L, lg_match *m, const char *s, const char *e, int whole) {
+  int n = (m->level == 0 && whole) ? 1 : m->level;
+  luaL_checkstack(L, n, "too many captures");
+  for (int i = 0; i < n; i++) push_capture(L, m, i, s, e);
+  return n;
+}
+
+/* Whether p has none of the characters that make a pattern. */
+static int is_plain(const char *p, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (strchr("^$*+?.([%-", p[i]) && p[i] != '\0') return 0;
+  return 1;
+}
+
+/* find and match: string.find(s, p [, init [, plain]]), string.match(s, p
+ * [, init]), bounded. */
+static int find_or_match(lua_State *L, int find) {
+  size_t len, plen;
+  const char *s = luaL_checklstring(L, 1, &len);
+  const char *p = luaL_checklstring(L, 2, &plen);
+  size_t init = start_offset(luaL_optinteger(L, 3, 1), len);
+  const char *fn = find ? "find" : "match";
+  if (init > len) {
+    luaL_pushfail(L);
+    return 1;
+  }
+  lg_match m;
+  tick_ctx tc;
+  match_init(L, &m, &tc, s, len);
+  const char *start, *end;
+  int r;
+  if (find && (lua_toboolean(L, 4) || is_plain(p, plen))) {
+    r = lg_pattern_plain(&m, s + init, p, plen, &start);
+    if (r < 0) return match_error(L, &m, fn);
+    if (!r) {
+      luaL_pushfail(L);
+      return 1;
+    }
+    lua_pushinteger(L, (lua_Integer)(start - s) + 1);
+    lua_pushinteger(L, (lua_Integer)(start - s + (ptrdiff_t)plen));
+    return 2;
+  }
+  int anchored = plen > 0 && p[0] == '^';
+  r = lg_pattern_search(&m, s + init, p + anchored, plen - (size_t)anchored, anchored, NULL,
+                        &start, &end);
+  if (r < 0) return match_error(L, &m, fn);
+  if (!r) {
+    luaL_pushfail(L);
+    return 1;
+  }
+  if (!find) return push_captures(L, &m, start, end, 1);
+  lua_pushinteger(L, (lua_Integer)(start - s) + 1);
+  lua_pushinteger(L, (lua_Integer)(end - s));
+  return push_captures(L, &m, NULL, NULL, 0) + 2;
+}
+
+static int l_find(lua_State *L) { return find_or_match(L, 1); }
+static int l_match(lua_State *L) { return find_or_match(L, 0); }
+
+/* The iterator of gmatch; upvalues: s, p, next offset, end of the last
+ * match (-1: none). */
+static int gmatch_next(lua_State *L) {
+  size_t len, plen;
+  const char *s = lua_tolstring(L, lua_upvalueindex(1), &len);
+  const char *p = lua_tolstring(L, lua_upvalueindex(2), &plen);
+  lua_Integer at = lua_tointeger(L, lua_upvalueindex(3));
+  lua_Integer last = lua_tointeger(L, lua_upvalueindex(4));
+  if (at > (lua_Integer)len) return 0;
+  lg_match m;
+  tick_ctx tc;
+  match_init(L, &m, &tc, s, len);
+  const char *start, *end;
+  int r = lg_pattern_search(&m, s + at, p, plen, 0, last >= 0 ? s + last : NULL, &start, &end);
+  if (r < 0) return match_error(L, &m, "gmatch");
+  if (!r) {
+    lua_pushinteger(L, (lua_Integer)len + 1);
+    lua_replace(L, lua_upvalueindex(3));
+    return 0;
+  }
+  lua_pushinteger(L, end - s);
+  lua_pushvalue(L, -1);
+  lua_replace(L, lua_upvalueindex(3));
+  lua_replace(L, lua_upvalueindex(4));
+  return push_captures(L, &m, start, end, 1);
+}
+
+/* string.gmatch(s, p [, init]): '^' is not an anchor here, as in Lua. */
+static int l_gmatch(lua_State *L) {
+  size_t len;
+  luaL_checklstring(L, 1, &len);
+  luaL_checkstring(L, 2);
+  size_t init = start_offset(luaL_optinteger(L, 3, 1), len);
+  lua_settop(L, 2);
+  lua_pushinteger(L, init > len ? (lua_Integer)len + 1 : (lua_Integer)init);
+  lua_pushinteger(L, -1);
+  lua_pushcclosure(L, gmatch_next, 4);
+  return 1;
+}
+
+/* Appends the replacement of one match s..e to b (gsub's repl at index 3). */
+static void add_replacement(lua_State *L, luaL_Buffer *b, lg_match *m, const char *s,
+                            const char *e, int type) {
+  if (type == LUA_TFUNCTION) {
+    lua_pushvalue(L, 3);
+    int n = push_captures(L, m, s, e, 1);
+    lua_call(L, n, 1);
+  } else if (type == LUA_TTABLE) {
+    push_capture(L, m, 0, s, e);
+    lua_rawget(L, 3); /* sandboxed tables have no metatables: raw is exact */
+  } else {
+    size_t rlen;
+    const char *r = lua_tolstring(L, 3, &rlen);
+    for (size_t i = 0; i < rlen; i++) {
+      if (r[i] != '%') {
+        luaL_addchar(b, r[i]);
+        continue;
+      }
+      i++;
+      if (i < rlen && r[i] == '%') {
+        luaL_addchar(b, '%');
+      } else if (i < rlen && r[i] >= '0' && r[i] <= '9') {
+        if (r[i] == '0') lua_pushlstring(L, s, (size_t)(e - s));
+        else push_capture(L, m, r[i] - '1', s, e);
+        luaL_tolstring(L, -1, NULL);
+        lua_remove(L, -2);
+        luaL_addvalue(b);
+      } else {
+        luaL_error(L, "invalid use of '%%' in replacement string");
+      }
+    }
+    return;
+  }
+  if (!lua_toboolean(L, -1)) {
+    lua_pop(L, 1);
+    luaL_addlstring(b, s, (size_t)(e - s));
+  } else if (!lua_isstring(L, -1)) {
+    luaL_error(L, "invalid replacement value (a %s)", luaL_typename(L, -1));
+  } else {
+    luaL_addvalue(b);
+  }
+}
+
+/* string.gsub(s, p, repl [, n]), bounded. */
+static int l_gsub(lua_State *L) {
+  size_t len, plen;
+  const char *s = luaL_checklstring(L, 1, &len);
+  const char *p = luaL_checklstring(L, 2, &plen);
+  int type = lua_type(L, 3);
+  lua_Integer max = luaL_optinteger(L, 4, (lua_Integer)len + 1);
+  luaL_argexpected(L, type == LUA_TNUMBER || type == LUA_TSTRING || type == LUA_TFUNCTION ||
+                   type == LUA_TTABLE, 3, "string/function/table");
+  int anchored = plen > 0 && p[0] == '^';
+  p += anchored;
+  plen -= (size_t)anchored;
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  lg_match m;
+  tick_ctx tc;
+  match_init(L, &m, &tc, s, len);
+  const char *src = s, *last = NULL;
+  lua_Integer n = 0;
+  while (n < max) {
+    const char *start, *end;
+    int r = lg_pattern_search(&m, src, p, plen, 1, last, &start, &end);
+    if (r < 0) return match_error(L, &m, "gsub");
+    if (r) {
+      n++;
+      add_replacement(L, &b, &m, src, end, type);
+      src = last = end;
+    } else if (src < s + len) {
+      luaL_addchar(&b, *src++);
+    } else {
+      break;
+    }
+    if (anchored) break;
+  }
+  luaL_addlstring(&b, src, (size_t)(s + len - src));
+  luaL_pushresult(&b);
+  lua_pushinteger(L, n);
+  return 2;
+}
+
+/* string.rep(s, n [, sep]): Lua's, except that nothing repeated is answered
+ * at once (Lua loops n times copying nothing, which no memory bound stops)
+ * and the copying checks the deadline. */
+static int l_rep(lua_State *L) {
+  size_t l, lsep;
+  const char *s = luaL_checklstring(L, 1, &l);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  const char *sep = luaL_optlstring(L, 3, "", &lsep);
+  if (n <= 0 || l + lsep == 0) {
+    lua_pushliteral(L, "");
+    return 1;
+  }
+  if (l + lsep < l || l + lsep > (size_t)0x7fffffff / (lua_Unsigned)n)
+    return luaL_error(L, "resulting string too large");
+  size_t total = (size_t)n * l + (size_t)(n - 1) * lsep;
+  luaL_Buffer b;
+  char *p = luaL_buffinitsize(L, &b, total);
+  lg_box *box = armed_box(L);
+  for (lua_Integer i = 0; i < n; i++) {
+    if (box && (i & 4095) == 0 && box_late(box, L)) return box_raise(L, box);
+    memcpy(p, s, l);
+    p += l;
+    if (lsep > 0 && i + 1 < n) {
+      memcpy(p, sep, lsep);
+      p += lsep;
+    }
+  }
+  luaL_pushresultsize(&b, total);
+  return 1;
+}
+
+/* table.move(a1, f, e, t [, a2]): Lua's, with the deadline checked as it
+ * goes (Lua's moves 2^40 nils without a pause). */
+static int l_move(lua_State *L) {
+  lua_Integer f = luaL_checkinteger(L, 2);
+  lua_Integer e = luaL_checkinteger(L, 3);
+  lua_Integer t = luaL_checkinteger(L, 4);
+  int to = lua_isnoneornil(L, 5) ? 1 : 5;
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, to, LUA_TTABLE);
+  if (e >= f) {
+    luaL_argcheck(L, f > 0 || e < LUA_MAXINTEGER + f, 3, "too many elements to move");
+    lua_Integer n = e - f;
+    luaL_argcheck(L, t <= LUA_MAXINTEGER - n, 4, "destination wrap around");
+    lg_box *box = armed_box(L);
+    int forward = t > e || t <= f || (to != 1 && !lua_compare(L, 1, to, LUA_OPEQ));
+    for (lua_Integer i = 0; i <= n; i++) {
+      if (box && (i & 4095) == 0 && box_late(box, L)) return box_raise(L, box);
+      lua_Integer k = forward ? i : n - i;
+      lua_geti(L, 1, f + k);
+      lua_seti(L, to, t + k);
+    }
+  }
+  lua_pushvalue(L, to);
+  return 1;
+}
+
+void lg_sandbox_register(lua_State *L) {
+  static const luaL_Reg box_methods[] = {
+      {"resume", l_box_resume}, {"stats", l_box_stats}, {NULL, NULL}};
+  lg_class_new(L, BOX_MT, box_methods, NULL, NULL);
+  lua_pushcfunction(L, l_sandbox);
+  lua_setfield(L, -2, "sandbox");
+  static const luaL_Reg patterns[] = {
+      {"find", l_find}, {"match", l_match}, {"gmatch", l_gmatch}, {"gsub", l_gsub},
+      {"rep", l_rep},   {NULL, NULL}};
+  luaL_newlib(L, patterns);
+  lua_setfield(L, -2, "bounded_string");
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, l_move);
+  lua_setfield(L, -2, "move");
+  lua_setfield(L, -2, "bounded_table");
+}

@@ -1,0 +1,204 @@
+-- The sandbox for user Lua (lua/luagent/sandbox.lua, host/sandbox.c,
+-- host/pattern.c): every way a hook could freeze the host or exhaust its
+-- memory is stopped within the bounds and reported with file:line.
+local sandbox = require "luagent.sandbox"
+local policies = require "luagent.policy"
+local classify = require "luagent.classify"
+local errors = require "luagent.errors"
+local core = require "luagent.core"
+
+local HERE = "^spec/sandbox_spec%.lua:%d+: "
+local native_match, native_move = string.match, table.move
+
+-- A 64 KiB error body on which '"message":%s*"(.-)".-"code"...' backtracks
+-- for hours in Lua's own matcher: many messages, no "code".
+local BODY = ('{"message": "overloaded", '):rep(2600):sub(1, 64 * 1024)
+
+describe("sandbox.call", function()
+  it("returns the function's results, and errors with file:line", function()
+    assert.same({ true, 1, nil, 3 }, { sandbox.call(function(a, b) return a, nil, b end, { 1, 3, n = 2 }) })
+    local ok, msg = sandbox.call(function() error("boom") end)
+    assert.is_false(ok)
+    assert.matches(HERE .. "boom$", msg)
+    ok, msg = sandbox.call(function() coroutine.yield() end)
+    assert.is_false(ok)
+    assert.matches(HERE .. "user code may not wait", msg)
+  end)
+
+  it("stops a backtracking match (a method call) at its wall bound, and pcall cannot swallow it", function()
+    local t0 = os.time()
+    local ok, msg = sandbox.call(function(body)
+      for _ = 1, 5 do pcall(string.match, body, '"message":%s*"(.-)".-"code":%s*"(.-)"') end
+      return body:match('"message":%s*"(.-)".-"code":%s*"(.-)"')
+    end, { BODY }, { wall = 0.1 })
+    assert.is_false(ok)
+    assert.matches(HERE .. "time limit %(0%.1 s%) exceeded$", msg)
+    assert.is_true(os.time() - t0 <= 2)
+    assert.equal(native_match, string.match) -- the host's functions are back
+    assert.equal(native_move, table.move)
+  end)
+
+  it("bounds find, gmatch and gsub, and a plain find of a pathological needle", function()
+    local hay = ("a"):rep(2 ^ 20)
+    local cases = {
+      function() return hay:find(("a"):rep(2 ^ 19) .. "b", 1, true) end,
+      function() for _ in BODY:gmatch('"(.-)".-"code"') do end end,
+      function() return (BODY:gsub('"(.-)".-"code"', "x")) end,
+      function() return string.find(BODY, '"message":%s*"(.-)".-"code":%s*"(.-)"') end,
+    }
+    for _, fn in ipairs(cases) do
+      local ok, msg = sandbox.call(fn, {}, { wall = 0.05 })
+      assert.is_false(ok)
+      assert.matches(HERE .. "time limit %(0%.05 s%) exceeded$", msg)
+    end
+  end)
+
+  it("stops a huge allocation at the memory bound, and the memory is not kept", function()
+    local before = collectgarbage("count")
+    local ok, msg = sandbox.call(function() return ("x"):rep(1536 * 1024 * 1024) end, {}, { memory = 2 ^ 24 })
+    assert.is_false(ok)
+    assert.matches(HERE .. "memory limit %(16777216 bytes%) exceeded$", msg)
+    ok, msg = sandbox.call(function()
+      local t = {}
+      for i = 1, 1e9 do t[i] = ("y"):rep(64) .. i end
+    end, {}, { memory = 2 ^ 24, instructions = 1e10, wall = 10 })
+    assert.is_false(ok)
+    assert.matches(HERE .. "memory limit %(16777216 bytes%) exceeded$", msg)
+    collectgarbage()
+    assert.is_true(collectgarbage("count") - before < 8 * 1024)
+  end)
+
+  it("answers string.rep of nothing at once, and bounds table.move's loop", function()
+    assert.same({ true, "" }, { sandbox.call(function() return string.rep("", 2 ^ 50) end) })
+    assert.same({ true, "ab,ab,ab" }, { sandbox.call(function() return ("ab"):rep(3, ",") end) })
+    local env = sandbox.env()
+    local ok, msg = sandbox.call(function() return table.move({}, 1, 2 ^ 40, 1, {}) end,
+      {}, { wall = 0.05 })
+    assert.is_false(ok)
+    assert.matches(HERE .. "time limit %(0%.05 s%) exceeded$", msg)
+    assert.same({ 1, 2, 3 }, env.table.move({ 1, 2, 3 }, 1, 3, 1, {}))
+    assert.same({ 1, 1, 2 }, env.table.move({ 1, 2, 3 }, 1, 2, 2))
+  end)
+
+  it("gives user code no setmetatable, getmetatable or collectgarbage", function()
+    local env = sandbox.env()
+    assert.is_nil(env.setmetatable)
+    assert.is_nil(env.getmetatable)
+    assert.is_nil(env.collectgarbage)
+    assert.is_nil(env.debug)
+  end)
+
+  it("hands over plain, bounded copies", function()
+    local rec = errors.new("http", "x", { status = 500, body = ("b"):rep(100000) })
+    local looped = {}
+    looped.self = looped
+    local c = sandbox.plain({ rec = rec, looped = looped, fn = print })
+    assert.is_nil(getmetatable(c.rec))
+    assert.equal(500, c.rec.status)
+    assert.equal(64 * 1024, #c.rec.body)
+    assert.equal(c.looped, c.looped.self)
+    assert.is_nil(c.fn)
+  end)
+end)
+
+describe("hostile classify hooks", function()
+  local FILE = "spec/fixtures/policies/hostile.lua"
+
+  -- Measured in real time: a ticker task with a 0.5 s period and a task that
+  -- classifies failures under a policy whose hooks backtrack, allocate 3 GB
+  -- and loop, again and again. Each hook is stopped at its bound (0.1 s), so
+  -- no tick is late by more than about one bound.
+  it("leave a ticker task on time, each reported with file:line", function()
+    local policy = assert(policies.load(FILE))
+    local was_virtual = core.clock_is_virtual()
+    if was_virtual then core.clock_real() end
+    local reports, ticks, calls = {}, {}, 0
+    local start = core.now()
+    local ticker = core.spawn(function()
+      for i = 1, 3 do
+        core.sleep(start + 0.5 * i - core.now())
+        ticks[i] = core.now() - (start + 0.5 * i)
+      end
+    end)
+    local hostile = core.spawn(function()
+      while ticker:status() ~= "done" do
+        local err = errors.new("http", "overloaded", { status = 503, body = BODY })
+        local d = classify.classify(err, { report = function(m) reports[#reports + 1] = m end }, policy)
+        assert.equal("overloaded", d.class) -- the default rules applied
+        calls = calls + 1
+        core.sleep(0)
+      end
+    end)
+    ticker:join()
+    hostile:join()
+    if was_virtual then core.clock_virtual() end
+    assert.is_true(calls >= 3)
+    for i = 1, 3 do
+      assert.is_true(ticks[i] < 0.25, ("tick %d was %.3f s late"):format(i, ticks[i]))
+    end
+    local f = FILE:gsub("%p", "%%%0")
+    assert.matches("^" .. f .. ":5: time limit %(0%.1 s%) exceeded %(classify hook ignored", reports[1])
+    assert.matches("^" .. f .. ":6: memory limit %(%d+ bytes%) exceeded", reports[2])
+    assert.matches("^" .. f .. ":7: instruction limit %(100000%) exceeded", reports[3])
+  end)
+end)
+
+describe("a sandboxed call that tries to wait", function()
+  -- A hook from a script's own policy table can reach luagent.sleep; the
+  -- loop must not run other tasks inside the hook's bounds.
+  it("is refused with file:line, and other tasks are untouched", function()
+    local other_ran = false
+    local other = core.spawn(function() other_ran = true end)
+    local ok, msg = sandbox.call(function() core.sleep(0.01) end)
+    assert.is_false(ok)
+    assert.matches(HERE .. "sandboxed code may not wait", msg)
+    assert.is_false(other_ran)
+    other:join()
+    assert.is_true(other_ran)
+  end)
+end)
+
+describe("the bounded pattern functions", function()
+  -- host/pattern.c against Lua's own string library: the same results (or
+  -- both an error) on random patterns and subjects, seeded.
+  it("agree with Lua's on 20,000 random patterns", function()
+    local B = core.bounded_string
+    local atoms = { "a", "b", ".", "%a", "%D", "%s", "%W", "[ab]", "[^a]", "%%", "(", ")", "()", "%b()",
+      "%bab", "%f[%w]", "$", "^", "-", "*", "+", "?", "%1", "%2", "%0", "[a-c]", "x", "[]]", "[^]]",
+      "[%d%s]", "[-a]", "[a-]", "[%]", "%z", "%", "[", "%b", "%fa", "(a*(.)%w(%s*))", "\0", "%x%X", "%p" }
+    local chars = { "a", "b", "c", "(", ")", " ", "1", "x", "]", "%", "^", "$", "-", "\0", "Z", "\n" }
+    local rng = core.backoff_rng(11)
+    local function pick(list) return list[math.floor(rng:next() * #list) + 1] end
+    local function outcome(ok, ...) return { ok = ok, n = select("#", ...), ... } end
+    local function same(a, b)
+      if a.ok ~= b.ok or (a.ok and a.n ~= b.n) then return false end
+      for i = 1, a.ok and a.n or 0 do if a[i] ~= b[i] then return false end end
+      return true
+    end
+    local function all(gmatch, s, p, init)
+      local out = {}
+      for x, y in gmatch(s, p, init) do out[#out + 1] = tostring(x) .. "|" .. tostring(y) end
+      return table.concat(out, ",")
+    end
+    local repls = { "<%0>", "%1", "%%", "%2x", function(_, y) return y end, { a = "A", b = false }, 7 }
+    local differ = {}
+    for _ = 1, 4000 do
+      local p, s = {}, {}
+      for i = 1, 1 + math.floor(rng:next() * 6) do p[i] = pick(atoms) end
+      for i = 1, math.floor(rng:next() * 14) do s[i] = pick(chars) end
+      p, s = table.concat(p), table.concat(s)
+      local init, r = math.floor(rng:next() * 13) - 5, pick(repls)
+      local calls = {
+        { string.find, B.find, s, p, init }, { string.match, B.match, s, p, init },
+        { string.find, B.find, s, p, init, true }, { string.gsub, B.gsub, s, p, r },
+        { function(...) return all(string.gmatch, ...) end, function(...) return all(B.gmatch, ...) end, s, p, init },
+      }
+      for _, c in ipairs(calls) do
+        if not same(outcome(pcall(c[1], table.unpack(c, 3, 6))), outcome(pcall(c[2], table.unpack(c, 3, 6)))) then
+          differ[#differ + 1] = ("%q on %q"):format(p, s)
+        end
+      end
+    end
+    assert.same({}, differ)
+  end)
+end)
