@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 
 #include "core.h"
+#include "errors.h"
 #include "loop.h"
 #include "sse.h"
 
@@ -443,7 +444,9 @@ static void push_failure(lua_State *L, request *r) {
     snprintf(text, sizeof text, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->result));
     msg = text;
   }
-  lg_error_push(L, kind, msg);
+  lg_error_push(L, LG_ERR_TRANSPORT, msg);
+  lua_pushstring(L, kind);
+  lua_setfield(L, -2, "kind");
   if (r->fail_which || (!r->fail_kind && r->result == CURLE_OPERATION_TIMEDOUT)) {
     lua_pushstring(L, r->fail_which ? r->fail_which : "connect");
     lua_setfield(L, -2, "which");
