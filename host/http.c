@@ -28,7 +28,6 @@
 #define HTTP_KEY "luagent.Http"
 #define REQ_MT "luagent.HttpRequest"
 #define HIGH_WATER ((size_t)1 << 20) /* pause the transfer above this */
-#define ERROR_BODY_MAX ((size_t)64 << 10)
 
 typedef struct {
   CURLM *multi;
@@ -356,6 +355,14 @@ static int l_http_gc(lua_State *L) {
   return 0;
 }
 
+/* curl_global_init, once per process (whatever the number of Lua states
+ * or threads), on the first request: a script that makes none never pays
+ * for it. Its result is written once, before uv_once returns. */
+static uv_once_t global_once = UV_ONCE_INIT;
+static CURLcode global_init_rc;
+
+static void global_init(void) { global_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
 /* The multi handle of this Lua state, created on first use. */
 static http_ctx *http_get(lua_State *L) {
   if (lua_getfield(L, LUA_REGISTRYINDEX, HTTP_KEY) == LUA_TUSERDATA) {
@@ -365,11 +372,8 @@ static http_ctx *http_get(lua_State *L) {
   }
   lua_pop(L, 1);
   lg_loop *loop = lg_loop_get(L);
-  static int global_init;
-  if (!global_init) {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) luaL_error(L, "http: curl_global_init failed");
-    global_init = 1;
-  }
+  uv_once(&global_once, global_init);
+  if (global_init_rc != CURLE_OK) luaL_error(L, "http: curl_global_init failed");
   http_ctx *ctx = lua_newuserdatauv(L, sizeof *ctx, 0);
   memset(ctx, 0, sizeof *ctx);
   ctx->closed = 1;
