@@ -14,8 +14,7 @@ static const char *const kind_names[LG_ERR_NKINDS] = {
     [LG_ERR_PROCESS] = "process",     [LG_ERR_USAGE] = "usage",
 };
 
-const char *lg_errors_kind_name(lg_error_kind kind) { return kind_names[kind]; }
-
+/* Pushes a new record; the caller owns it (a plain table). */
 void lg_error_push(lua_State *L, lg_error_kind kind, const char *message) {
   lua_createtable(L, 0, 4);
   lua_pushstring(L, kind_names[kind]);
@@ -37,6 +36,7 @@ static int l_error_tostring(lua_State *L) {
   return 1;
 }
 
+/* Sets core.error_metatable and core.error_kinds in the table on the stack. */
 void lg_errors_register(lua_State *L) {
   if (luaL_newmetatable(L, ERROR_MT)) { /* also sets __name */
     lua_pushcfunction(L, l_error_tostring);

@@ -7,7 +7,7 @@
 
 #include <lua.h>
 
-/* The kinds C produces; lg_errors_kind_name() gives their names. */
+/* The kinds C produces (their names are in core.error_kinds, in order). */
 typedef enum {
   LG_ERR_CANCELLED, /* the task was cancelled */
   LG_ERR_TIMEOUT,   /* a timer of ours fired; the record says `which` */
@@ -19,9 +19,6 @@ typedef enum {
   LG_ERR_USAGE,     /* bad input from a user (a path to watch) */
   LG_ERR_NKINDS
 } lg_error_kind;
-
-/* The name of `kind` ("timeout"). */
-const char *lg_errors_kind_name(lg_error_kind kind);
 
 /* Pushes a new record {kind=, message=} with the shared metatable. */
 void lg_error_push(lua_State *L, lg_error_kind kind, const char *message);
