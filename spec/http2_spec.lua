@@ -2,7 +2,8 @@
 -- (spec/support/h2server.lua) and real libcurl: the core reports what curl
 -- saw (kind `transport`, curl's code, the phase), luagent.http names the
 -- kind, and the classifier alone decides to retry. A stream reset by a
--- provider's edge (RST_STREAM, curl code 92) is retried.
+-- provider's edge (RST_STREAM, curl code 92) and a connection it shuts with
+-- an error before answering (GOAWAY, curl code 16) are retried.
 local luagent = require "luagent"
 local core = require "luagent.core"
 local http = require "luagent.http"
@@ -14,8 +15,35 @@ local helpers = require "helpers"
 
 local H2 = "2-prior-knowledge"
 local RESET = { { "rst", h2.errors.INTERNAL_ERROR } }
+local GOAWAY = { { "goaway", h2.errors.INTERNAL_ERROR, 0 } } -- no stream was processed
 local SSE = 'data: {"choices":[{"index":0,"delta":{"content":"hello"}}]}\n\n'
   .. 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+
+-- One luagent.stream call to `srv` over h2c on the virtual clock; returns
+-- its provider_retry event, its text and its last event. Two requests.
+local function stream_through(srv)
+  local log = retry.log
+  retry.log = function() end -- the retry's own line: the event is checked
+  luagent.clock.virtual()
+  local evs = {}
+  local ok, err = pcall(function()
+    for ev in luagent.stream {
+      model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k", http_version = H2 },
+      messages = { { role = "user", content = "hi" } }, seed = 3,
+    } do evs[#evs + 1] = ev end
+  end)
+  luagent.clock.real()
+  retry.log = log
+  assert(ok, tostring(err))
+  assert.equal(2, srv.streams)
+  local retried, text
+  for _, ev in ipairs(evs) do
+    if ev.type == "provider_retry" then retried = ev end
+    if ev.type == "text_delta" then text = (text or "") .. ev.text end
+  end
+  assert.is_table(retried, "a provider_retry event")
+  return retried, text, evs[#evs]
+end
 
 describe("an HTTP/2 stream reset", function()
   local srv
@@ -70,30 +98,35 @@ describe("an HTTP/2 stream reset", function()
 
   it("is retried by luagent.stream, and the next attempt answers", function()
     srv = h2.serve(function(n) return n == 1 and RESET or h2.answer(SSE) end)
-    local logs = {}
-    local log = retry.log
-    retry.log = function(line) logs[#logs + 1] = line end
-    luagent.clock.virtual()
-    local evs = {}
-    local ok, err = pcall(function()
-      for ev in luagent.stream {
-        model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k", http_version = H2 },
-        messages = { { role = "user", content = "hi" } }, seed = 3,
-      } do evs[#evs + 1] = ev end
-    end)
-    luagent.clock.real()
-    retry.log = log
-    assert(ok, tostring(err))
-    assert.equal(2, srv.streams)
-    local retried, text, last
-    for _, ev in ipairs(evs) do
-      if ev.type == "provider_retry" then retried = ev end
-      if ev.type == "text_delta" then text = (text or "") .. ev.text end
-      last = ev
-    end
-    assert.is_table(retried, "a provider_retry event")
+    local retried, text, last = stream_through(srv)
     assert.equal("transport", retried.class)
     assert.matches("HTTP/2 stream 1 was not closed cleanly", retried.error)
+    assert.equal("hello", text)
+    assert.equal("message_end", last.type)
+    assert.is_nil(last.error)
+  end)
+end)
+
+describe("an HTTP/2 GOAWAY with an error, before the answer", function()
+  local srv
+  after_each(function() if srv then srv.close() srv = nil end end)
+
+  it("is curl code 16, reported by the core as facts", function()
+    srv = h2.serve(function() return GOAWAY end)
+    local req, err = core.http_request { url = srv.url, http_version = H2, timeout = { total = 10 } }
+    assert.is_nil(req)
+    assert.equal("transport", err.kind)
+    assert.equal(16, err.curl_code)
+    assert.equal("headers", err.phase)
+    assert.is_false(err.delivered)
+    assert.is_nil(err.retryable)
+  end)
+
+  it("is kind protocol from luagent.http, retried by luagent.stream", function()
+    srv = h2.serve(function(n) return n == 1 and GOAWAY or h2.answer(SSE) end)
+    local retried, text, last = stream_through(srv)
+    assert.equal("transport", retried.class)
+    assert.matches("^protocol: ", retried.error)
     assert.equal("hello", text)
     assert.equal("message_end", last.type)
     assert.is_nil(last.error)

@@ -31,7 +31,8 @@ end
 
 -- What a stream's answer may do, as a list of steps:
 --   {"headers", status, content_type}, {"data", bytes [, true (ends the stream)]},
---   {"rst", error_code}, {"goaway", error_code}, {"close"}
+--   {"rst", error_code}, {"goaway", error_code [, last_stream_id (default:
+--   this stream)]}, {"close"}
 M.steps = {}
 
 -- A complete answer: 200, `content_type`, `body` in one DATA frame.
@@ -80,7 +81,7 @@ function M.serve(plan)
           elseif what == "rst" then
             conn:write(frame(RST_STREAM, 0, stream, string.pack(">I4", step[2])))
           elseif what == "goaway" then
-            conn:write(frame(GOAWAY, 0, 0, string.pack(">I4I4", stream, step[2])))
+            conn:write(frame(GOAWAY, 0, 0, string.pack(">I4I4", step[3] or stream, step[2])))
           elseif what == "close" then
             return
           end
