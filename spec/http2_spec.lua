@@ -19,8 +19,9 @@ local GOAWAY = { { "goaway", h2.errors.INTERNAL_ERROR, 0 } } -- no stream was pr
 local SSE = 'data: {"choices":[{"index":0,"delta":{"content":"hello"}}]}\n\n'
   .. 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 
--- One luagent.stream call to `srv` over h2c on the virtual clock; returns
--- its provider_retry event, its text and its last event. Two requests.
+-- One luagent.stream call to `srv` over h2c on the virtual clock, whose
+-- first attempt fails: checks that a second request answered it in full,
+-- and returns the provider_retry event.
 local function stream_through(srv)
   local log = retry.log
   retry.log = function() end -- the retry's own line: the event is checked
@@ -42,31 +43,65 @@ local function stream_through(srv)
     if ev.type == "text_delta" then text = (text or "") .. ev.text end
   end
   assert.is_table(retried, "a provider_retry event")
-  return retried, text, evs[#evs]
+  assert.equal("transport", retried.class)
+  assert.equal("hello", text)
+  assert.equal("message_end", evs[#evs].type)
+  assert.is_nil(evs[#evs].error)
+  return retried
 end
 
-describe("an HTTP/2 stream reset", function()
-  local srv
-  after_each(function() if srv then srv.close() srv = nil end end)
+-- The two ways an edge breaks a request before it answers.
+local BREAKS = {
+  { what = "a stream reset (RST_STREAM)", plan = RESET, code = 92,
+    message = "^HTTP/2 stream 1 was not closed cleanly: INTERNAL_ERROR" },
+  { what = "a GOAWAY with an error", plan = GOAWAY, code = 16, message = "HTTP2 framing layer" },
+}
 
-  it("is reported by the core as facts: kind transport, curl code 92, the phase", function()
-    srv = h2.serve(function() return RESET end)
-    local req, err = core.http_request { url = srv.url .. "/v1/x", method = "POST", body = "{}",
-                                         http_version = H2, timeout = { total = 10 } }
-    assert.is_nil(req)
-    assert.equal("transport", err.kind)
-    assert.equal(92, err.curl_code)
-    assert.equal("headers", err.phase)
-    assert.equal(0, err.bytes)
-    assert.is_false(err.delivered)
-    assert.is_nil(err.retryable)
-    assert.matches("INTERNAL_ERROR", err.message)
-    assert.is_string(err.curl_message)
-    assert.equal(1, srv.streams)
+for _, b in ipairs(BREAKS) do
+  describe("HTTP/2, " .. b.what .. " before the answer", function()
+    local srv
+    after_each(function() if srv then srv.close() srv = nil end end)
+
+    it("is reported by the core as facts: kind transport, curl code " .. b.code .. ", the phase", function()
+      srv = h2.serve(function() return b.plan end)
+      local req, err = core.http_request { url = srv.url .. "/v1/x", method = "POST", body = "{}",
+                                           http_version = H2, timeout = { total = 10 } }
+      assert.is_nil(req)
+      assert.equal("transport", err.kind)
+      assert.equal(b.code, err.curl_code)
+      assert.equal("headers", err.phase)
+      assert.equal(0, err.bytes)
+      assert.is_false(err.delivered)
+      assert.is_nil(err.retryable)
+      assert.matches(b.message, err.message)
+      assert.is_string(err.curl_message)
+      assert.equal(1, srv.streams)
+    end)
+
+    it("is kind protocol from luagent.http (as before), and the classifier retries it", function()
+      srv = h2.serve(function() return b.plan end)
+      local resp, err = http.request { url = srv.url, http_version = H2, timeout = { total = 10 } }
+      assert.is_nil(resp)
+      assert.equal("protocol", err.kind)
+      assert.equal(b.code, err.curl_code)
+      assert.equal("protocol: " .. err.message, tostring(err))
+      local d = classify.classify(err)
+      assert.equal("transport", d.class)
+      assert.is_true(d.retryable)
+    end)
+
+    it("is retried by luagent.stream, and the next attempt answers", function()
+      srv = h2.serve(function(n) return n == 1 and b.plan or h2.answer(SSE) end)
+      local retried = stream_through(srv)
+      assert.matches("^protocol: ", retried.error)
+      assert.matches(b.message:gsub("^%^", ""), retried.error)
+    end)
   end)
+end
 
-  it("in the body: phase body, the status and the bytes delivered", function()
-    srv = h2.serve(function()
+describe("HTTP/2, a stream reset in the body", function()
+  it("is reported with phase body, the status and the bytes delivered", function()
+    local srv = h2.serve(function()
       return { { "headers", 200, "text/event-stream" }, { "data", "data: one\n\n" },
                { "rst", h2.errors.INTERNAL_ERROR } }
     end)
@@ -82,54 +117,7 @@ describe("an HTTP/2 stream reset", function()
     assert.equal(#"data: one\n\n", err.bytes)
     assert.is_true(err.delivered)
     req:close()
-  end)
-
-  it("is kind protocol from luagent.http (as before), and the classifier retries it", function()
-    srv = h2.serve(function() return RESET end)
-    local resp, err = http.request { url = srv.url, http_version = H2, timeout = { total = 10 } }
-    assert.is_nil(resp)
-    assert.equal("protocol", err.kind)
-    assert.equal(92, err.curl_code)
-    assert.equal("protocol: " .. err.message, tostring(err))
-    local d = classify.classify(err)
-    assert.equal("transport", d.class)
-    assert.is_true(d.retryable)
-  end)
-
-  it("is retried by luagent.stream, and the next attempt answers", function()
-    srv = h2.serve(function(n) return n == 1 and RESET or h2.answer(SSE) end)
-    local retried, text, last = stream_through(srv)
-    assert.equal("transport", retried.class)
-    assert.matches("HTTP/2 stream 1 was not closed cleanly", retried.error)
-    assert.equal("hello", text)
-    assert.equal("message_end", last.type)
-    assert.is_nil(last.error)
-  end)
-end)
-
-describe("an HTTP/2 GOAWAY with an error, before the answer", function()
-  local srv
-  after_each(function() if srv then srv.close() srv = nil end end)
-
-  it("is curl code 16, reported by the core as facts", function()
-    srv = h2.serve(function() return GOAWAY end)
-    local req, err = core.http_request { url = srv.url, http_version = H2, timeout = { total = 10 } }
-    assert.is_nil(req)
-    assert.equal("transport", err.kind)
-    assert.equal(16, err.curl_code)
-    assert.equal("headers", err.phase)
-    assert.is_false(err.delivered)
-    assert.is_nil(err.retryable)
-  end)
-
-  it("is kind protocol from luagent.http, retried by luagent.stream", function()
-    srv = h2.serve(function(n) return n == 1 and GOAWAY or h2.answer(SSE) end)
-    local retried, text, last = stream_through(srv)
-    assert.equal("transport", retried.class)
-    assert.matches("^protocol: ", retried.error)
-    assert.equal("hello", text)
-    assert.equal("message_end", last.type)
-    assert.is_nil(last.error)
+    srv.close()
   end)
 end)
 
