@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include "backoff.h"
+#include "errors.h"
 #include "guard.h"
 #include "http.h"
 #include "loop.h"
@@ -75,6 +76,7 @@ int luaopen_luagent_core(lua_State *L) {
   lua_pushliteral(L, LUA_RELEASE);
   lua_setfield(L, -2, "lua_release");
   /* register area bindings */
+  lg_errors_register(L);
   lg_backoff_register(L);
   lg_sse_register(L);
   lg_loop_register(L);

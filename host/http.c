@@ -14,20 +14,19 @@
 #include "http.h"
 
 #include <curl/curl.h>
-#include <errno.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "core.h"
+#include "errors.h"
 #include "loop.h"
 #include "sse.h"
 
 #define HTTP_KEY "luagent.Http"
 #define REQ_MT "luagent.HttpRequest"
 #define HIGH_WATER ((size_t)1 << 20) /* pause the transfer above this */
-#define ERROR_BODY_MAX ((size_t)64 << 10)
 
 typedef struct {
   CURLM *multi;
@@ -43,6 +42,11 @@ typedef struct {
 } http_sock;
 
 enum { R_CLOSED, R_HEADERS, R_BODY, R_DONE };
+
+/* Where a transfer was when it ended: connecting (name, TCP, TLS), waiting
+ * for the response headers (the request was sent), or reading the body. */
+enum { P_CONNECT, P_HEADERS, P_BODY };
+static const char *const phase_names[] = {"connect", "headers", "body"};
 
 typedef struct {
   char *p;
@@ -65,10 +69,12 @@ typedef struct request {
   int sse_on;
   uint64_t received;    /* body bytes received */
   int delivered;        /* some body byte or event reached Lua */
+  int phase;            /* P_CONNECT, P_HEADERS, P_BODY */
   /* outcome once R_DONE: a curl code, or our own failure */
   CURLcode result;
   long os_errno;
-  const char *fail_kind;   /* set when we aborted it: timeout, protocol */
+  int own_fail;            /* we ended it (timeout, protocol, cancel) */
+  lg_error_kind fail_kind; /* ... and this is why */
   const char *fail_which;  /* which timeout */
   char fail_msg[160];
   char errbuf[CURL_ERROR_SIZE];
@@ -153,9 +159,10 @@ static void detach(request *r) {
 }
 
 /* Ends the request with our own failure (timeout, protocol error). */
-static void fail(request *r, const char *kind, const char *which, const char *msg) {
+static void fail(request *r, lg_error_kind kind, const char *which, const char *msg) {
   if (r->state == R_DONE || r->state == R_CLOSED) return;
   detach(r);
+  r->own_fail = 1;
   r->fail_kind = kind;
   r->fail_which = which;
   snprintf(r->fail_msg, sizeof r->fail_msg, "%s", msg);
@@ -182,17 +189,17 @@ static void req_close(request *r) {
 
 static void first_byte_fired(lg_timer *t) {
   request *r = (request *)((char *)t - offsetof(request, first_byte));
-  fail(r, "timeout", "first_byte", "no response headers within the first-byte timeout");
+  fail(r, LG_ERR_TIMEOUT, "first_byte", "no response headers within the first-byte timeout");
 }
 
 static void idle_fired(lg_timer *t) {
   request *r = (request *)((char *)t - offsetof(request, idle));
-  fail(r, "timeout", "idle", "the stream was silent longer than the idle timeout");
+  fail(r, LG_ERR_TIMEOUT, "idle", "the stream was silent longer than the idle timeout");
 }
 
 static void total_fired(lg_timer *t) {
   request *r = (request *)((char *)t - offsetof(request, total));
-  fail(r, "timeout", "total", "the request took longer than its total timeout");
+  fail(r, LG_ERR_TIMEOUT, "total", "the request took longer than its total timeout");
 }
 
 /* ---------------------------------------------------- curl callbacks */
@@ -212,7 +219,9 @@ static int on_prereq(void *ud, char *ip, char *local_ip, int port, int local_por
   (void)local_ip;
   (void)port;
   (void)local_port;
-  resolved(ud);
+  request *r = ud;
+  resolved(r);
+  if (r->phase < P_HEADERS) r->phase = P_HEADERS;
   return CURL_PREREQFUNC_OK;
 }
 
@@ -230,6 +239,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
     if (r->status >= 200 && r->state == R_HEADERS) {
       r->state = R_BODY;
       r->headers_done = 1;
+      r->phase = P_BODY;
       lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
       if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
       req_wake(r);
@@ -246,6 +256,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
   if (r->state == R_HEADERS) { /* body without a header block end; accept */
     r->state = R_BODY;
     r->headers_done = 1;
+    r->phase = P_BODY;
     lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
   }
   if (buf_unread(&r->in) >= HIGH_WATER) {
@@ -355,6 +366,14 @@ static int l_http_gc(lua_State *L) {
   return 0;
 }
 
+/* curl_global_init, once per process (whatever the number of Lua states
+ * or threads), on the first request: a script that makes none never pays
+ * for it. Its result is written once, before uv_once returns. */
+static uv_once_t global_once = UV_ONCE_INIT;
+static CURLcode global_init_rc;
+
+static void global_init(void) { global_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+
 /* The multi handle of this Lua state, created on first use. */
 static http_ctx *http_get(lua_State *L) {
   if (lua_getfield(L, LUA_REGISTRYINDEX, HTTP_KEY) == LUA_TUSERDATA) {
@@ -364,11 +383,8 @@ static http_ctx *http_get(lua_State *L) {
   }
   lua_pop(L, 1);
   lg_loop *loop = lg_loop_get(L);
-  static int global_init;
-  if (!global_init) {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) luaL_error(L, "http: curl_global_init failed");
-    global_init = 1;
-  }
+  uv_once(&global_once, global_init);
+  if (global_init_rc != CURLE_OK) luaL_error(L, "http: curl_global_init failed");
   http_ctx *ctx = lua_newuserdatauv(L, sizeof *ctx, 0);
   memset(ctx, 0, sizeof *ctx);
   ctx->closed = 1;
@@ -393,65 +409,40 @@ static http_ctx *http_get(lua_State *L) {
 
 /* ------------------------------------------------------ error records */
 
-/* True when curl's message says the response itself was malformed (chunked
- * framing it could not parse, headers over its limit or without a colon):
- * a fault of the server's bytes, not of the connection. */
-static int malformed_response(const char *errbuf) {
-  return strstr(errbuf, "chunked-encoding") || strstr(errbuf, "response headers") ||
-         strstr(errbuf, "Header without colon");
-}
-
-/* The error kind for a curl result, refined by the socket's errno and
- * curl's message. */
-static const char *kind_of(CURLcode rc, long os_errno, int got_headers, const char *errbuf) {
-  if (rc == CURLE_RECV_ERROR && malformed_response(errbuf)) return "protocol";
-  switch (rc) {
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY: return "dns";
-    case CURLE_COULDNT_CONNECT:
-      return os_errno == ECONNREFUSED || os_errno == 0 ? "refused" : "transport";
-    case CURLE_OPERATION_TIMEDOUT: return "timeout";
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_CIPHER:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_ISSUER_ERROR:
-    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-    case CURLE_SSL_INVALIDCERTSTATUS: return "tls";
-    case CURLE_GOT_NOTHING: return "eof";
-    case CURLE_PARTIAL_FILE: return "truncated";
-    case CURLE_WEIRD_SERVER_REPLY:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-    case CURLE_BAD_CONTENT_ENCODING: return "protocol";
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-      if (os_errno == ECONNRESET || os_errno == EPIPE) return "reset";
-      return got_headers ? "truncated" : "eof";
-    default: return "transport";
-  }
-}
-
-/* Pushes the error record of a failed request. */
+/* Pushes the error record of a failed request: the facts, not a verdict.
+ * Our own failures keep their kind (timeout with `which`, protocol from the
+ * SSE parser, cancelled); a failure curl reported is kind `transport` with
+ * curl's code and message and the socket's errno (by name). Both carry the
+ * phase, the body bytes received, whether any reached Lua, and the status
+ * once known. lua/luagent/http.lua names a curl failure's kind from these
+ * facts; lua/luagent/classify.lua alone decides whether it is retried. */
 static void push_failure(lua_State *L, request *r) {
-  const char *kind = r->fail_kind;
-  const char *msg = r->fail_msg;
-  char text[CURL_ERROR_SIZE + 96];
-  if (!kind) {
-    kind = kind_of(r->result, r->os_errno, r->status > 0, r->errbuf);
-    snprintf(text, sizeof text, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->result));
-    msg = text;
+  if (r->own_fail) {
+    lg_error_push(L, r->fail_kind, r->fail_msg);
+    if (r->fail_which) {
+      lua_pushstring(L, r->fail_which);
+      lua_setfield(L, -2, "which");
+    }
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "curl_code");
+    lua_pushliteral(L, "");
+    lua_setfield(L, -2, "curl_message");
+  } else {
+    lg_error_push(L, LG_ERR_TRANSPORT,
+                  r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->result));
+    lua_pushinteger(L, r->result);
+    lua_setfield(L, -2, "curl_code");
+    lua_pushstring(L, curl_easy_strerror(r->result));
+    lua_setfield(L, -2, "curl_message");
+    if (r->os_errno != 0) {
+      char name[64];
+      uv_err_name_r(uv_translate_sys_error((int)r->os_errno), name, sizeof name);
+      lua_pushstring(L, name);
+      lua_setfield(L, -2, "errno");
+    }
   }
-  lg_error_push(L, kind, msg);
-  if (r->fail_which || (!r->fail_kind && r->result == CURLE_OPERATION_TIMEDOUT)) {
-    lua_pushstring(L, r->fail_which ? r->fail_which : "connect");
-    lua_setfield(L, -2, "which");
-  }
-  lua_pushinteger(L, r->fail_kind ? 0 : r->result);
-  lua_setfield(L, -2, "curl_code");
-  lua_pushstring(L, r->fail_kind ? "" : curl_easy_strerror(r->result));
-  lua_setfield(L, -2, "curl_message");
+  lua_pushstring(L, phase_names[r->phase]);
+  lua_setfield(L, -2, "phase");
   lua_pushinteger(L, (lua_Integer)r->received);
   lua_setfield(L, -2, "bytes");
   lua_pushboolean(L, r->delivered);
@@ -464,7 +455,7 @@ static void push_failure(lua_State *L, request *r) {
 
 /* True when the request ended in failure (not a clean end of body). */
 static int failed(const request *r) {
-  return r->state == R_DONE && (r->fail_kind || r->result != CURLE_OK);
+  return r->state == R_DONE && (r->own_fail || r->result != CURLE_OK);
 }
 
 /* ---------------------------------------------------- Lua: request */
@@ -479,7 +470,8 @@ static void req_cancel(lg_wait *w) {
   r->waiting = 0;
   detach(r);
   if (r->state != R_CLOSED) r->state = R_DONE;
-  r->fail_kind = "cancelled";
+  r->own_fail = 1;
+  r->fail_kind = LG_ERR_CANCELLED;
   snprintf(r->fail_msg, sizeof r->fail_msg, "request cancelled");
 }
 
@@ -500,6 +492,29 @@ static double timeout_field(lua_State *L, int t, const char *name, int *given) {
   return v;
 }
 
+/* Reads the request's http_version: "2" (the default: HTTP/2 over TLS when
+ * the server offers it, else HTTP/1.1), "1.1", or "2-prior-knowledge"
+ * (HTTP/2 from the first byte, also over plain TCP: h2c). */
+static long check_http_version(lua_State *L) {
+  static const char *const names[] = {"2", "1.1", "2-prior-knowledge", NULL};
+  static const long versions[] = {CURL_HTTP_VERSION_2TLS, CURL_HTTP_VERSION_1_1,
+                                  CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE};
+  lua_getfield(L, 1, "http_version");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return versions[0];
+  }
+  const char *v = lua_tostring(L, -1);
+  for (int i = 0; v && names[i]; i++) {
+    if (strcmp(v, names[i]) == 0) {
+      lua_pop(L, 1);
+      return versions[i];
+    }
+  }
+  return luaL_error(L, "http.request: http_version must be \"2\", \"1.1\" or "
+                       "\"2-prior-knowledge\" (got %s)", luaL_tolstring(L, -1, NULL));
+}
+
 /* Continuation: returns the request once its headers arrived, or nil, err
  * when it ended before them. `ctx` is the request's stack index. */
 static int request_k(lua_State *L, int status, lua_KContext ctx) {
@@ -518,7 +533,8 @@ static int request_k(lua_State *L, int status, lua_KContext ctx) {
 }
 
 /* http_request{method=, url=, headers=, body=, timeout={connect=,
- * first_byte=, idle=, total=}, sse={max_line=, max_event=}} -> request once
+ * first_byte=, idle=, total=}, sse={max_line=, max_event=}, http_version=,
+ * ca_file=} -> request once
  * the response headers arrived, or nil, err. The request owns the transfer;
  * close it (or let it be collected) to abort. An absent timeout means none;
  * connect, first_byte and idle <= 0 mean none too. A given total <= 0 (a
@@ -535,6 +551,9 @@ static int l_http_request(lua_State *L) {
   lua_getfield(L, 1, "body");
   size_t body_len = 0;
   const char *body = luaL_optlstring(L, -1, NULL, &body_len);
+  lua_getfield(L, 1, "ca_file");
+  const char *ca_file = luaL_optstring(L, -1, NULL);
+  long http_version = check_http_version(L);
   lua_getfield(L, 1, "timeout");
   int tmo = lua_gettop(L);
   int total_given;
@@ -568,7 +587,7 @@ static int l_http_request(lua_State *L) {
   if (!r->easy) return luaL_error(L, "http.request: out of memory");
   r->state = R_HEADERS;
   if (total_given && t_total <= 0) {
-    fail(r, "timeout", "total", "no time left: timeout.total was not positive");
+    fail(r, LG_ERR_TIMEOUT, "total", "no time left: timeout.total was not positive");
     return request_k(L, LUA_OK, lua_absindex(L, -1));
   }
 
@@ -610,10 +629,11 @@ static int l_http_request(lua_State *L) {
   curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
   curl_easy_setopt(e, CURLOPT_PREREQDATA, r);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-  const char *ca = getenv("CURL_CA_BUNDLE");
-  if (!ca) ca = getenv("SSL_CERT_FILE");
-  if (ca) curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, http_version);
+  /* libcurl 7.88 fails every reuse of an h2c connection (HTTP/2 on plain
+   * TCP) with CURLE_HTTP2, whatever the server: one request each */
+  if (http_version == CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE) curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
+  if (ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, ca_file);
   if (t_connect > 0) curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(t_connect * 1000));
   if (body) {
     r->body = malloc(body_len ? body_len : 1);
@@ -713,7 +733,7 @@ static int event_k(lua_State *L, int status, lua_KContext ctx) {
       char msg[160];
       snprintf(msg, sizeof msg, "SSE: %s at byte offset %llu", lg_sse_strerror(rc),
                (unsigned long long)lg_sse_error_offset(&r->sse));
-      fail(r, "protocol", NULL, msg);
+      fail(r, LG_ERR_PROTOCOL, NULL, msg);
       r->in.off = r->in.len = 0;
       lua_pushnil(L);
       push_failure(L, r);

@@ -11,6 +11,7 @@
  * as nothing else can make progress, so specs never sleep real seconds. */
 #include "loop.h"
 #include "core.h"
+#include "errors.h"
 #include "sandbox.h"
 
 #include <lauxlib.h>
@@ -27,7 +28,6 @@
 #define TASK_MT "luagent.Task"
 #define SLEEP_MT "luagent.Sleep"
 #define JOIN_MT "luagent.Join"
-#define ERROR_MT "luagent.Error"
 
 enum { T_READY, T_RUNNING, T_WAITING, T_DONE };
 
@@ -78,26 +78,6 @@ struct lg_loop {
   unsigned long activity;
   int closed;
 };
-
-/* ---------------------------------------------------------------- errors */
-
-void lg_error_push(lua_State *L, const char *kind, const char *message) {
-  lua_createtable(L, 0, 4);
-  lua_pushstring(L, kind);
-  lua_setfield(L, -2, "kind");
-  lua_pushstring(L, message);
-  lua_setfield(L, -2, "message");
-  luaL_setmetatable(L, ERROR_MT);
-}
-
-/* __tostring of error records: "kind: message". */
-static int l_error_tostring(lua_State *L) {
-  lua_getfield(L, 1, "kind");
-  lua_getfield(L, 1, "message");
-  lua_pushfstring(L, "%s: %s", luaL_optstring(L, -2, "error"),
-                  luaL_optstring(L, -1, "?"));
-  return 1;
-}
 
 /* ------------------------------------------------------------------ clock */
 
@@ -259,7 +239,7 @@ static void cancel_wait(lg_task *t) {
 }
 
 static void push_cancelled(lua_State *L, lg_task *t) {
-  lg_error_push(L, "cancelled", "task cancelled");
+  lg_error_push(L, LG_ERR_CANCELLED, "task cancelled");
   if (t && t->cancel_reason_ref != LUA_NOREF) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->cancel_reason_ref);
     if (lua_type(L, -1) == LUA_TSTRING)
@@ -774,7 +754,7 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   lg_loop *loop = lg_loop_get(L);
   lg_task *t = task_of(L);
   if (!t || !loop->sigint_task || loop->sigint_task->state == T_DONE) return;
-  lg_error_push(L, "cancelled", loop->first_sig == SIGTERM ? "task cancelled: terminated (SIGTERM)"
+  lg_error_push(L, LG_ERR_CANCELLED, loop->first_sig == SIGTERM ? "task cancelled: terminated (SIGTERM)"
                                                            : "task cancelled: interrupted (SIGINT)");
   lua_error(L);
 }
@@ -863,11 +843,6 @@ void lg_loop_register(lua_State *L) {
   lg_class_new(L, TASK_MT, task_methods, NULL, l_task_gc);
   lg_class_new(L, SLEEP_MT, NULL, NULL, l_sleep_gc);
   lg_class_new(L, JOIN_MT, NULL, NULL, l_join_gc);
-  if (luaL_newmetatable(L, ERROR_MT)) {
-    lua_pushcfunction(L, l_error_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_setfield(L, -2, "error_metatable");
 
   static const luaL_Reg funcs[] = {
       {"spawn", l_spawn},

@@ -53,9 +53,6 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
 /* Marks the waiting task ready; safe from any callback. */
 void lg_task_wake(lg_wait *w);
 
-/* Pushes an error record {kind=, message=} with the shared metatable. */
-void lg_error_push(lua_State *L, const char *kind, const char *message);
-
 /* Registers spawn, sleep, now, clock, run, ... into the table on the stack. */
 void lg_loop_register(lua_State *L);
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "errors.h"
 #include "loop.h"
 #include "process.h"
 
@@ -196,7 +197,7 @@ static int l_process_spawn(lua_State *L) {
     u->p = NULL;
     lua_pushnil(L);
     lua_pushfstring(L, "cannot start '%s': %s", argv[0], uv_strerror(rc));
-    lg_error_push(L, "process", lua_tostring(L, -1));
+    lg_error_push(L, LG_ERR_PROCESS, lua_tostring(L, -1));
     lua_remove(L, -2);
     return 2;
   }

@@ -3,6 +3,7 @@
  * completed, as {event=, data=, id=, retry=} tables, or nil and a "protocol"
  * error record when a limit is exceeded. */
 #include "core.h"
+#include "errors.h"
 #include "sse.h"
 
 #include <lauxlib.h>
@@ -106,20 +107,14 @@ static int feed_protected(lua_State *L) {
 static void push_error(lua_State *L, const lg_sse *p, int rc, int events) {
   lua_Integer limit = (lua_Integer)(rc == LG_SSE_ELINE ? p->max_line : p->max_event);
   lua_Integer off = (lua_Integer)lg_sse_error_offset(p);
-  lua_createtable(L, 0, 4);
-  lua_pushliteral(L, "protocol");
-  lua_setfield(L, -2, "kind");
   lua_pushfstring(L, "sse: %s (%I bytes) at byte offset %I", lg_sse_strerror(rc),
                   limit, off);
-  lua_setfield(L, -2, "message");
+  lg_error_push(L, LG_ERR_PROTOCOL, lua_tostring(L, -1));
+  lua_remove(L, -2);
   lua_pushinteger(L, off);
   lua_setfield(L, -2, "offset");
   lua_pushvalue(L, events);
   lua_setfield(L, -2, "events");
-  if (luaL_getmetatable(L, "luagent.Error") == LUA_TTABLE)
-    lua_setmetatable(L, -2);
-  else
-    lua_pop(L, 1);
 }
 
 /* parser:feed(str) -> {events} | nil, err. err.events holds the events this

@@ -26,6 +26,7 @@
 #include <uv.h>
 
 #include "core.h"
+#include "errors.h"
 #include "loop.h"
 
 #define SERVER_MT "luagent.TcpServer"
@@ -92,9 +93,9 @@ typedef struct {
 /* Pushes an error record for libuv error `code` during `what`: refused,
  * reset, or transport for anything else. */
 static void push_uv_error(lua_State *L, const char *what, int code) {
-  const char *kind = "transport";
-  if (code == UV_ECONNREFUSED) kind = "refused";
-  else if (code == UV_ECONNRESET || code == UV_EPIPE) kind = "reset";
+  lg_error_kind kind = LG_ERR_TRANSPORT;
+  if (code == UV_ECONNREFUSED) kind = LG_ERR_REFUSED;
+  else if (code == UV_ECONNRESET || code == UV_EPIPE) kind = LG_ERR_RESET;
   const char *why = code == UV_ECANCELED ? "connection closed" : uv_strerror(code);
   lua_pushfstring(L, "%s: %s", what, why);
   lg_error_push(L, kind, lua_tostring(L, -1));
@@ -130,7 +131,7 @@ static int bad_address(lua_State *L, const char *fn, const char *host, lua_Integ
  * an object already closed raise instead (use after close is a misuse). */
 static int closed_error(lua_State *L, const char *message) {
   lua_pushnil(L);
-  lg_error_push(L, "transport", message);
+  lg_error_push(L, LG_ERR_TRANSPORT, message);
   return 2;
 }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "errors.h"
 #include "loop.h"
 
 #define WATCH_MT "luagent.Watcher"
@@ -97,7 +98,7 @@ static int l_watch(lua_State *L) {
     watcher_close(w);
     lua_pushnil(L);
     lua_pushfstring(L, "watch: cannot watch '%s': %s", dir, uv_strerror(rc));
-    lg_error_push(L, "usage", lua_tostring(L, -1));
+    lg_error_push(L, LG_ERR_USAGE, lua_tostring(L, -1));
     return 2;
   }
   lua_pop(L, 1);
@@ -144,7 +145,7 @@ static int l_list_dir(lua_State *L) {
     uv_fs_req_cleanup(&req);
     lua_pushnil(L);
     lua_pushfstring(L, "cannot read folder '%s': %s", path, uv_strerror(rc));
-    lg_error_push(L, "usage", lua_tostring(L, -1));
+    lg_error_push(L, LG_ERR_USAGE, lua_tostring(L, -1));
     lua_remove(L, -2);
     return 2;
   }

@@ -86,13 +86,16 @@ M.stream_overloaded = {
 -- (as in yoagent); a policy hook can decide otherwise.
 M.transport_kinds = { refused = true, reset = true, dns = true, tls = true, eof = true, truncated = true }
 
--- Rule 5: curl codes of kind "transport" that are transient. Anything else
--- (a malformed URL, an unsupported protocol...) fails the same way again.
+-- Rule 5: curl codes that mean the connection failed, whatever kind the
+-- record has (lua/luagent/http.lua names kinds from curl's facts): a
+-- connect that failed other than by a refusal (kind `transport`: a host or
+-- network unreachable), and HTTP/2's framing and stream errors (kind
+-- `protocol`: an edge resetting a stream, RST_STREAM, or the connection;
+-- the request may be fine on the next). Any other curl code of kind
+-- `transport` (a malformed URL, an unsupported protocol...) fails the same
+-- way again.
 M.transient_curl_codes = {
-  [6] = "couldn't resolve host", [7] = "couldn't connect",
-  [16] = "HTTP/2 framing", [18] = "partial file", [28] = "timed out",
-  [35] = "TLS connect", [52] = "empty reply", [55] = "send error",
-  [56] = "receive error", [92] = "HTTP/2 stream",
+  [7] = "couldn't connect", [16] = "HTTP/2 framing", [92] = "HTTP/2 stream",
 }
 
 -- Rule 6: leaked tool-call markup, as {open, close}; close nil means "to the
@@ -334,7 +337,7 @@ local function transport_decides(err)
   if kind == "timeout" then
     return decision("timeout", true, "rule 5: " .. tostring(err.which or "attempt") .. " timeout")
   end
-  local what = kind == "transport" and M.transient_curl_codes[err.curl_code]
+  local what = M.transient_curl_codes[err.curl_code]
   if what then
     return decision("transport", true, "rule 5: transport failure (curl: " .. what .. ")")
   end

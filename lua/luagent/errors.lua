@@ -32,16 +32,12 @@ M.kinds = {
   outcome_unknown = true,-- an unflagged tool may have done its work; `tool`, `call_id`, `arguments`
 }
 
--- One metatable for records made in C and in Lua: the core's when it is
--- loaded (so C-made records print the same way), else a local one.
-local has_core, core = pcall(require, "luagent.core")
-local Error = has_core and core.error_metatable or {}
-Error.__index = Error
-Error.__name = "luagent.Error"
-
-function Error.__tostring(e)
-  return e.kind .. ": " .. tostring(e.message)
-end
+-- One metatable for records made in C and in Lua, owned by the core
+-- (host/errors.c): its __tostring prints "kind: message", its __name is
+-- "luagent.Error". Every kind the core makes (core.error_kinds) is in the
+-- list above.
+local core = require "luagent.core"
+local Error = core.error_metatable
 
 -- Makes a record of `kind` with `message` and the extra `fields` (copied).
 -- An unknown kind is a programming error and raises.

@@ -2,7 +2,10 @@
 -- headers arrive; the body is read as a stream (SSE events, NDJSON lines or
 -- raw chunks). A failure while the body streams is raised from the iterator
 -- and left in resp.error, so a loop over events never ends silently on a cut
--- stream. Transport failures are error records (lua/luagent/EVENTS.md).
+-- stream. Transport failures are error records (lua/luagent/EVENTS.md):
+-- the core reports what curl saw (code, message, errno, phase) under the
+-- neutral kind `transport`, and M.name_kind below names the kind; whether a
+-- failure is worth another attempt is lua/luagent/classify.lua's business.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local secrets = require "luagent.secrets"
@@ -13,11 +16,61 @@ local M = {}
 -- of keys before the cut: lua/luagent/secrets.lua).
 M.ERROR_BODY_MAX = 64 * 1024
 
+-- The kind of a failure curl reported, by its code (curl/curl.h). Codes
+-- 7, 55 and 56 depend on more facts (M.name_kind); the rest stay `transport`.
+M.curl_kinds = {
+  [5] = "dns", [6] = "dns",         -- couldn't resolve proxy, host
+  [28] = "timeout",                 -- the connect timeout (the only one curl runs)
+  [35] = "tls", [58] = "tls", [59] = "tls", [60] = "tls", [77] = "tls",
+  [83] = "tls", [90] = "tls", [91] = "tls", -- handshake, certificates, pinning
+  [52] = "eof",                     -- got nothing
+  [18] = "truncated",               -- partial file
+  [8] = "protocol", [61] = "protocol", -- weird server reply, bad content encoding
+  [16] = "protocol", [92] = "protocol", -- HTTP/2 framing, HTTP/2 stream
+}
+
+-- Phrases of curl's message for a receive error that mean the response
+-- itself was malformed (chunked framing it could not parse, headers over its
+-- limit or without a colon): a fault of the server's bytes, not of the
+-- connection.
+M.malformed_phrases = { "chunked-encoding", "response headers", "Header without colon" }
+
+local function malformed(message)
+  for _, phrase in ipairs(M.malformed_phrases) do
+    if message:find(phrase, 1, true) then return true end
+  end
+  return false
+end
+
+-- name_kind(err) -> err: gives a `transport` record from the core (one with
+-- a curl_code) the kind its facts mean (EVENTS.md, "Error records"). Other
+-- records are returned as they are.
+function M.name_kind(err)
+  local code = err.curl_code
+  if err.kind ~= "transport" or not code or code == 0 then return err end
+  local kind = M.curl_kinds[code]
+  if code == 7 then
+    kind = (err.errno == nil or err.errno == "ECONNREFUSED") and "refused" or nil
+  elseif code == 55 or code == 56 then
+    if code == 56 and malformed(err.message) then
+      kind = "protocol"
+    elseif err.errno == "ECONNRESET" or err.errno == "EPIPE" then
+      kind = "reset"
+    else
+      kind = err.status and "truncated" or "eof"
+    end
+  end
+  if kind == "timeout" then err.which = "connect" end
+  err.kind = kind or "transport"
+  return err
+end
+
 local Response = {}
 Response.__index = Response
 
 -- Raises `err` after recording it on the response.
 local function raise(resp, err)
+  err = M.name_kind(err)
   resp.error = err
   error(err, 0)
 end
@@ -95,14 +148,26 @@ function Response:close() self._req:close() end
 Response.__close = Response.close
 
 -- request{method=, url=, headers=, body=, timeout={connect=, first_byte=,
--- idle=, total=}, sse={max_line=, max_event=}, http_errors=true}
--- -> resp {status=, headers=} | nil, err.
+-- idle=, total=}, sse={max_line=, max_event=}, http_errors=true,
+-- http_version=, ca_file=} -> resp {status=, headers=} | nil, err.
 -- With http_errors (the default), a status >= 400 is returned as nil and an
 -- `http` error record with status, headers and the body (up to 64 KiB).
+-- http_version: "2" (the default: HTTP/2 when TLS offers it, else 1.1),
+-- "1.1", or "2-prior-knowledge" (HTTP/2 from the first byte, h2c on plain
+-- TCP). ca_file: the CA bundle for TLS; default $CURL_CA_BUNDLE, else
+-- $SSL_CERT_FILE, else curl's own.
 function M.request(opts)
   if type(opts) ~= "table" then error("http.request: expects a table", 2) end
+  if opts.ca_file == nil then
+    local ca = os.getenv("CURL_CA_BUNDLE") or os.getenv("SSL_CERT_FILE")
+    if ca then
+      local copy = {}
+      for k, v in pairs(opts) do copy[k] = v end
+      copy.ca_file, opts = ca, copy
+    end
+  end
   local req, err = core.http_request(opts)
-  if not req then return nil, err end
+  if not req then return nil, M.name_kind(err) end
   local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req }, Response)
   if resp.status >= 400 and opts.http_errors ~= false then
     local limit = M.ERROR_BODY_MAX + secrets.margin

@@ -42,7 +42,8 @@ function Provider:__tostring()
 end
 
 -- new("kind/model") or new{kind=, model=, base_url=, api_key=, headers=,
--- timeout=} -> provider. An unknown kind or a missing model raises.
+-- timeout=, http_version=} -> provider (http_version as luagent.http takes
+-- it: "2", "1.1", "2-prior-knowledge"). An unknown kind or a missing model raises.
 function M.new(spec)
   if type(spec) == "string" then
     local kind, model = spec:match("^([%w_]+)/(.+)$")
@@ -69,6 +70,7 @@ function M.new(spec)
     base_url = base_url,
     headers = spec.headers,
     timeout = spec.timeout,
+    http_version = spec.http_version,
   }, Provider)
   keys[p] = key
   return p
@@ -210,7 +212,7 @@ function Provider:stream(request, opts)
   local rec = M.recorder and M.recorder:begin(built)
   local resp, err = http.request {
     method = built.method, url = built.url, headers = built.headers, body = built.body,
-    timeout = timeouts(self, opts and opts.timeout),
+    timeout = timeouts(self, opts and opts.timeout), http_version = self.http_version,
   }
   if resp then
     err = unexpected(resp)
