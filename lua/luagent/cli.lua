@@ -204,7 +204,7 @@ local function prepare(opts, file)
       say("luagent: %s", tostring(err))
       return nil, 1
     end
-    provider.embedded = { url = srv.url, api_key = "mock-key" }
+    provider.embedded = { base_urls = srv.base_urls, api_key = "mock-key" }
     local what = {}
     if cassette then what[#what + 1] = "replaying " .. cassette end
     if opts.faults then what[#what + 1] = "faults " .. opts.faults end

@@ -75,14 +75,17 @@ end
 -- Areas loaded on first use. These and the fields above are the whole public
 -- face: any other name raises, so a typo (`luagent.sleeep`) is found at once.
 -- Test-bench modules (luagent.mock, luagent.sim) are required by name.
-local LAZY = { http = true, events = true, log = true, json = true, agent = true, tools = true }
+local LAZY = {
+  http = "luagent.http", events = "luagent.events", log = "luagent.log",
+  json = "luagent.json", agent = "luagent.agent", tools = "luagent.tools",
+}
 
 setmetatable(M, {
   __index = function(t, k)
     if not LAZY[k] then
       error(string.format("luagent: no public name '%s'", tostring(k)), 2)
     end
-    local mod = require("luagent." .. k)
+    local mod = require(LAZY[k])
     rawset(t, k, mod)
     return mod
   end,
