@@ -4,7 +4,6 @@
 -- unknown tools, parallel calls, abort, the loop guard and max_turns.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 local events = require "luagent.events"
 
 local srv, requests_seen
@@ -92,12 +91,12 @@ local echo = { name = "echo", description = "Echoes its text", read_only = true,
   end }
 
 before_each(function()
-  retry.log = function() end
+  luagent.configure { log_sink = function() end }
   luagent.clock.virtual()
 end)
 after_each(function()
   if srv then srv:close() srv = nil end
-  retry.log = function(line) io.stderr:write(line, "\n") end
+  luagent.configure { log_sink = false }
   luagent.clock.real()
 end)
 

@@ -10,14 +10,14 @@ local events = require "luagent.events"
 local logs
 before_each(function()
   logs = {}
-  retry.log = function(line) logs[#logs + 1] = line end
+  luagent.configure { log_sink = function(_, line) logs[#logs + 1] = line end }
   luagent.clock.virtual()
   -- every spec starts on fresh endpoints: a mock's port may be one an
   -- earlier spec's endpoint (breaker, budget, cooldown) is keyed by
   require("luagent.endpoint").reset()
 end)
 after_each(function()
-  retry.log = function(line) io.stderr:write(line, "\n") end
+  luagent.configure { log_sink = false }
   luagent.clock.real()
 end)
 

@@ -146,13 +146,13 @@ end
 -- mock, recording, event output, the default policy. Returns a cleanup
 -- function, or nil and an exit code after reporting the problem.
 local function prepare(opts, file)
-  local luagent = require "luagent"
+  local config = require "luagent.config"
   local retry = require "luagent.retry"
-  local provider = require "luagent.provider"
   local events = require "luagent.events"
   local seed = opts.seed and math.tointeger(tonumber(opts.seed))
-  if opts.log then require("luagent.log").set_level(opts.log) end
-  luagent.options = { retry_safe = opts["retry-safe"] or false, seed = seed }
+  if opts.log then config.set { log_level = opts.log } end
+  local options = { retry_safe = opts["retry-safe"] or false, seed = seed }
+  config.set { options = options }
   local cleanups = {}
   local events_out = io.stdout -- --events jsonl:FILE, opened before anything starts
   if opts.events and opts.events ~= "-" then
@@ -172,13 +172,13 @@ local function prepare(opts, file)
       say("luagent: %s", tostring(type(err) == "table" and err.message or err))
       return nil, 1
     end
-    retry.default_policy = opts.policy
+    config.set { policy = opts.policy }
   end
-  if seed then retry.default_seed = seed end
+  if seed then config.set { seed = seed } end
   if opts.tools then
     local set, err = require("luagent.tools").dir(opts.tools)
     if not set then return nil, usage_error("run: --tools: %s", err.message) end
-    luagent.options.tools = set
+    options.tools = set
     cleanups[#cleanups + 1] = function() set:close() end
   end
   local cassette = opts.cassette
@@ -204,7 +204,7 @@ local function prepare(opts, file)
       say("luagent: %s", tostring(err))
       return nil, 1
     end
-    provider.embedded = { base_urls = srv.base_urls, api_key = "mock-key" }
+    config.set { providers = { base_urls = srv.base_urls, api_key = "mock-key" } }
     local what = {}
     if cassette then what[#what + 1] = "replaying " .. cassette end
     if opts.faults then what[#what + 1] = "faults " .. opts.faults end
@@ -219,7 +219,7 @@ local function prepare(opts, file)
   if opts.record then
     local rec, err = require("luagent.record").open(opts.record)
     if not rec then return nil, usage_error("run: %s", err) end
-    provider.recorder = rec
+    config.set { record = rec }
     cleanups[#cleanups + 1] = function()
       rec:close()
       say("luagent: recorded %d exchange(s) to %s", rec.count, opts.record)
@@ -310,8 +310,7 @@ local COMMANDS = {
 function M.main(argv, root)
   M.root = root
   if root then
-    local policy = require "luagent.policy"
-    policy.path = "policies/?.lua;" .. root .. "/policies/?.lua"
+    require("luagent.config").set { policy_path = "policies/?.lua;" .. root .. "/policies/?.lua" }
   end
   local cmd = argv[1]
   if cmd == nil or cmd == "-h" or cmd == "--help" then

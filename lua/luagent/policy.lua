@@ -6,6 +6,7 @@
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local compact = require "luagent.compact"
+local config = require "luagent.config"
 local sandbox = require "luagent.sandbox"
 
 local M = {}
@@ -19,7 +20,8 @@ M.limits = { load = 1000000, hook = 100000, load_wall = 0.5, hook_wall = 0.1,
 -- Where a bare name ("yoagent") is looked for, as in package.path: the
 -- current folder, then the bundled policies wherever this library lives (a
 -- checkout or `make install`: ROOT/policies beside ROOT/lua/luagent; a rock:
--- luagent/policies inside the Lua tree).
+-- luagent/policies inside the Lua tree). This is the default:
+-- luagent.configure{policy_path=} (lua/luagent/config.lua) replaces it.
 local here = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
 M.path = "policies/?.lua;" .. here .. "/../../policies/?.lua;" .. here .. "/policies/?.lua"
 
@@ -478,10 +480,16 @@ function M.load(path)
 end
 
 -- The file for a policy name: a path (with a slash or ending in ".lua") as
--- is, a bare name ("yoagent") through M.path. Returns nil, message if absent.
+-- is, a bare name ("yoagent") through M.search_path(). Returns nil, message
+-- if absent.
 function M.find(name)
   if name:find("[/\\]") or name:find("%.lua$") then return name end
-  return package.searchpath(name, M.path)
+  return package.searchpath(name, M.search_path())
+end
+
+-- Where bare names are looked for: the configured policy_path, else M.path.
+function M.search_path()
+  return config.get("policy_path") or M.path
 end
 
 ------------------------------------------------------------------------------

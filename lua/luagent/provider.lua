@@ -8,6 +8,7 @@ local errors = require "luagent.errors"
 local queue = require "luagent.queue"
 local secrets = require "luagent.secrets"
 local json = require "luagent.json"
+local config = require "luagent.config"
 
 local M = {}
 
@@ -20,12 +21,11 @@ M.kinds = {
                  base_url = "https://openrouter.ai/api/v1" },
 }
 
--- Set by `luagent run` when the embedded mock provider stands in for every
--- provider (no API key): {base_urls=<kind -> base URL, as the mock gives
--- them>, api_key=<placeholder>}.
-M.embedded = nil
--- Set by `luagent run --record FILE`: a recorder (lua/luagent/record.lua).
-M.recorder = nil
+-- Two settings (lua/luagent/config.lua) reach providers: `providers`, set by
+-- `luagent run` when the embedded mock provider stands in for every provider
+-- ({base_urls=<kind -> base URL, as the mock gives them>, api_key=
+-- <placeholder>}), and `record`, the recorder of `--record FILE`
+-- (lua/luagent/record.lua), a tap on every request.
 
 -- Default per-attempt timeouts (seconds); the retry policy may override them.
 M.default_timeout = { connect = 10, first_byte = 120, idle = 60 }
@@ -57,9 +57,10 @@ function M.new(spec)
   local adapter = require("luagent.providers." .. info.adapter)
   local base_url = spec.base_url or os.getenv(info.base_env) or info.base_url or adapter.default_base_url
   local key = spec.api_key or os.getenv(info.key_env)
-  if M.embedded and not spec.base_url then
-    base_url = M.embedded.base_urls[spec.kind]
-    key = M.embedded.api_key -- a placeholder, not a secret
+  local embedded = config.get("providers")
+  if embedded and not spec.base_url then
+    base_url = embedded.base_urls[spec.kind]
+    key = embedded.api_key -- a placeholder, not a secret
   else
     secrets.register(key) -- every output is scrubbed of it from now on
   end
@@ -210,7 +211,7 @@ function Provider:stream(request, opts)
   if not ok then error(secrets.text(tostring(built)), 2) end
   local resp, err = http.request {
     method = built.method, url = built.url, headers = built.headers, body = built.body,
-    timeout = timeouts(self, opts and opts.timeout), tap = M.recorder,
+    timeout = timeouts(self, opts and opts.timeout), tap = config.get("record"),
   }
   if resp then
     err = unexpected(resp)

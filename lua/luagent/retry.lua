@@ -30,17 +30,14 @@ local events = require "luagent.events"
 local endpoint = require "luagent.endpoint"
 local queue = require "luagent.queue"
 local log = require "luagent.log"
+local config = require "luagent.config"
 
 local M = {}
 
--- The policy of calls that name none (`luagent run --policy FILE` sets it),
--- and the jitter seed of calls that give none (`--seed`).
-M.default_policy = "default"
-M.default_seed = nil
-
--- Where its diagnostic lines go; a function(line). A retry's line is written
--- only at log level info or below (luagent.log); the events carry it always.
-M.log = function(line) io.stderr:write(line, "\n") end
+-- The policy of calls that name none and the jitter seed of calls that
+-- give none are settings (lua/luagent/config.lua: policy, seed). Diagnostic
+-- lines go to lua/luagent/log.lua: a retry's at level info, what needs a
+-- look at warn; the events carry them always.
 
 ------------------------------------------------------------------------------
 -- Policies: a name, a file (watched and reloaded), a table, or the default
@@ -58,7 +55,7 @@ local function watch(loader)
       w:wait()
       local _, err = loader:reload()
       if err then
-        M.log("luagent: policy " .. tostring(err.message) .. " (the previous policy stays in force)")
+        log.write("warn", "luagent: policy " .. tostring(err.message) .. " (the previous policy stays in force)")
       end
     end
   end)
@@ -88,7 +85,7 @@ end
 
 -- Resolves opts.policy into something with :get() returning a policy.
 local function resolve_policy(spec)
-  if spec == nil then spec = M.default_policy end
+  if spec == nil then spec = config.get("policy") end
   if type(spec) == "table" and spec.get then return spec end
   if type(spec) == "table" then
     local p, err = policies.new(spec, "policy table")
@@ -97,7 +94,7 @@ local function resolve_policy(spec)
   end
   if type(spec) ~= "string" then error("stream: policy must be a name, a file or a table", 3) end
   local path = policies.find(spec)
-  if not path then error(errors.new("usage", "stream: no policy named '" .. spec .. "' (looked in " .. policies.path .. ")"), 0) end
+  if not path then error(errors.new("usage", "stream: no policy named '" .. spec .. "' (looked in " .. policies.search_path() .. ")"), 0) end
   return M.policy_file(path)
 end
 
@@ -179,7 +176,7 @@ function M.stream(opts)
   calls = calls + 1
   local call_id = calls
   -- a run-wide seed still gives each call its own jitter sequence
-  local seed = opts.seed or (M.default_seed and M.default_seed + call_id) or math.random(0, 2 ^ 31)
+  local seed = opts.seed or (config.get("seed") and config.get("seed") + call_id) or math.random(0, 2 ^ 31)
   local rng = luagent_core.backoff_rng(seed)
   local request = {
     system = opts.system, messages = opts.messages or {}, tools = opts.tools,
@@ -265,7 +262,7 @@ function M.stream(opts)
         end
       end
     end
-    if what then M.log("luagent: " .. what) return nil end
+    if what then log.write("warn", "luagent: " .. what) return nil end
     return res
   end
 
@@ -300,7 +297,7 @@ function M.stream(opts)
     local d = classify.classify(err, {
       attempt = attempt,
       deadline_expired = left ~= nil and left <= 0,
-      report = function(msg) M.log("luagent: " .. msg) end,
+      report = function(msg) log.write("warn", "luagent: " .. msg) end,
     }, policy)
     err.class = err.class or d.class
     local side = record(false, COUNTED[d.class] or false)
@@ -358,12 +355,13 @@ function M.stream(opts)
     out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = text,
                delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why }
     if log.enabled("info") then
-      M.log(string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s", attempt, max_attempts, wait, text))
+      log.write("info", string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s",
+        attempt, max_attempts, wait, text))
     end
     if policy.on_retry then
       local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
         { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
-      if not ok then M.log("luagent: " .. tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
+      if not ok then log.write("warn", "luagent: " .. tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
     end
     delay = wait
     if why ~= "compaction" then prev_delay = wait end
