@@ -4,7 +4,6 @@
 -- over, abort during backoff, retry-safe mode and policy hot reload.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 local events = require "luagent.events"
 
 local logs
@@ -247,7 +246,7 @@ describe("policy files", function()
     path = dir .. "/mine.lua"
   end)
   after_each(function()
-    retry.forget_policy(path)
+    require("luagent.policy").forget(path)
     os.execute("rm -rf " .. dir)
   end)
 
@@ -271,7 +270,7 @@ describe("policy files", function()
     write("return { max_retries = 0 }\n")
     local _, n = call("503@1-5", { policy = path })
     assert.equal(1, n)
-    local loader = retry.policy_file(path)
+    local loader = require("luagent.policy").watched(path)
     local v = loader.version
     write("return { max_retries = 3,\n  backoff = { strategy = 'fixed', base = 1 } }\n")
     settle(loader, v)
@@ -321,6 +320,29 @@ describe("cancellation, breakage and protection settings", function()
     assert.is_true(last.final)
     assert.equal(0, luagent.stats().busy)
     srv:close()
+  end)
+
+  it("has one exit for cancellation: the caller gets the final event too, and leaving the loop raises", function()
+    local srv = assert(mock.start { seed = 1, tps = 0.1 }) -- a slow stream
+    local seen, bus = {}, {}
+    local stop = events.subscribe(function(ev) bus[#bus + 1] = ev end)
+    local t = luagent.spawn(function()
+      for ev in luagent.stream { model = model(srv), messages = { { role = "user", content = "a b c d e f" } } } do
+        seen[#seen + 1] = ev
+        if ev.final then break end -- leaving at the final event must not swallow the cancellation
+      end
+      return "went on"
+    end)
+    while #seen < 2 do luagent.sleep(0.001) end
+    t:cancel()
+    local ok, err = pcall(t.join, t)
+    stop()
+    srv:close()
+    assert.is_false(ok)
+    assert.equal("cancelled", err.kind)
+    assert.equal(types(bus), types(seen))
+    assert.equal("message_end", seen[#seen].type)
+    assert.equal("aborted", seen[#seen].stop_reason)
   end)
 
   it("does not swallow a cancellation that lands while an error body is read", function()

@@ -146,7 +146,7 @@ function Agent:current_tool_policy()
   if type(p) == "table" and p.get then p = p:get()
   elseif type(p) == "string" then
     local path = policies.find(p)
-    p = path and retry.policy_file(path):get() or nil
+    p = path and policies.watched(path):get() or nil
   end
   if type(p) == "table" then
     local ok, pol = pcall(policies.new, p)

@@ -147,7 +147,6 @@ end
 -- function, or nil and an exit code after reporting the problem.
 local function prepare(opts, file)
   local config = require "luagent.config"
-  local retry = require "luagent.retry"
   local events = require "luagent.events"
   local seed = opts.seed and math.tointeger(tonumber(opts.seed))
   if opts.log then config.set { log_level = opts.log } end
@@ -167,7 +166,7 @@ local function prepare(opts, file)
     local fh = io.open(opts.policy, "r")
     if not fh then return nil, usage_error("run: cannot open policy '%s'", opts.policy) end
     fh:close()
-    local ok, err = pcall(retry.policy_file, opts.policy)
+    local ok, err = pcall(require("luagent.policy").watched, opts.policy)
     if not ok then
       say("luagent: %s", tostring(type(err) == "table" and err.message or err))
       return nil, 1

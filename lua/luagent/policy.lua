@@ -7,6 +7,7 @@ local core = require "luagent.core"
 local errors = require "luagent.errors"
 local compact = require "luagent.compact"
 local config = require "luagent.config"
+local log = require "luagent.log"
 local sandbox = require "luagent.sandbox"
 
 local M = {}
@@ -531,7 +532,7 @@ Loader.__index = Loader
 -- :reload() reads the file again, keeping the previous policy when the new
 -- text fails. loader.error is the last failure (nil after a good load) and
 -- loader.version counts good loads. Returns the loader, and the error when
--- the first load failed. Watching the file is the caller's job.
+-- the first load failed. M.watched(path) is a loader that also watches.
 function M.loader(path, fallback)
   if fallback ~= nil then
     fallback = assert(M.new(fallback, "fallback policy"))
@@ -554,6 +555,53 @@ function Loader:reload()
   end
   self.policy, self.error, self.version = p, nil, self.version + 1
   return p
+end
+
+------------------------------------------------------------------------------
+-- Watched policy files
+------------------------------------------------------------------------------
+
+local watched = {} -- path -> loader, shared by every call using that file
+
+-- Starts a daemon task that reloads `loader` whenever its file changes and
+-- reports a broken edit once per change (log level warn), keeping the
+-- previous policy.
+local function watch(loader)
+  local w = core.watch(loader.path)
+  if not w then return end
+  local task = core.spawn(function()
+    while true do
+      w:wait()
+      local _, err = loader:reload()
+      if err then
+        log.write("warn", "luagent: policy " .. tostring(err.message) .. " (the previous policy stays in force)")
+      end
+    end
+  end)
+  task:set_daemon(true)
+  loader.watcher = task
+end
+
+-- The loader of the policy file `path`, loaded once per process and
+-- watched: an edit applies to the next attempt of every call using it.
+-- A first load that fails raises its error record.
+function M.watched(path)
+  local l = watched[path]
+  if l then return l end
+  local loader, err = M.loader(path)
+  if err then error(err, 0) end
+  watched[path] = loader
+  watch(loader)
+  return loader
+end
+
+-- Stops watching the policy file `path` and forgets its loader (specs; an
+-- embedder that is done with a file).
+function M.forget(path)
+  local l = watched[path]
+  if not l then return end
+  if l.watcher then l.watcher:cancel("policy forgotten") end
+  watched[path] = nil
 end
 
 return M
