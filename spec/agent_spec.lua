@@ -176,8 +176,11 @@ describe("an agent", function()
     assert.equal(keys[1], keys[2]) -- one key for every attempt of a call
     local r = of_type(evs, "tool_retry")
     assert.equal(1, #r)
-    assert.matches("tool_timeout: lookup timed out after 2 s", r[1].error)
+    assert.matches("tool_timeout: lookup timed out after 2 s", r[1].error_message)
+    assert.equal("tool_timeout", r[1].error.kind)
     assert.equal(100, r[1].delay_ms)
+    assert.equal(0.1, r[1].delay)
+    assert.equal(r[1].error_message, tostring(r[1].error))
     local en = of_type(evs, "tool_execution_end")[1]
     assert.equal("found", en.result)
     assert.equal(2, en.attempts)

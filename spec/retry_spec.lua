@@ -131,7 +131,10 @@ describe("the event contract", function()
     assert.equal(1, r.attempt)
     assert.equal(6, r.max_attempts)
     assert.is_number(r.delay_ms)
-    assert.matches("overloaded", r.error:lower())
+    assert.equal(r.delay_ms, math.floor(r.delay * 1000 + 0.5)) -- the same wait, in seconds
+    assert.equal(failed_end.error, r.error) -- the record, as in the attempt's message_end
+    assert.equal(tostring(r.error), r.error_message)
+    assert.matches("overloaded", r.error_message:lower())
     for _, e in ipairs(evs) do assert.equal(evs[1].call, e.call) end
   end)
 
@@ -569,7 +572,8 @@ describe("which deadline fired", function()
   it("names the attempt timeout, with its length", function()
     local evs = call("stall:secs=1000@1", { policy = { attempt_timeout = 10 } })
     assert.equal("provider_retry", evs[1].type)
-    assert.equal("timeout: attempt 1 took longer than the attempt timeout (10 s)", evs[1].error)
+    assert.equal("timeout: attempt 1 took longer than the attempt timeout (10 s)", evs[1].error_message)
+    assert.equal("attempt", evs[1].error.which)
   end)
 
   it("names the call's total deadline when it cut the attempt short: not retried", function()

@@ -5,7 +5,7 @@
 --   attempt events ... message_end{stop_reason="error", error_message=
 --   "attempt N of M failed and will be retried: <error>"} (only if the attempt had
 --   opened a message), provider_retry{attempt, max_attempts, error,
---   delay_ms}, stream_reset (before the next attempt's first event, if an
+--   error_message, delay, delay_ms}, stream_reset (before the next attempt's first event, if an
 --   earlier attempt had streamed anything), attempt events ..., message_end.
 --
 -- Events of the shared endpoint (circuit_*, retry_budget_exhausted,
@@ -299,8 +299,9 @@ function Call:announce_retry(err, d, side, shorter, wait, why)
     out:push { type = "context_compacted", attempt = attempt, before = #self.request.messages, after = #shorter }
     self.request.messages, self.compacted = shorter, true
   end
-  out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = text,
-             delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why }
+  out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = err,
+             error_message = text, delay = wait, delay_ms = math.floor(wait * 1000 + 0.5),
+             class = d.class, source = why }
   if log.enabled("info") then
     log.write("info", string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s",
       attempt, max_attempts, wait, text))
