@@ -56,6 +56,9 @@ options:
   --retry-safe        hold each attempt's events until it succeeds (for
                       pipes and logs); applies to --events and to scripts
                       that read luagent.options.retry_safe
+  --virtual-clock     run on the virtual clock: sleeps, backoff waits and
+                      timeouts complete at once, in order, and luagent.now()
+                      jumps (tests, demos; network I/O still takes real time)
   --log LEVEL         the library's own stderr lines: debug, info (each
                       retry announced), warn (default: what needs a look),
                       error, off; LUAGENT_LOG=LEVEL does the same
@@ -94,7 +97,7 @@ end
 local RUN_FLAGS = {
   policy = true, faults = true, cassette = true, seed = true, record = true, events = true, log = true,
   tools = true,
-  mock = false, ["retry-safe"] = false, fast = false,
+  mock = false, ["retry-safe"] = false, fast = false, ["virtual-clock"] = false,
 }
 
 -- Parses run's options; returns opts, index of FILE, or nil, message.
@@ -255,6 +258,7 @@ function M.run(args)
   for j = i + 1, #args do script_args[#script_args + 1] = args[j] end
   _G.arg = script_args
 
+  if opts["virtual-clock"] then core.clock_virtual() end
   local cleanup, code = prepare(opts, file)
   if not cleanup then return code end
   local main = core.spawn(chunk, table.unpack(script_args))
