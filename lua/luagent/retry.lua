@@ -462,27 +462,35 @@ end
 
 local STEP = { start = Call.begin_attempt, streaming = Call.next_event, waiting = Call.backoff, raise = Call.raise }
 
--- The next event of the call (published on the bus as it is delivered), or
--- nil after the final one.
+-- The next queued event, published on the bus as it is delivered, or nil.
+function Call:deliver()
+  local ev = self.out:pop()
+  if ev then
+    ev.call = self.id
+    events.publish(ev)
+  end
+  return ev
+end
+
+-- The next event of the call, or nil after the final one.
 function Call:pull()
   while true do
-    local ev = self.out:pop()
-    if ev then
-      ev.call = self.id
-      events.publish(ev)
-      return ev
-    end
+    local ev = self:deliver()
+    if ev then return ev end
     if self.state == "done" then return nil end
     STEP[self.state](self)
   end
 end
 
 -- The closing value of the generic for: leaving the loop early aborts the
--- attempt in flight at once, and raises a cancellation whose final event
--- was the last one delivered.
+-- attempt in flight at once; when the call was cancelled, what is left of
+-- it (its final event) goes to the bus and the cancellation is raised.
 function Call:close()
   if self.resp then self.resp:close() self.resp = nil end
-  if self.state == "raise" and self.out:pop() == nil then self:raise() end
+  if self.state == "raise" then
+    while self:deliver() do end
+    self:raise()
+  end
 end
 
 -- stream{model=, messages=, system=, tools=, policy=, max_tokens=,
