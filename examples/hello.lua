@@ -29,7 +29,7 @@ for ev in stream do
     midline, partial = ev.text:sub(-1) ~= "\n", true
   elseif ev.type == "provider_retry" then
     io.stderr:write(string.format("%s[attempt %d of %d failed: %s; retrying in %.2f s]\n",
-      midline and "\n" or "", ev.attempt, ev.max_attempts, ev.error, ev.delay_ms / 1000))
+      midline and "\n" or "", ev.attempt, ev.max_attempts, ev.error_message, ev.delay))
   elseif ev.type == "stream_reset" then
     if partial then io.write(midline and "\n" or "", "[the retry starts the answer over]\n") end
     midline, partial = false, false

@@ -25,12 +25,12 @@ local call = luagent.spawn(function()
     elseif ev.type == "provider_retry" then
       if shown then
         io.write("\n")
-        io.stderr:write("[stopped: " .. ev.error .. "; run again to retry]\n")
+        io.stderr:write("[stopped: " .. ev.error_message .. "; run again to retry]\n")
         -- cancelling ourselves: the backoff sleep wakes with `cancelled`
         -- and no retry request is sent
         luagent.current():cancel("partial answer already shown")
       else
-        io.stderr:write(string.format("[%s; retrying in %.2f s]\n", ev.error, ev.delay_ms / 1000))
+        io.stderr:write(string.format("[%s; retrying in %.2f s]\n", ev.error_message, ev.delay))
       end
     elseif ev.type == "message_end" and ev.final then
       io.write("\n")

@@ -12,12 +12,11 @@
 -- total requests, failed calls and (simulated) time for each.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 
 local AGENTS, TURNS = 23, 5
 local faults = arg[1] or "503@p:0.7"
 
-retry.log = function() end -- the table below says it all
+luagent.configure { log_sink = function() end } -- the table below says it all
 luagent.clock.virtual()
 
 -- One run: every agent makes TURNS calls; returns the figures.

@@ -55,11 +55,11 @@ for ev in luagent.events.retry_safe(agent:prompt("Triage the new crash reports."
       print(string.format("   <- %s: %s", ev.name, shorten(ev.result, 90)))
     end
   elseif ev.type == "tool_retry" then
-    print(string.format("   [%s failed (%s); retry %d of %d in %.2f s]", ev.name, ev.error, ev.attempt,
-      ev.max_attempts - 1, ev.delay_ms / 1000))
+    print(string.format("   [%s failed (%s); retry %d of %d in %.2f s]", ev.name, ev.error_message, ev.attempt,
+      ev.max_attempts - 1, ev.delay))
   elseif ev.type == "provider_retry" then
     print(string.format("[model call attempt %d of %d failed: %s; retrying in %.2f s]",
-      ev.attempt, ev.max_attempts, ev.error, ev.delay_ms / 1000))
+      ev.attempt, ev.max_attempts, ev.error_message, ev.delay))
   elseif ev.type == "tools_changed" and ev.version > 1 then
     print("[tools changed: +" .. table.concat(ev.added, ",") .. " -" .. table.concat(ev.removed, ",")
       .. " ~" .. table.concat(ev.changed, ",") .. "]")

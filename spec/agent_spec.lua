@@ -4,7 +4,6 @@
 -- unknown tools, parallel calls, abort, the loop guard and max_turns.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 local events = require "luagent.events"
 
 local srv, requests_seen
@@ -92,12 +91,12 @@ local echo = { name = "echo", description = "Echoes its text", read_only = true,
   end }
 
 before_each(function()
-  retry.log = function() end
+  luagent.configure { log_sink = function() end }
   luagent.clock.virtual()
 end)
 after_each(function()
   if srv then srv:close() srv = nil end
-  retry.log = function(line) io.stderr:write(line, "\n") end
+  luagent.configure { log_sink = false }
   luagent.clock.real()
 end)
 
@@ -177,8 +176,11 @@ describe("an agent", function()
     assert.equal(keys[1], keys[2]) -- one key for every attempt of a call
     local r = of_type(evs, "tool_retry")
     assert.equal(1, #r)
-    assert.matches("tool_timeout: lookup timed out after 2 s", r[1].error)
+    assert.matches("tool_timeout: lookup timed out after 2 s", r[1].error_message)
+    assert.equal("tool_timeout", r[1].error.kind)
     assert.equal(100, r[1].delay_ms)
+    assert.equal(0.1, r[1].delay)
+    assert.equal(r[1].error_message, tostring(r[1].error))
     local en = of_type(evs, "tool_execution_end")[1]
     assert.equal("found", en.result)
     assert.equal(2, en.attempts)

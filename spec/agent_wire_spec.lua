@@ -5,7 +5,6 @@
 -- agent began in one.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 local json = require "luagent.json"
 
 local KINDS = { "openai", "anthropic", "openai_responses" }
@@ -107,13 +106,13 @@ end
 
 local srv
 before_each(function()
-  retry.log = function() end
+  luagent.configure { log_sink = function() end }
   luagent.clock.virtual()
   srv = assert(mock.start { script = script })
 end)
 after_each(function()
   srv:close()
-  retry.log = function(line) io.stderr:write(line, "\n") end
+  luagent.configure { log_sink = false }
   luagent.clock.real()
 end)
 

@@ -93,8 +93,19 @@ describe("endpoint", function()
       assert.equal("retry_budget_exhausted: retry budget of k exhausted: 5 of 10 tokens, "
         .. "retries need more than 5", tostring(err))
       assert.is_true((ep:admit(false, 1)))
+      -- may_retry asks the same before a retry's wait, naming the failure
+      local cause = errors.new("http", "HTTP 503", { status = 503 })
+      local may, refusal = ep:may_retry(cause)
+      assert.is_nil(may)
+      assert.equal("retry_budget_exhausted", refusal.kind)
+      assert.equal(cause, refusal.cause)
+      assert.is_false(refusal.retryable)
+      assert.matches("exhausted: 5 of 10 tokens, retries need more than 5; the attempt failed with http: HTTP 503",
+        tostring(refusal), 1, true)
       ep:record(1, true, true) -- 5.1 tokens
       assert.is_true((ep:admit(true, 1)))
+      assert.is_true(ep:may_retry(cause))
+      assert.is_true(endpoint.get("no-budget", { budget = false }):may_retry(cause))
     end)
 
     it("fails fast while the circuit is open, saying when the next probe is due", function()

@@ -13,7 +13,6 @@ local SCRIPT = [==[
 package.path = "spec/support/?.lua;" .. package.path
 local luagent = require "luagent"
 local server = require "testserver"
-local retry = require "luagent.retry"
 
 -- the key as the server sees it, in its plain and URL-encoded forms
 local function echo(req) return req.headers["authorization"] or "" end
@@ -66,7 +65,7 @@ local function dump(v, out, seen)
   end
 end
 
-retry.log = function(line) io.stderr:write("LOG ", line, "\n") end
+luagent.configure { log_sink = function(_, line) io.stderr:write("LOG ", line, "\n") end }
 require("luagent.log").set_level("info") -- retries are logged at info
 for _, name in ipairs({ "stream", "overloaded", "redirect", "cut", "json" }) do
   local srv = server.serve(scenario[name])

@@ -6,7 +6,7 @@
 local luagent = require "luagent"
 local core = require "luagent.core"
 local mock = require "luagent.mock"
-local cassette = require "luagent.mock.cassette"
+local cassette = require "luagent.cassette"
 local helpers = require "helpers"
 
 -- Reads from conn until EOF (or `limit` seconds); returns what came.

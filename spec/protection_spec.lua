@@ -2,16 +2,15 @@
 -- through the mock on loopback, on the virtual clock.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 local events = require "luagent.events"
 
 describe("one endpoint shared by 100 tasks", function()
   before_each(function()
-    retry.log = function() end
+    luagent.configure { log_sink = function() end }
     luagent.clock.virtual()
   end)
   after_each(function()
-    retry.log = function(line) io.stderr:write(line, "\n") end
+    luagent.configure { log_sink = false }
     luagent.clock.real()
   end)
 

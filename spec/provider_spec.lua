@@ -114,8 +114,8 @@ describe("provider:stream", function()
     srv = nil
     -- a recording of the same failures
     local rec_path = os.tmpname()
-    local provider_mod = require "luagent.provider"
-    provider_mod.recorder = assert(require("luagent.record").open(rec_path))
+    local recorder = assert(require("luagent.record").open(rec_path))
+    luagent.configure { record = recorder }
     srv = server.serve(stream_handler { error_event = true })
     p = provider(srv.url)
     pcall(function() for _ in assert(p:stream { messages = {} }) do end end)
@@ -126,8 +126,8 @@ describe("provider:stream", function()
     end)
     p = provider(srv.url)
     p:stream { messages = {} }
-    provider_mod.recorder:close()
-    provider_mod.recorder = nil
+    luagent.configure { record = false }
+    recorder:close()
     local f = assert(io.open(rec_path))
     outputs[#outputs + 1] = f:read("a")
     f:close()

@@ -19,20 +19,34 @@ local KEY = "sk-TESTKEY-123"
 -- Helpers
 ------------------------------------------------------------------------------
 
--- The fields each event type may carry (EVENTS.md); anything else fails.
-local FIELDS = {
-  message_start = { provider = true, model = true, id = true },
-  text_delta = { text = true },
-  thinking_delta = { text = true },
-  tool_call_start = { index = true, id = true, name = true },
-  tool_call_delta = { index = true, id = true, arguments = true },
-  tool_call_end = { index = true, id = true, name = true, arguments = true,
-    raw_arguments = true, error = true },
-  usage = { input_tokens = true, output_tokens = true, cache_read_tokens = true,
-    cache_write_tokens = true },
-  message_end = { stop_reason = true, raw_stop_reason = true, message = true,
-    usage = true, error = true },
-}
+-- The fields each event type may carry, read from EVENTS.md itself (the
+-- "Stream events" section: under each "### type" heading, the first column
+-- of its first table whose header starts with "field"), so the document
+-- and this check cannot drift; anything else fails.
+local function documented_fields(path)
+  local f = assert(io.open(path, "rb"))
+  local text = f:read("a")
+  f:close()
+  local section = assert(text:match("\n## Stream events.-\n(.-)\n## "), "no Stream events section in " .. path)
+  local fields, current, in_table, done = {}, nil, false, {}
+  for line in (section .. "\n"):gmatch("(.-)\n") do
+    local heading = line:match("^### ([%w_]+)%s*$")
+    if heading then
+      current, in_table = heading, false
+    elseif current and not done[current] then
+      local first = line:match("^|%s*`?([%w_]+)`?%s*|")
+      if first == "field" and not in_table then
+        in_table, fields[current] = true, {}
+      elseif in_table and first then
+        fields[current][first] = true
+      elseif in_table and not line:match("^|") then
+        in_table, done[current] = false, true
+      end
+    end
+  end
+  return fields
+end
+local FIELDS = documented_fields("lua/luagent/EVENTS.md")
 
 -- Reads a fixture's text.
 local function fixture(name)
@@ -851,4 +865,22 @@ describe("fixtures through core.sse_parser", function()
       assert.same(aerr, berr)
     end)
   end
+end)
+
+describe("the field lists of EVENTS.md", function()
+  it("are read from the document: every stream event type, with its fields", function()
+    local want = { "message_start", "text_delta", "thinking_delta", "tool_call_start", "tool_call_delta",
+                   "tool_call_end", "usage", "message_end" }
+    local got = {}
+    for t in pairs(FIELDS) do got[#got + 1] = t end
+    table.sort(got)
+    table.sort(want)
+    assert.same(want, got)
+    assert.same({ provider = true, model = true, id = true }, FIELDS.message_start)
+    assert.same({ input_tokens = true, output_tokens = true, cache_read_tokens = true, cache_write_tokens = true },
+      FIELDS.usage)
+    -- message_end's own table, not the stop reason mapping after it
+    assert.same({ stop_reason = true, raw_stop_reason = true, message = true, usage = true, error = true },
+      FIELDS.message_end)
+  end)
 end)

@@ -4,20 +4,19 @@
 -- over, abort during backoff, retry-safe mode and policy hot reload.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 local events = require "luagent.events"
 
 local logs
 before_each(function()
   logs = {}
-  retry.log = function(line) logs[#logs + 1] = line end
+  luagent.configure { log_sink = function(_, line) logs[#logs + 1] = line end }
   luagent.clock.virtual()
   -- every spec starts on fresh endpoints: a mock's port may be one an
   -- earlier spec's endpoint (breaker, budget, cooldown) is keyed by
   require("luagent.endpoint").reset()
 end)
 after_each(function()
-  retry.log = function(line) io.stderr:write(line, "\n") end
+  luagent.configure { log_sink = false }
   luagent.clock.real()
 end)
 
@@ -132,7 +131,10 @@ describe("the event contract", function()
     assert.equal(1, r.attempt)
     assert.equal(6, r.max_attempts)
     assert.is_number(r.delay_ms)
-    assert.matches("overloaded", r.error:lower())
+    assert.equal(r.delay_ms, math.floor(r.delay * 1000 + 0.5)) -- the same wait, in seconds
+    assert.equal(failed_end.error, r.error) -- the record, as in the attempt's message_end
+    assert.equal(tostring(r.error), r.error_message)
+    assert.matches("overloaded", r.error_message:lower())
     for _, e in ipairs(evs) do assert.equal(evs[1].call, e.call) end
   end)
 
@@ -247,7 +249,7 @@ describe("policy files", function()
     path = dir .. "/mine.lua"
   end)
   after_each(function()
-    retry.forget_policy(path)
+    require("luagent.policy").forget(path)
     os.execute("rm -rf " .. dir)
   end)
 
@@ -271,7 +273,7 @@ describe("policy files", function()
     write("return { max_retries = 0 }\n")
     local _, n = call("503@1-5", { policy = path })
     assert.equal(1, n)
-    local loader = retry.policy_file(path)
+    local loader = require("luagent.policy").watched(path)
     local v = loader.version
     write("return { max_retries = 3,\n  backoff = { strategy = 'fixed', base = 1 } }\n")
     settle(loader, v)
@@ -321,6 +323,29 @@ describe("cancellation, breakage and protection settings", function()
     assert.is_true(last.final)
     assert.equal(0, luagent.stats().busy)
     srv:close()
+  end)
+
+  it("has one exit for cancellation: the caller gets the final event too, and leaving the loop raises", function()
+    local srv = assert(mock.start { seed = 1, tps = 0.1 }) -- a slow stream
+    local seen, bus = {}, {}
+    local stop = events.subscribe(function(ev) bus[#bus + 1] = ev end)
+    local t = luagent.spawn(function()
+      for ev in luagent.stream { model = model(srv), messages = { { role = "user", content = "a b c d e f" } } } do
+        seen[#seen + 1] = ev
+        if ev.final then break end -- leaving at the final event must not swallow the cancellation
+      end
+      return "went on"
+    end)
+    while #seen < 2 do luagent.sleep(0.001) end
+    t:cancel()
+    local ok, err = pcall(t.join, t)
+    stop()
+    srv:close()
+    assert.is_false(ok)
+    assert.equal("cancelled", err.kind)
+    assert.equal(types(bus), types(seen))
+    assert.equal("message_end", seen[#seen].type)
+    assert.equal("aborted", seen[#seen].stop_reason)
   end)
 
   it("does not swallow a cancellation that lands while an error body is read", function()
@@ -547,7 +572,8 @@ describe("which deadline fired", function()
   it("names the attempt timeout, with its length", function()
     local evs = call("stall:secs=1000@1", { policy = { attempt_timeout = 10 } })
     assert.equal("provider_retry", evs[1].type)
-    assert.equal("timeout: attempt 1 took longer than the attempt timeout (10 s)", evs[1].error)
+    assert.equal("timeout: attempt 1 took longer than the attempt timeout (10 s)", evs[1].error_message)
+    assert.equal("attempt", evs[1].error.which)
   end)
 
   it("names the call's total deadline when it cut the attempt short: not retried", function()

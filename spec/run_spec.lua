@@ -13,12 +13,13 @@ describe("luagent run, embedded default", function()
   local env = "env -u OPENAI_API_KEY -u ANTHROPIC_API_KEY -u OPENROUTER_API_KEY "
 
   -- Runs the executable without provider keys; `run` replays without the
-  -- recorded pauses (--fast) unless the first argument is "paced".
+  -- recorded pauses (--fast) and waits on the virtual clock (--virtual-clock:
+  -- backoff takes no real time) unless the first argument is "paced".
   local function run(first, ...)
     local out, err = os.tmpname(), os.tmpname()
     local args = { first, ... }
     if first == "paced" then args[1] = "run"
-    elseif first == "run" then table.insert(args, 2, "--fast") end
+    elseif first == "run" then table.insert(args, 2, "--fast") table.insert(args, 3, "--virtual-clock") end
     local words = {}
     for _, a in ipairs(args) do words[#words + 1] = h.quote(a) end
     local _, _, code = os.execute(env .. h.quote(h.bin) .. " " .. table.concat(words, " ")
@@ -56,6 +57,21 @@ describe("luagent run, embedded default", function()
     r = run("run", "--log", "chatty", "examples/hello.lua")
     assert.equal(2, r.code)
     assert.matches("%-%-log wants debug, info, warn, error or off, not 'chatty'", r.stderr)
+  end)
+
+  it("runs on the virtual clock with --virtual-clock: an hour of sleep takes no real time", function()
+    local script = h.tempfile([[
+      local luagent = require "luagent"
+      local t0 = luagent.now()
+      luagent.sleep(3600)
+      print(luagent.clock.is_virtual(), luagent.now() - t0 >= 3600)
+    ]], ".lua")
+    local started = os.time()
+    local r = run("run", script)
+    os.remove(script)
+    assert.equal(0, r.code, r.stderr)
+    assert.equal("true\ttrue\n", r.stdout)
+    assert.is_true(os.time() - started < 60)
   end)
 
   it("names a bad fault spec, exit 2", function()

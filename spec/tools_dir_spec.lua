@@ -4,7 +4,6 @@
 -- each call. Real file watching (inotify) on the real clock.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 local tools = require "luagent.tools"
 local helpers = require "spec.support.helpers"
 
@@ -22,14 +21,14 @@ end
 
 local dir
 before_each(function()
-  retry.log = function() end
+  luagent.configure { log_sink = function() end }
   dir = os.tmpname()
   os.remove(dir)
   assert(os.execute("mkdir " .. dir))
 end)
 after_each(function()
   os.execute("rm -rf " .. dir)
-  retry.log = function(line) io.stderr:write(line, "\n") end
+  luagent.configure { log_sink = false }
 end)
 
 -- Waits (real clock) until the set has logged more than `seq` events.

@@ -22,6 +22,7 @@ local retry = require "luagent.retry"
 local policies = require "luagent.policy"
 local provider_mod = require "luagent.provider"
 local tools = require "luagent.tools"
+local config = require "luagent.config"
 
 local M = {}
 
@@ -141,11 +142,11 @@ end
 -- section of its retry policy (a name, file, table, or the default).
 function Agent:current_tool_policy()
   if self.tool_policy then return self.tool_policy end
-  local p = self.policy or retry.default_policy
+  local p = self.policy or config.get("policy")
   if type(p) == "table" and p.get then p = p:get()
   elseif type(p) == "string" then
     local path = policies.find(p)
-    p = path and retry.policy_file(path):get() or nil
+    p = path and policies.watched(path):get() or nil
   end
   if type(p) == "table" then
     local ok, pol = pcall(policies.new, p)

@@ -56,6 +56,9 @@ options:
   --retry-safe        hold each attempt's events until it succeeds (for
                       pipes and logs); applies to --events and to scripts
                       that read luagent.options.retry_safe
+  --virtual-clock     run on the virtual clock: sleeps, backoff waits and
+                      timeouts complete at once, in order, and luagent.now()
+                      jumps (tests, demos; network I/O still takes real time)
   --log LEVEL         the library's own stderr lines: debug, info (each
                       retry announced), warn (default: what needs a look),
                       error, off; LUAGENT_LOG=LEVEL does the same
@@ -94,7 +97,7 @@ end
 local RUN_FLAGS = {
   policy = true, faults = true, cassette = true, seed = true, record = true, events = true, log = true,
   tools = true,
-  mock = false, ["retry-safe"] = false, fast = false,
+  mock = false, ["retry-safe"] = false, fast = false, ["virtual-clock"] = false,
 }
 
 -- Parses run's options; returns opts, index of FILE, or nil, message.
@@ -146,13 +149,12 @@ end
 -- mock, recording, event output, the default policy. Returns a cleanup
 -- function, or nil and an exit code after reporting the problem.
 local function prepare(opts, file)
-  local luagent = require "luagent"
-  local retry = require "luagent.retry"
-  local provider = require "luagent.provider"
+  local config = require "luagent.config"
   local events = require "luagent.events"
   local seed = opts.seed and math.tointeger(tonumber(opts.seed))
-  if opts.log then require("luagent.log").set_level(opts.log) end
-  luagent.options = { retry_safe = opts["retry-safe"] or false, seed = seed }
+  if opts.log then config.set { log_level = opts.log } end
+  local options = { retry_safe = opts["retry-safe"] or false, seed = seed }
+  config.set { options = options }
   local cleanups = {}
   local events_out = io.stdout -- --events jsonl:FILE, opened before anything starts
   if opts.events and opts.events ~= "-" then
@@ -167,18 +169,18 @@ local function prepare(opts, file)
     local fh = io.open(opts.policy, "r")
     if not fh then return nil, usage_error("run: cannot open policy '%s'", opts.policy) end
     fh:close()
-    local ok, err = pcall(retry.policy_file, opts.policy)
+    local ok, err = pcall(require("luagent.policy").watched, opts.policy)
     if not ok then
       say("luagent: %s", tostring(type(err) == "table" and err.message or err))
       return nil, 1
     end
-    retry.default_policy = opts.policy
+    config.set { policy = opts.policy }
   end
-  if seed then retry.default_seed = seed end
+  if seed then config.set { seed = seed } end
   if opts.tools then
     local set, err = require("luagent.tools").dir(opts.tools)
     if not set then return nil, usage_error("run: --tools: %s", err.message) end
-    luagent.options.tools = set
+    options.tools = set
     cleanups[#cleanups + 1] = function() set:close() end
   end
   local cassette = opts.cassette
@@ -204,7 +206,7 @@ local function prepare(opts, file)
       say("luagent: %s", tostring(err))
       return nil, 1
     end
-    provider.embedded = { url = srv.url, api_key = "mock-key" }
+    config.set { providers = { base_urls = srv.base_urls, api_key = "mock-key" } }
     local what = {}
     if cassette then what[#what + 1] = "replaying " .. cassette end
     if opts.faults then what[#what + 1] = "faults " .. opts.faults end
@@ -219,7 +221,7 @@ local function prepare(opts, file)
   if opts.record then
     local rec, err = require("luagent.record").open(opts.record)
     if not rec then return nil, usage_error("run: %s", err) end
-    provider.recorder = rec
+    config.set { record = rec }
     cleanups[#cleanups + 1] = function()
       rec:close()
       say("luagent: recorded %d exchange(s) to %s", rec.count, opts.record)
@@ -256,6 +258,7 @@ function M.run(args)
   for j = i + 1, #args do script_args[#script_args + 1] = args[j] end
   _G.arg = script_args
 
+  if opts["virtual-clock"] then core.clock_virtual() end
   local cleanup, code = prepare(opts, file)
   if not cleanup then return code end
   local main = core.spawn(chunk, table.unpack(script_args))
@@ -310,8 +313,7 @@ local COMMANDS = {
 function M.main(argv, root)
   M.root = root
   if root then
-    local policy = require "luagent.policy"
-    policy.path = "policies/?.lua;" .. root .. "/policies/?.lua"
+    require("luagent.config").set { policy_path = "policies/?.lua;" .. root .. "/policies/?.lua" }
   end
   local cmd = argv[1]
   if cmd == nil or cmd == "-h" or cmd == "--help" then

@@ -10,6 +10,8 @@
 --   if not ok then fail the call with probe_or_err (not retried) end
 --   ... the attempt ...
 --   events = ep:record(now, success, counted, probe_or_err)
+--   -- before waiting to retry a failure (admit checks it again then):
+--   local ok, err = ep:may_retry(cause)
 --   -- on a 429 or 503 with a server-given wait:
 --   events = ep:set_cooldown(now + wait)
 --
@@ -124,13 +126,8 @@ end
 function Endpoint:admit(is_retry, now)
   self:_see("admit", now)
   local key, events = self.key, {}
-  if is_retry and self.budget and not self.budget:allow_retry() then
-    local tokens, max = self.budget:tokens()
-    local msg = string.format("retry budget of %s exhausted: %g of %g tokens, retries need more than %g",
-      key, tokens, max, max / 2)
-    return nil, errors.new("retry_budget_exhausted", msg,
-      { endpoint = key, tokens = tokens, retryable = false }), events
-  end
+  local refusal = is_retry and self:_budget_refusal()
+  if refusal then return nil, refusal, events end
   if not self.breaker then return true, false, events end
   local verdict, retry_at, moved = self.breaker:allow(now)
   if moved then events[1] = { type = "circuit_half_open", endpoint = key } end
@@ -141,6 +138,29 @@ function Endpoint:admit(is_retry, now)
       { endpoint = key, retry_at = retry_at, retryable = false }), events
   end
   return true, verdict == "probe", events
+end
+
+-- The retry budget's refusal (an error of kind "retry_budget_exhausted",
+-- final for the call), or nil when a retry may go. `cause`, the failed
+-- attempt's error, is named in the message and kept as err.cause.
+function Endpoint:_budget_refusal(cause)
+  if not self.budget or self.budget:allow_retry() then return nil end
+  local tokens, max = self.budget:tokens()
+  local msg = string.format("retry budget of %s exhausted: %g of %g tokens, retries need more than %g",
+    self.key, tokens, max, max / 2)
+  if cause ~= nil then msg = msg .. "; the attempt failed with " .. tostring(cause) end
+  return errors.new("retry_budget_exhausted", msg,
+    { endpoint = self.key, tokens = tokens, retryable = false, cause = cause })
+end
+
+-- May a failed attempt be retried, as far as the retry budget goes? (Asked
+-- before waiting to retry, so a refused retry does not wait for nothing.)
+-- Returns true, or nil and the refusal, with the failed attempt's error
+-- `cause` as its cause.
+function Endpoint:may_retry(cause)
+  local refusal = self:_budget_refusal(cause)
+  if refusal then return nil, refusal end
+  return true
 end
 
 ------------------------------------------------------------------------------

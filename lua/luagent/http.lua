@@ -80,7 +80,10 @@ end
 function Response:events()
   return function()
     local ev, err = self._req:event()
-    if ev then return ev end
+    if ev then
+      if self._tap then self._tap:event(ev) end
+      return ev
+    end
     if err then raise(self, err) end
     return nil
   end
@@ -89,7 +92,10 @@ end
 -- resp:read() -> the next chunk of raw body bytes, or nil at the end.
 function Response:read()
   local chunk, err = self._req:read()
-  if chunk then return chunk end
+  if chunk then
+    if self._tap then self._tap:chunk(chunk) end
+    return chunk
+  end
   if err then raise(self, err) end
   return nil
 end
@@ -143,19 +149,30 @@ end
 -- resp:info() -> {bytes=, delivered=, done=, partial=}.
 function Response:info() return self._req:info() end
 
--- resp:close(): aborts the transfer (if still running) and frees it.
-function Response:close() self._req:close() end
+-- resp:close(): aborts the transfer (if still running) and frees it; the
+-- tap's exchange ends here (with the error the body raised, if any).
+function Response:close()
+  self._req:close()
+  local tap = self._tap
+  self._tap = nil
+  if tap then tap:finish(self.error) end
+end
 Response.__close = Response.close
 
 -- request{method=, url=, headers=, body=, timeout={connect=, first_byte=,
 -- idle=, total=}, sse={max_line=, max_event=}, http_errors=true,
--- http_version=, ca_file=} -> resp {status=, headers=} | nil, err.
+-- http_version=, ca_file=, tap=} -> resp {status=, headers=} | nil, err.
 -- With http_errors (the default), a status >= 400 is returned as nil and an
 -- `http` error record with status, headers and the body (up to 64 KiB).
 -- http_version: "2" (the default: HTTP/2 when TLS offers it, else 1.1),
 -- "1.1", or "2-prior-knowledge" (HTTP/2 from the first byte, h2c on plain
 -- TCP). ca_file: the CA bundle for TLS; default $CURL_CA_BUNDLE, else
 -- $SSL_CERT_FILE, else curl's own.
+-- `tap` observes the exchange as it happens (recording does:
+-- lua/luagent/record.lua): tap:begin(opts) returns an observer told
+-- :response(status, headers), each :event(sse) the body delivers as SSE,
+-- each raw :chunk(bytes) read, and once :finish(err) (err: the failure,
+-- nil when the body ended or the response was closed).
 function M.request(opts)
   if type(opts) ~= "table" then error("http.request: expects a table", 2) end
   if opts.ca_file == nil then
@@ -166,18 +183,27 @@ function M.request(opts)
       copy.ca_file, opts = ca, copy
     end
   end
+  local tap = opts.tap and opts.tap:begin(opts)
   local req, err = core.http_request(opts)
-  if not req then return nil, M.name_kind(err) end
-  local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req }, Response)
+  if not req then
+    err = M.name_kind(err)
+    if tap then tap:finish(err) end
+    return nil, err
+  end
+  local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req, _tap = tap }, Response)
+  if tap then tap:response(resp.status, resp.headers) end
   if resp.status >= 400 and opts.http_errors ~= false then
     local limit = M.ERROR_BODY_MAX + secrets.margin
     local ok, body = pcall(resp.body, resp, limit)
+    resp._tap = nil -- this exchange ends with the error record below
     resp:close()
-    if not ok and errors.is_cancel(body) then error(body, 0) end
+    if not ok and errors.is_cancel(body) then error(body, 0) end -- the tap's exchange is dropped
     body = ok and secrets.cut(body, M.ERROR_BODY_MAX, #body >= limit) or ""
-    return nil, secrets.scrub(errors.new("http", string.format("HTTP %d", resp.status), {
+    err = secrets.scrub(errors.new("http", string.format("HTTP %d", resp.status), {
       status = resp.status, headers = resp.headers, body = body,
     }))
+    if tap then tap:finish(err) end
+    return nil, err
   end
   return resp
 end

@@ -2,6 +2,7 @@
 -- larger areas (http, events, log, json, agent, tools) load on first use.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
+local config = require "luagent.config"
 
 local M = {
   version = core.version,
@@ -13,14 +14,23 @@ local M = {
   run = core.run,        -- run the loop until all non-daemon tasks are done
   current = core.current,
   stats = core.stats,
-  -- what `luagent run` was asked for (retry_safe, seed, ...); {} elsewhere
-  options = {},
   clock = {
     virtual = core.clock_virtual, -- virtual([start]): time jumps when idle
     real = core.clock_real,
     is_virtual = core.clock_is_virtual,
   },
 }
+
+-- configure{policy=, seed=, providers=, record=, policy_path=, options=,
+-- log_level=, log_sink=} -> the previous values of the settings given
+-- (false for those that were unset): the one configuration surface of the
+-- process (lua/luagent/config.lua says what each is; false clears one).
+-- configure() -> a copy of every setting. `luagent run` sets them from its
+-- flags; scripts read them the same way with or without it.
+function M.configure(t)
+  if t == nil then return config.all() end
+  return config.set(t)
+end
 
 -- daemon(fn, ...) -> task: a task that run() and `luagent run` do not wait
 -- for (servers, watchers).
@@ -75,16 +85,25 @@ end
 -- Areas loaded on first use. These and the fields above are the whole public
 -- face: any other name raises, so a typo (`luagent.sleeep`) is found at once.
 -- Test-bench modules (luagent.mock, luagent.sim) are required by name.
-local LAZY = { http = true, events = true, log = true, json = true, agent = true, tools = true }
+local LAZY = {
+  http = "luagent.http", events = "luagent.events", log = "luagent.log",
+  json = "luagent.json", agent = "luagent.agent", tools = "luagent.tools",
+}
 
 setmetatable(M, {
   __index = function(t, k)
+    -- what `luagent run` was asked for (retry_safe, seed, tools); {} elsewhere
+    if k == "options" then return config.get("options") end
     if not LAZY[k] then
       error(string.format("luagent: no public name '%s'", tostring(k)), 2)
     end
-    local mod = require("luagent." .. k)
+    local mod = require(LAZY[k])
     rawset(t, k, mod)
     return mod
+  end,
+  __newindex = function(t, k, v)
+    if k == "options" then error("luagent.options is read-only: use luagent.configure{options=...}", 2) end
+    rawset(t, k, v)
   end,
 })
 

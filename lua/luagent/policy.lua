@@ -6,6 +6,8 @@
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local compact = require "luagent.compact"
+local config = require "luagent.config"
+local log = require "luagent.log"
 local sandbox = require "luagent.sandbox"
 
 local M = {}
@@ -19,7 +21,8 @@ M.limits = { load = 1000000, hook = 100000, load_wall = 0.5, hook_wall = 0.1,
 -- Where a bare name ("yoagent") is looked for, as in package.path: the
 -- current folder, then the bundled policies wherever this library lives (a
 -- checkout or `make install`: ROOT/policies beside ROOT/lua/luagent; a rock:
--- luagent/policies inside the Lua tree).
+-- luagent/policies inside the Lua tree). This is the default:
+-- luagent.configure{policy_path=} (lua/luagent/config.lua) replaces it.
 local here = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
 M.path = "policies/?.lua;" .. here .. "/../../policies/?.lua;" .. here .. "/policies/?.lua"
 
@@ -478,10 +481,16 @@ function M.load(path)
 end
 
 -- The file for a policy name: a path (with a slash or ending in ".lua") as
--- is, a bare name ("yoagent") through M.path. Returns nil, message if absent.
+-- is, a bare name ("yoagent") through M.search_path(). Returns nil, message
+-- if absent.
 function M.find(name)
   if name:find("[/\\]") or name:find("%.lua$") then return name end
-  return package.searchpath(name, M.path)
+  return package.searchpath(name, M.search_path())
+end
+
+-- Where bare names are looked for: the configured policy_path, else M.path.
+function M.search_path()
+  return config.get("policy_path") or M.path
 end
 
 ------------------------------------------------------------------------------
@@ -523,7 +532,7 @@ Loader.__index = Loader
 -- :reload() reads the file again, keeping the previous policy when the new
 -- text fails. loader.error is the last failure (nil after a good load) and
 -- loader.version counts good loads. Returns the loader, and the error when
--- the first load failed. Watching the file is the caller's job.
+-- the first load failed. M.watched(path) is a loader that also watches.
 function M.loader(path, fallback)
   if fallback ~= nil then
     fallback = assert(M.new(fallback, "fallback policy"))
@@ -546,6 +555,53 @@ function Loader:reload()
   end
   self.policy, self.error, self.version = p, nil, self.version + 1
   return p
+end
+
+------------------------------------------------------------------------------
+-- Watched policy files
+------------------------------------------------------------------------------
+
+local watched = {} -- path -> loader, shared by every call using that file
+
+-- Starts a daemon task that reloads `loader` whenever its file changes and
+-- reports a broken edit once per change (log level warn), keeping the
+-- previous policy.
+local function watch(loader)
+  local w = core.watch(loader.path)
+  if not w then return end
+  local task = core.spawn(function()
+    while true do
+      w:wait()
+      local _, err = loader:reload()
+      if err then
+        log.write("warn", "luagent: policy " .. tostring(err.message) .. " (the previous policy stays in force)")
+      end
+    end
+  end)
+  task:set_daemon(true)
+  loader.watcher = task
+end
+
+-- The loader of the policy file `path`, loaded once per process and
+-- watched: an edit applies to the next attempt of every call using it.
+-- A first load that fails raises its error record.
+function M.watched(path)
+  local l = watched[path]
+  if l then return l end
+  local loader, err = M.loader(path)
+  if err then error(err, 0) end
+  watched[path] = loader
+  watch(loader)
+  return loader
+end
+
+-- Stops watching the policy file `path` and forgets its loader (specs; an
+-- embedder that is done with a file).
+function M.forget(path)
+  local l = watched[path]
+  if not l then return end
+  if l.watcher then l.watcher:cancel("policy forgotten") end
+  watched[path] = nil
 end
 
 return M

@@ -8,6 +8,7 @@ local errors = require "luagent.errors"
 local queue = require "luagent.queue"
 local secrets = require "luagent.secrets"
 local json = require "luagent.json"
+local config = require "luagent.config"
 
 local M = {}
 
@@ -20,11 +21,11 @@ M.kinds = {
                  base_url = "https://openrouter.ai/api/v1" },
 }
 
--- Set by `luagent run` when the embedded mock provider stands in for every
--- provider (no API key): {url=<mock base>, api_key=<placeholder>}.
-M.embedded = nil
--- Set by `luagent run --record FILE`: a recorder (lua/luagent/record.lua).
-M.recorder = nil
+-- Two settings (lua/luagent/config.lua) reach providers: `providers`, set by
+-- `luagent run` when the embedded mock provider stands in for every provider
+-- ({base_urls=<kind -> base URL, as the mock gives them>, api_key=
+-- <placeholder>}), and `record`, the recorder of `--record FILE`
+-- (lua/luagent/record.lua), a tap on every request.
 
 -- Default per-attempt timeouts (seconds); the retry policy may override them.
 M.default_timeout = { connect = 10, first_byte = 120, idle = 60 }
@@ -57,9 +58,10 @@ function M.new(spec)
   local adapter = require("luagent.providers." .. info.adapter)
   local base_url = spec.base_url or os.getenv(info.base_env) or info.base_url or adapter.default_base_url
   local key = spec.api_key or os.getenv(info.key_env)
-  if M.embedded and not spec.base_url then
-    base_url = M.embedded.url .. (spec.kind == "openrouter" and "/api/v1" or "/v1")
-    key = M.embedded.api_key -- a placeholder, not a secret
+  local embedded = config.get("providers")
+  if embedded and not spec.base_url then
+    base_url = embedded.base_urls[spec.kind]
+    key = embedded.api_key -- a placeholder, not a secret
   else
     secrets.register(key) -- every output is scrubbed of it from now on
   end
@@ -209,10 +211,10 @@ function Provider:stream(request, opts)
   req.model = req.model or self.model
   local ok, built = pcall(self.adapter.build, req, { base_url = self.base_url, api_key = key, headers = self.headers })
   if not ok then error(secrets.text(tostring(built)), 2) end
-  local rec = M.recorder and M.recorder:begin(built)
   local resp, err = http.request {
     method = built.method, url = built.url, headers = built.headers, body = built.body,
     timeout = timeouts(self, opts and opts.timeout), http_version = self.http_version,
+    tap = config.get("record"),
   }
   if resp then
     err = unexpected(resp)
@@ -222,11 +224,8 @@ function Provider:stream(request, opts)
     end
   end
   if not resp then
-    err = secrets.scrub(err)
-    if rec then rec:finish(err) end
-    return nil, err
+    return nil, secrets.scrub(err)
   end
-  if rec then rec:response(resp.status, resp.headers) end
   local dec = self.adapter.decoder { model = req.model }
   local content_type = resp.headers["content-type"]
   local events, kept
@@ -243,9 +242,7 @@ function Provider:stream(request, opts)
   local function fail(e)
     resp:close()
     finished = true
-    e = secrets.scrub(e)
-    if rec then rec:finish(e) end
-    error(e, 0)
+    error(secrets.scrub(e), 0)
   end
 
   -- The body ended without any event: say what it held instead.
@@ -283,24 +280,21 @@ function Provider:stream(request, opts)
             .. " (event data, at byte offset %d of the body)", max_bytes, sse.offset or 0),
             { limit = max_bytes, bytes = bytes, offset = sse.offset, delivered = dec.delivered }))
         end
-        if rec then rec:event(sse) end
         out, derr = dec:feed(sse)
       else
         out, derr = dec:finish()
         if not out then derr = not_a_stream(derr) end
         finished = true
         resp:close()
-        if rec then rec:finish() end
       end
       if not out then fail(derr) end
       out = scrub(out)
-      -- the answer is complete at its message_end: record it now, since a
-      -- caller may stop pulling here, and release the transfer
+      -- the answer is complete at its message_end: release the transfer
+      -- now (a caller may stop pulling here; a recording ends with it)
       local last = out[#out]
       if last and last.type == "message_end" and not finished then
         finished = true
         resp:close()
-        if rec then rec:finish() end
       end
       pending:push_all(out)
     end

@@ -4,8 +4,12 @@
 -- (headers, a redirect's Location, event names, data, bodies) is scrubbed
 -- of keys (lua/luagent/secrets.lua). Each exchange is appended as
 -- one JSON line the moment it ends, so a run that dies keeps what it had.
+--
+-- A recorder is a tap on the transport (see luagent.http.request's `tap`):
+-- it sees the raw exchange, whatever the provider then makes of it.
 local core = require "luagent.core"
-local cassette = require "luagent.mock.cassette"
+local cassette = require "luagent.cassette"
+local http = require "luagent.http"
 local json = require "luagent.json"
 local secrets = require "luagent.secrets"
 
@@ -24,13 +28,13 @@ end
 local Exchange = {}
 Exchange.__index = Exchange
 
--- rec:begin(built) -> an exchange for the request `built` (method, url,
--- body).
-function Recorder:begin(built)
-  local body = json.decode(built.body or "") or built.body
+-- rec:begin(opts) -> an exchange for the request `opts` (method, url,
+-- body), as http.request's tap.
+function Recorder:begin(opts)
+  local body = json.decode(opts.body or "") or opts.body
   return setmetatable({
-    rec = self, t0 = core.now(), events = {},
-    request = { method = built.method, path = built.url:gsub("^%a+://[^/]+", ""), body = body },
+    rec = self, t0 = core.now(), events = {}, raw = {}, raw_size = 0,
+    request = { method = opts.method or "GET", path = opts.url:gsub("^%a+://[^/]+", ""), body = body },
   }, Exchange)
 end
 
@@ -45,14 +49,30 @@ function Exchange:event(ev)
                                      event = ev.event, data = ev.data }
 end
 
--- ex:finish([err]) writes the exchange; an HTTP error (or a body that was
--- no event stream) keeps its body.
+-- ex:chunk(bytes) records raw body bytes (a body read as bytes, not as
+-- SSE): their events, and their first bytes in case they hold none.
+function Exchange:chunk(bytes)
+  self.parser = self.parser or core.sse_parser()
+  local evs = self.parser:feed(bytes)
+  for _, ev in ipairs(evs or {}) do self:event(ev) end
+  local limit = http.ERROR_BODY_MAX + secrets.margin
+  if self.raw_size < limit then
+    self.raw[#self.raw + 1] = bytes:sub(1, limit - self.raw_size)
+    self.raw_size = self.raw_size + #self.raw[#self.raw]
+  end
+end
+
+-- ex:finish([err]) writes the exchange; an HTTP error, a redirect or a
+-- body that held no event keeps its body.
 function Exchange:finish(err)
   if self.done then return end
   self.done = true
   local x = { request = self.request, status = self.status, headers = self.headers }
-  if err and err.status and type(err.body) == "string" then
+  if type(err) == "table" and err.status and type(err.body) == "string" then
     x.status, x.headers, x.body = err.status, err.headers, err.body
+  elseif self.status and #self.events == 0 and (self.status >= 300 or self.raw_size > 0) then
+    x.body = secrets.cut(table.concat(self.raw), http.ERROR_BODY_MAX,
+      self.raw_size >= http.ERROR_BODY_MAX + secrets.margin)
   elseif self.status then
     x.events = self.events
   else

@@ -5,7 +5,7 @@
 --   attempt events ... message_end{stop_reason="error", error_message=
 --   "attempt N of M failed and will be retried: <error>"} (only if the attempt had
 --   opened a message), provider_retry{attempt, max_attempts, error,
---   delay_ms}, stream_reset (before the next attempt's first event, if an
+--   error_message, delay, delay_ms}, stream_reset (before the next attempt's first event, if an
 --   earlier attempt had streamed anything), attempt events ..., message_end.
 --
 -- Events of the shared endpoint (circuit_*, retry_budget_exhausted,
@@ -16,11 +16,14 @@
 -- attempts, cause = the last attempt's error). A context overflow whose
 -- on_context_overflow hook returns a shorter message list is resent once:
 -- context_compacted{before, after}, then provider_retry with no wait.
--- Cancellation ends the call at once with one final event and then raises
--- `cancelled` (cancellation always raises): message_end{stop_reason=
--- "aborted"} when no message of the call is left without its end, else
--- (cancelled during a backoff after the failed attempt's message_end)
--- call_aborted; during a backoff, no further request is sent.
+-- Cancellation (connecting, streaming or backing off) ends the call at once
+-- with one final event and then raises `cancelled` (cancellation always
+-- raises): message_end{stop_reason="aborted"} when no message of the call
+-- is left without its end, else (cancelled during a backoff after the
+-- failed attempt's message_end) call_aborted. The final event is delivered
+-- like any other (to the caller and the bus); the next pull raises, and so
+-- does leaving the loop after it. During a backoff, no further request is
+-- sent.
 local luagent_core = require "luagent.core"
 local errors = require "luagent.errors"
 local classify = require "luagent.classify"
@@ -30,65 +33,23 @@ local events = require "luagent.events"
 local endpoint = require "luagent.endpoint"
 local queue = require "luagent.queue"
 local log = require "luagent.log"
+local config = require "luagent.config"
 
 local M = {}
 
--- The policy of calls that name none (`luagent run --policy FILE` sets it),
--- and the jitter seed of calls that give none (`--seed`).
-M.default_policy = "default"
-M.default_seed = nil
-
--- Where its diagnostic lines go; a function(line). A retry's line is written
--- only at log level info or below (luagent.log); the events carry it always.
-M.log = function(line) io.stderr:write(line, "\n") end
+-- The policy of calls that name none and the jitter seed of calls that
+-- give none are settings (lua/luagent/config.lua: policy, seed). Diagnostic
+-- lines go to lua/luagent/log.lua: a retry's at level info, what needs a
+-- look at warn; the events carry them always.
 
 ------------------------------------------------------------------------------
--- Policies: a name, a file (watched and reloaded), a table, or the default
+-- Policies: a name, a file (watched and reloaded: policies.watched), a
+-- table, or the default
 ------------------------------------------------------------------------------
-
-local loaders = {} -- path -> loader, shared by every call using that file
-
--- Starts a daemon task that reloads `loader` whenever its file changes and
--- reports a broken edit once per change, keeping the previous policy.
-local function watch(loader)
-  local w = luagent_core.watch(loader.path)
-  if not w then return end
-  local task = luagent_core.spawn(function()
-    while true do
-      w:wait()
-      local _, err = loader:reload()
-      if err then
-        M.log("luagent: policy " .. tostring(err.message) .. " (the previous policy stays in force)")
-      end
-    end
-  end)
-  task:set_daemon(true)
-  loader.watcher = task
-end
-
--- A loader for the policy file `path` (loaded once per process, watched).
-function M.policy_file(path)
-  local l = loaders[path]
-  if l then return l end
-  local loader, err = policies.loader(path)
-  if err then error(err, 0) end
-  loaders[path] = loader
-  watch(loader)
-  return loader
-end
-
--- Stops watching the policy file `path` and forgets its loader (specs; an
--- embedder that is done with a file).
-function M.forget_policy(path)
-  local l = loaders[path]
-  if not l then return end
-  if l.watcher then l.watcher:cancel("policy forgotten") end
-  loaders[path] = nil
-end
 
 -- Resolves opts.policy into something with :get() returning a policy.
 local function resolve_policy(spec)
-  if spec == nil then spec = M.default_policy end
+  if spec == nil then spec = config.get("policy") end
   if type(spec) == "table" and spec.get then return spec end
   if type(spec) == "table" then
     local p, err = policies.new(spec, "policy table")
@@ -97,8 +58,8 @@ local function resolve_policy(spec)
   end
   if type(spec) ~= "string" then error("stream: policy must be a name, a file or a table", 3) end
   local path = policies.find(spec)
-  if not path then error(errors.new("usage", "stream: no policy named '" .. spec .. "' (looked in " .. policies.path .. ")"), 0) end
-  return M.policy_file(path)
+  if not path then error(errors.new("usage", "stream: no policy named '" .. spec .. "' (looked in " .. policies.search_path() .. ")"), 0) end
+  return policies.watched(path)
 end
 
 ------------------------------------------------------------------------------
@@ -158,12 +119,379 @@ local function obeyed_server_wait(p, retry_after)
 end
 
 ------------------------------------------------------------------------------
--- The loop
+-- The loop: one Call object per call, one method per state
 ------------------------------------------------------------------------------
+--
+--   start      -> begin_attempt: the deadline, the endpoint's cooldown and
+--                 admission, then the request (-> streaming, waiting, done)
+--   streaming  -> next_event: one event of the attempt (-> done on its
+--                 message_end; a failure goes to `failed`)
+--   waiting    -> backoff: the wait before the next attempt (-> start)
+--   raise      -> raise: the call was cancelled; its final event was
+--                 delivered, now the cancellation is raised (-> done)
+--   done       -> the iterator returns nil
+--
+-- Every event goes through the call's queue and is published as the caller
+-- pulls it; `failed` decides what a failed attempt leads to, `abort` is the
+-- one exit for cancellation.
 
 local function seconds(v) return v and v > 0 and v or nil end
 
 local calls = 0 -- numbers the calls of this process: events carry `call`
+
+local Call = {}
+Call.__index = Call
+
+-- A call from stream's options (checked by M.stream).
+function Call.new(opts, provider, policy_src)
+  calls = calls + 1
+  local call_id = calls
+  -- a run-wide seed still gives each call its own jitter sequence
+  local run_seed = config.get("seed")
+  local seed = opts.seed or (run_seed and run_seed + call_id) or math.random(0, 2 ^ 31)
+  return setmetatable({
+    id = call_id, provider = provider, policy_src = policy_src, policy = policy_src:get(),
+    rng = luagent_core.backoff_rng(seed),
+    request = {
+      system = opts.system, messages = opts.messages or {}, tools = opts.tools,
+      max_tokens = opts.max_tokens, temperature = opts.temperature,
+    },
+    started = luagent_core.now(),
+    out = queue.new(),
+    state = "start",        -- start | streaming | waiting | raise | done
+    attempt = 0,
+    it = nil, resp = nil,   -- the attempt's event iterator and response
+    opened = false,         -- the attempt opened a message (message_start)
+    streamed_any = false,   -- an attempt streamed content a retry takes back
+    usage_total = nil, attempt_usage = nil,
+    delay = 0,              -- the wait of the waiting state
+    prev_delay = nil,       -- the last backoff (decorrelated jitter)
+    pending_error = nil,    -- what the raise state raises
+    ep = nil, was_probe = false,
+    last_err = nil,         -- the last attempt's own error
+    cut_by_deadline = nil,  -- the attempt's time limit is the total deadline's
+    compacted = false,      -- a context overflow was resent once already
+    open_end = false,       -- a message_end of the call closed no final message yet
+  }, Call)
+end
+
+local function now() return luagent_core.now() end
+
+-- Seconds left before the policy's total deadline (nil: no deadline).
+function Call:time_left()
+  local deadline = seconds(self.policy.total_deadline)
+  return deadline and deadline - (now() - self.started)
+end
+
+-- Tells the endpoint how the attempt went (`counted` failures only);
+-- returns the events that caused.
+function Call:record(ok, counted)
+  if not self.ep then return {} end
+  local evs = self.ep:record(now(), ok, counted, self.was_probe)
+  self.was_probe = false
+  return evs
+end
+
+-- Ends the call with its final failure.
+function Call:final_failure(err, reason)
+  err = final_error(err, reason, self.attempt, self.last_err)
+  self.out:push { type = "message_end", stop_reason = "error", error = err, usage = self.attempt_usage,
+                  total_usage = self.usage_total, attempts = self.attempt, reason = reason, final = true }
+  self.state = "done"
+end
+
+-- The one exit for cancellation, wherever it lands (connecting, streaming,
+-- backing off): the attempt in flight is released, the call's final event
+-- is queued (a message_end, unless the failed attempt's message_end was the
+-- last message event: then call_aborted, and no second message_end), and
+-- the cancellation is raised right after it is delivered: by the next
+-- pull, or by the loop's closing value when the caller leaves the loop.
+function Call:abort(err)
+  self:record(false, false) -- frees the breaker's probe slot if this was the probe
+  if self.resp then self.resp:close() self.resp = nil end
+  self.out:push { type = self.open_end and "call_aborted" or "message_end", stop_reason = "aborted",
+                  error = err, final = true, total_usage = self.usage_total, attempts = self.attempt }
+  self.pending_error, self.state = err, "raise"
+end
+
+-- Runs the policy's on_context_overflow hook; returns the shorter message
+-- list it gave, or nil (the call then fails as it would without a hook).
+function Call:compact_request(err)
+  local request = self.request
+  local ok, res = policies.run_limited(self.policy.on_context_overflow, policies.limits.hook,
+    { error = err, request = request, attempt = self.attempt, messages = request.messages })
+  local what
+  if not ok then
+    what = tostring(res) .. " (on_context_overflow hook failed)"
+  elseif res == nil then
+    return nil
+  elseif type(res) ~= "table" or #res == 0 then
+    what = "on_context_overflow hook returned " .. (type(res) == "table" and "an empty list" or "a " .. type(res))
+      .. " (expected a list of messages, or nil)"
+  else
+    for i, m in ipairs(res) do
+      if type(m) ~= "table" or type(m.role) ~= "string" then
+        what = "on_context_overflow hook returned a list whose item " .. i .. " is not a message"
+        break
+      end
+    end
+  end
+  if what then log.write("warn", "luagent: " .. what) return nil end
+  return res
+end
+
+-- Says which deadline a timeout error hit: the attempt's own, or the call's.
+function Call:name_timeout(err)
+  local policy, attempt = self.policy, self.attempt
+  if err.which == "total" and self.cut_by_deadline then
+    err.which = "total_deadline"
+    err.message = string.format("the call's total deadline (%g s) passed during attempt %d",
+      policy.total_deadline, attempt)
+  elseif err.which == "total" then
+    err.which = "attempt"
+    err.message = string.format("attempt %d took longer than the attempt timeout (%g s)",
+      attempt, policy.attempt_timeout)
+  elseif err.which == "idle" and seconds(policy.idle_timeout) then
+    err.message = string.format("attempt %d: the stream was silent longer than the idle timeout (%g s)",
+      attempt, policy.idle_timeout)
+  end
+end
+
+-- What a classified failure leads to: the wait and its source ("backoff",
+-- "retry_after", "cooldown", "compaction"), or nil, the final reason and
+-- the error to end with.
+function Call:decide(err, d, shorter, left)
+  local policy, ep, attempt = self.policy, self.ep, self.attempt
+  local max_attempts = policy.max_retries + 1
+  if shorter and attempt < max_attempts and not (left and left <= 0) then return 0, "compaction" end
+  if not d.retryable then return nil, d.reason, err end
+  if attempt >= max_attempts then return nil, "no attempts left (" .. max_attempts .. ")", err end
+  local may, refusal = true, nil
+  if ep then may, refusal = ep:may_retry(err) end
+  if not may then return nil, "retry budget exhausted", refusal end
+  local wait, why = policies.delay(policy, attempt, d.retry_after, self.rng, self.prev_delay)
+  -- a cooldown another call set may hold this one longer: announce it
+  local held = wait and ep and policy.cooldown and ep:cooldown_wait(now() + wait, self.rng) or 0
+  if held > 0 then wait, why = wait + held, "cooldown" end
+  if not wait then return nil, why, err end -- the final error's message says it
+  if left and wait >= left then
+    return nil, string.format("the wait of %.3g s would pass the total deadline of %g s",
+      wait, policy.total_deadline), err
+  end
+  return wait, why
+end
+
+-- Announces a retry after `wait`: the attempt's own message_end (if it
+-- opened a message), the endpoint's events, context_compacted, then
+-- provider_retry; the log line and the on_retry hook.
+function Call:announce_retry(err, d, side, shorter, wait, why)
+  local out, policy, attempt = self.out, self.policy, self.attempt
+  local max_attempts = policy.max_retries + 1
+  local text = tostring(err)
+  if self.opened then
+    out:push { type = "message_end", stop_reason = "error", error = err, usage = self.attempt_usage,
+               error_message = string.format("attempt %d of %d failed and will be retried: %s",
+                 attempt, max_attempts, text) }
+    self.open_end = true
+  end
+  out:push_all(side)
+  if shorter then
+    out:push { type = "context_compacted", attempt = attempt, before = #self.request.messages, after = #shorter }
+    self.request.messages, self.compacted = shorter, true
+  end
+  out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = err,
+             error_message = text, delay = wait, delay_ms = math.floor(wait * 1000 + 0.5),
+             class = d.class, source = why }
+  if log.enabled("info") then
+    log.write("info", string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s",
+      attempt, max_attempts, wait, text))
+  end
+  if policy.on_retry then
+    local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
+      { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
+    if not ok then log.write("warn", "luagent: " .. tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
+  end
+  self.delay = wait
+  if why ~= "compaction" then self.prev_delay = wait end
+  self.state = "waiting"
+end
+
+-- Decides what a failed attempt leads to: a retry after a wait, or the end.
+function Call:failed(err)
+  if errors.is_cancel(err) then return self:abort(err) end
+  if not errors.is(err) then
+    self:record(false, false)
+    error(err, 0) -- a programming error (an adapter's bug) raises
+  end
+  if self.resp then self.resp:close() self.resp = nil end
+  if err.kind == "timeout" then self:name_timeout(err) end
+  local policy, ep = self.policy, self.ep
+  self.last_err = err
+  if type(err.usage) == "table" then self.attempt_usage = err.usage end -- what the cut stream had reported
+  self.usage_total = add_usage(self.usage_total, self.attempt_usage)
+  local left = self:time_left()
+  local d = classify.classify(err, {
+    attempt = self.attempt,
+    deadline_expired = left ~= nil and left <= 0,
+    report = function(msg) log.write("warn", "luagent: " .. msg) end,
+  }, policy)
+  err.class = err.class or d.class
+  local side = self:record(false, COUNTED[d.class] or false)
+  -- the endpoint holds everyone for as long as this policy obeys the
+  -- server (a capped Retry-After holds for the cap), so the wait this
+  -- call announces is the wait it makes
+  local hold = obeyed_server_wait(policy, d.retry_after)
+  if ep and policy.cooldown and hold and (d.class == "rate_limited" or d.class == "overloaded") then
+    for _, e in ipairs(ep:set_cooldown(now() + hold)) do side[#side + 1] = e end
+  end
+  local shorter
+  if d.class == "context_overflow" and policy.on_context_overflow and not self.compacted then
+    shorter = self:compact_request(err)
+  end
+  -- the endpoint's events follow the attempt's own message_end
+  local wait, why, final_err = self:decide(err, d, shorter, left)
+  if not wait then
+    self.out:push_all(side)
+    return self:final_failure(final_err, why)
+  end
+  self:announce_retry(err, d, side, shorter, wait, why)
+end
+
+-- State start: the next attempt, once the deadline, the endpoint's cooldown
+-- and its admission allow it.
+function Call:begin_attempt()
+  self.policy = self.policy_src:get() -- an edited policy applies from the next attempt
+  local policy = self.policy
+  local left = self:time_left()
+  if left and left <= 0 then
+    return self:final_failure(errors.new("timeout", string.format("total deadline of %g s passed",
+      policy.total_deadline), { which = "total_deadline" }), "the total deadline passed")
+  end
+  local ep = endpoint_for(self.provider, policy)
+  self.ep = ep
+  if ep then
+    -- a server-given wait holds every agent on this endpoint, released
+    -- with jitter; then the breaker and the retry budget must agree
+    local hold = policy.cooldown and ep:cooldown_wait(now(), self.rng) or 0
+    if hold > 0 then
+      if left and hold >= left then
+        return self:final_failure(errors.new("timeout", string.format(
+          "the endpoint's cooldown (%.3g s) would pass the total deadline", hold),
+          { which = "total_deadline" }), "cooldown past the total deadline")
+      end
+      self.delay, self.state = hold, "waiting"
+      return
+    end
+    local ok, probe_or_err, evs = ep:admit(self.attempt > 0, now())
+    self.out:push_all(evs)
+    if not ok then
+      return self:final_failure(probe_or_err, probe_or_err.kind == "circuit_open"
+        and "the endpoint's circuit is open" or "the endpoint's retry budget is exhausted")
+    end
+    self.was_probe = probe_or_err or false
+  end
+  self.attempt = self.attempt + 1
+  self.opened, self.attempt_usage = false, nil
+  local limit = seconds(policy.attempt_timeout)
+  self.cut_by_deadline = left ~= nil and (limit == nil or left < limit)
+  if left then limit = limit and math.min(limit, left) or left end
+  -- provider:stream -> iterator, nil, nil, response | nil, err
+  local provider = self.provider
+  local ok, stream, perr, _, r = pcall(provider.stream, provider, self.request, {
+    timeout = { total = limit, idle = seconds(policy.idle_timeout) },
+    max_bytes = policy.max_answer_bytes or nil,
+  })
+  if not ok then return self:failed(stream) end -- cancelled while connecting, or a bug
+  if not stream then return self:failed(perr) end
+  self.it, self.resp = stream, r
+  self.state = "streaming"
+end
+
+-- State streaming: one event of the attempt.
+function Call:next_event()
+  local ok, ev = pcall(self.it)
+  if not ok then return self:failed(ev) end
+  if ev == nil then -- adapters end with message_end; a bare end is a cut
+    return self:failed(errors.new("truncated", "stream ended without message_end"))
+  end
+  local out = self.out
+  if self.attempt > 1 and self.streamed_any and not self.opened and ev.type ~= "usage" then
+    out:push { type = "stream_reset", attempt = self.attempt }
+    self.streamed_any = false
+  end
+  if ev.type == "message_start" then self.opened, self.open_end = true, false end
+  if ev.type == "text_delta" or ev.type == "thinking_delta" or ev.type == "tool_call_start" then
+    self.streamed_any = true
+  end
+  if ev.type == "usage" then self.attempt_usage = ev end
+  if ev.type == "message_end" then
+    local bad, why = classify.unusable(ev.message)
+    if bad then
+      return self:failed(errors.new("unusable", "unusable reply: " .. why, { unusable = true }))
+    end
+    self.resp = nil -- the provider closed it at its message_end
+    local side = self:record(true, true)
+    self.usage_total = add_usage(self.usage_total, self.attempt_usage)
+    ev.total_usage = self.usage_total
+    ev.attempts = self.attempt
+    ev.final = true
+    self.state = "done"
+    out:push_all(side)
+  end
+  out:push(ev)
+end
+
+-- State waiting: the wait before the next attempt; no further request is
+-- sent when the call is cancelled here.
+function Call:backoff()
+  local ok, err = pcall(luagent_core.sleep, self.delay)
+  if ok then
+    self.state = "start"
+  elseif errors.is_cancel(err) then
+    self:abort(err)
+  else
+    error(err, 0)
+  end
+end
+
+-- State raise: the final event of a cancelled call was delivered.
+function Call:raise()
+  self.state = "done"
+  error(self.pending_error, 0)
+end
+
+local STEP = { start = Call.begin_attempt, streaming = Call.next_event, waiting = Call.backoff, raise = Call.raise }
+
+-- The next queued event, published on the bus as it is delivered, or nil.
+function Call:deliver()
+  local ev = self.out:pop()
+  if ev then
+    ev.call = self.id
+    events.publish(ev)
+  end
+  return ev
+end
+
+-- The next event of the call, or nil after the final one.
+function Call:pull()
+  while true do
+    local ev = self:deliver()
+    if ev then return ev end
+    if self.state == "done" then return nil end
+    STEP[self.state](self)
+  end
+end
+
+-- The closing value of the generic for: leaving the loop early aborts the
+-- attempt in flight at once; when the call was cancelled, what is left of
+-- it (its final event) goes to the bus and the cancellation is raised.
+function Call:close()
+  if self.resp then self.resp:close() self.resp = nil end
+  if self.state == "raise" then
+    while self:deliver() do end
+    self:raise()
+  end
+end
 
 -- stream{model=, messages=, system=, tools=, policy=, max_tokens=,
 -- temperature=, seed=} -> iterator of events (and, as the generic for's
@@ -175,314 +503,9 @@ function M.stream(opts)
   local provider = opts.model
   if provider == nil then error("stream: model is required", 2) end
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(provider) end
-  local policy_src = resolve_policy(opts.policy)
-  calls = calls + 1
-  local call_id = calls
-  -- a run-wide seed still gives each call its own jitter sequence
-  local seed = opts.seed or (M.default_seed and M.default_seed + call_id) or math.random(0, 2 ^ 31)
-  local rng = luagent_core.backoff_rng(seed)
-  local request = {
-    system = opts.system, messages = opts.messages or {}, tools = opts.tools,
-    max_tokens = opts.max_tokens, temperature = opts.temperature,
-  }
-
-  local started = luagent_core.now()
-  local out = queue.new()
-  local state = "start"       -- start | streaming | waiting | done | raise
-  local attempt, it, resp = 0, nil, nil
-  local opened, streamed_any = false, false
-  local usage_total, attempt_usage = nil, nil
-  local delay, prev_delay, pending_error = 0, nil, nil
-  local policy = policy_src:get()
-  local ep, was_probe = nil, false
-  local last_err = nil         -- the last attempt's own error
-  local cut_by_deadline = nil  -- the attempt's time limit is the total deadline's
-  local compacted = false      -- a context overflow was resent once already
-  local open_end = false       -- a message_end of the call closed no final message yet
-
-  local function now() return luagent_core.now() end
-
-  -- Seconds left before the policy's total deadline (nil: no deadline).
-  local function time_left()
-    local deadline = seconds(policy.total_deadline)
-    return deadline and deadline - (now() - started)
-  end
-
-  -- Tells the endpoint how the attempt went (`counted` failures only);
-  -- returns the events that caused.
-  local function record(ok, counted)
-    if not ep then return {} end
-    local evs = ep:record(now(), ok, counted, was_probe)
-    was_probe = false
-    return evs
-  end
-
-  local function final_failure(err, reason)
-    err = final_error(err, reason, attempt, last_err)
-    out:push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
-               total_usage = usage_total, attempts = attempt, reason = reason, final = true }
-    state = "done"
-  end
-
-  -- The final event of a call cancelled outside an attempt's message: a
-  -- message_end, unless the failed attempt's message_end was the last
-  -- message event (then no second message_end: call_aborted ends the call).
-  local function aborted_event(err)
-    return { type = open_end and "call_aborted" or "message_end", stop_reason = "aborted", error = err,
-             final = true, total_usage = usage_total, attempts = attempt }
-  end
-
-  -- The task was cancelled: the call ends here. Its final event goes
-  -- straight to the bus (nobody pulls the iterator again), then it raises.
-  local function cancelled(err)
-    record(false, false) -- frees the breaker's probe slot if this was the probe
-    if resp then resp:close() end
-    state = "done"
-    local ev = aborted_event(err)
-    ev.call = call_id
-    events.publish(ev)
-    error(err, 0)
-  end
-
-  -- Runs the policy's on_context_overflow hook; returns the shorter message
-  -- list it gave, or nil (the call then fails as it would without a hook).
-  local function compact_request(err)
-    local ok, res = policies.run_limited(policy.on_context_overflow, policies.limits.hook,
-      { error = err, request = request, attempt = attempt, messages = request.messages })
-    local what
-    if not ok then
-      what = tostring(res) .. " (on_context_overflow hook failed)"
-    elseif res == nil then
-      return nil
-    elseif type(res) ~= "table" or #res == 0 then
-      what = "on_context_overflow hook returned " .. (type(res) == "table" and "an empty list" or "a " .. type(res))
-        .. " (expected a list of messages, or nil)"
-    else
-      for i, m in ipairs(res) do
-        if type(m) ~= "table" or type(m.role) ~= "string" then
-          what = "on_context_overflow hook returned a list whose item " .. i .. " is not a message"
-          break
-        end
-      end
-    end
-    if what then M.log("luagent: " .. what) return nil end
-    return res
-  end
-
-  -- Decides what a failed attempt leads to: a retry after a wait, or the end.
-  local function failed(err)
-    if errors.is(err) and err.kind == "cancelled" then cancelled(err) end
-    if not errors.is(err) then
-      record(false, false)
-      error(err, 0) -- a programming error (an adapter's bug) raises
-    end
-    if resp then resp:close() resp = nil end
-    if err.kind == "timeout" then
-      -- say which deadline fired: the attempt's own, or the call's
-      if err.which == "total" and cut_by_deadline then
-        err.which = "total_deadline"
-        err.message = string.format("the call's total deadline (%g s) passed during attempt %d",
-          policy.total_deadline, attempt)
-      elseif err.which == "total" then
-        err.which = "attempt"
-        err.message = string.format("attempt %d took longer than the attempt timeout (%g s)",
-          attempt, policy.attempt_timeout)
-      elseif err.which == "idle" and seconds(policy.idle_timeout) then
-        err.message = string.format("attempt %d: the stream was silent longer than the idle timeout (%g s)",
-          attempt, policy.idle_timeout)
-      end
-    end
-    last_err = err
-    if type(err.usage) == "table" then attempt_usage = err.usage end -- what the cut stream had reported
-    usage_total = add_usage(usage_total, attempt_usage)
-    local max_attempts = policy.max_retries + 1
-    local left = time_left()
-    local d = classify.classify(err, {
-      attempt = attempt,
-      deadline_expired = left ~= nil and left <= 0,
-      report = function(msg) M.log("luagent: " .. msg) end,
-    }, policy)
-    err.class = err.class or d.class
-    local side = record(false, COUNTED[d.class] or false)
-    -- the endpoint holds everyone for as long as this policy obeys the
-    -- server (a capped Retry-After holds for the cap), so the wait this
-    -- call announces is the wait it makes
-    local hold = obeyed_server_wait(policy, d.retry_after)
-    if ep and policy.cooldown and hold and (d.class == "rate_limited" or d.class == "overloaded") then
-      for _, e in ipairs(ep:set_cooldown(now() + hold)) do side[#side + 1] = e end
-    end
-    local shorter
-    if d.class == "context_overflow" and policy.on_context_overflow and not compacted then
-      shorter = compact_request(err)
-    end
-    -- decide; the endpoint's events follow the attempt's own message_end
-    local wait, why, final_reason
-    if shorter and attempt < max_attempts and not (left and left <= 0) then
-      wait, why = 0, "compaction"
-    elseif not d.retryable then
-      final_reason = d.reason
-    elseif attempt >= max_attempts then
-      final_reason = "no attempts left (" .. max_attempts .. ")"
-    elseif ep and ep.budget and policy.budget and not ep.budget:allow_retry() then
-      err = errors.new("retry_budget_exhausted", "retry budget of " .. ep.key
-        .. " exhausted; the attempt failed with " .. tostring(err), { endpoint = ep.key, cause = err })
-      final_reason = "retry budget exhausted"
-    else
-      wait, why = policies.delay(policy, attempt, d.retry_after, rng, prev_delay)
-      -- a cooldown another call set may hold this one longer: announce it
-      local held = wait and ep and policy.cooldown and ep:cooldown_wait(now() + wait, rng) or 0
-      if held > 0 then wait, why = wait + held, "cooldown" end
-      if not wait then
-        final_reason = why -- the final error's message says it
-      elseif left and wait >= left then
-        final_reason = string.format("the wait of %.3g s would pass the total deadline of %g s",
-          wait, policy.total_deadline)
-      end
-    end
-    if final_reason then
-      out:push_all(side)
-      return final_failure(err, final_reason)
-    end
-    local text = tostring(err)
-    if opened then
-      out:push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
-                 error_message = string.format("attempt %d of %d failed and will be retried: %s",
-                   attempt, max_attempts, text) }
-      open_end = true
-    end
-    out:push_all(side)
-    if shorter then
-      out:push { type = "context_compacted", attempt = attempt, before = #request.messages, after = #shorter }
-      request.messages, compacted = shorter, true
-    end
-    out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = text,
-               delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why }
-    if log.enabled("info") then
-      M.log(string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s", attempt, max_attempts, wait, text))
-    end
-    if policy.on_retry then
-      local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
-        { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
-      if not ok then M.log("luagent: " .. tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
-    end
-    delay = wait
-    if why ~= "compaction" then prev_delay = wait end
-    state = "waiting"
-  end
-
-  local function start_attempt()
-    policy = policy_src:get() -- an edited policy applies from the next attempt
-    local left = time_left()
-    if left and left <= 0 then
-      return final_failure(errors.new("timeout", string.format("total deadline of %g s passed",
-        policy.total_deadline), { which = "total_deadline" }), "the total deadline passed")
-    end
-    ep = endpoint_for(provider, policy)
-    if ep then
-      -- a server-given wait holds every agent on this endpoint, released
-      -- with jitter; then the breaker and the retry budget must agree
-      local hold = policy.cooldown and ep:cooldown_wait(now(), rng) or 0
-      if hold > 0 then
-        if left and hold >= left then
-          return final_failure(errors.new("timeout", string.format(
-            "the endpoint's cooldown (%.3g s) would pass the total deadline", hold),
-            { which = "total_deadline" }), "cooldown past the total deadline")
-        end
-        delay, state = hold, "waiting"
-        return
-      end
-      local ok, probe_or_err, evs = ep:admit(attempt > 0, now())
-      out:push_all(evs)
-      if not ok then
-        return final_failure(probe_or_err, probe_or_err.kind == "circuit_open"
-          and "the endpoint's circuit is open" or "the endpoint's retry budget is exhausted")
-      end
-      was_probe = probe_or_err or false
-    end
-    attempt = attempt + 1
-    opened, attempt_usage = false, nil
-    local limit = seconds(policy.attempt_timeout)
-    cut_by_deadline = left ~= nil and (limit == nil or left < limit)
-    if left then limit = limit and math.min(limit, left) or left end
-    -- provider:stream -> iterator, nil, nil, response | nil, err
-    local ok, stream, perr, _, r = pcall(provider.stream, provider, request, {
-      timeout = { total = limit, idle = seconds(policy.idle_timeout) },
-      max_bytes = policy.max_answer_bytes or nil,
-    })
-    if not ok then return failed(stream) end -- cancelled while connecting, or a bug
-    if not stream then return failed(perr) end
-    it, resp = stream, r
-    state = "streaming"
-  end
-
-  local function next_event()
-    local ok, ev = pcall(it)
-    if not ok then return failed(ev) end
-    if ev == nil then -- adapters end with message_end; a bare end is a cut
-      return failed(errors.new("truncated", "stream ended without message_end"))
-    end
-    if attempt > 1 and streamed_any and not opened and ev.type ~= "usage" then
-      out:push { type = "stream_reset", attempt = attempt }
-      streamed_any = false
-    end
-    if ev.type == "message_start" then opened, open_end = true, false end
-    if ev.type == "text_delta" or ev.type == "thinking_delta" or ev.type == "tool_call_start" then
-      streamed_any = true
-    end
-    if ev.type == "usage" then attempt_usage = ev end
-    if ev.type == "message_end" then
-      local bad, why = classify.unusable(ev.message)
-      if bad then
-        return failed(errors.new("unusable", "unusable reply: " .. why, { unusable = true }))
-      end
-      resp = nil -- the provider closed it at its message_end
-      local side = record(true, true)
-      usage_total = add_usage(usage_total, attempt_usage)
-      ev.total_usage = usage_total
-      ev.attempts = attempt
-      ev.final = true
-      state = "done"
-      out:push_all(side)
-    end
-    out:push(ev)
-  end
-
-  local iter = function()
-    while true do
-      local ev = out:pop()
-      if ev then
-        ev.call = call_id
-        events.publish(ev)
-        return ev
-      end
-      if state == "done" then return nil end
-      if state == "raise" then
-        state = "done"
-        error(pending_error, 0)
-      end
-      if state == "start" then
-        start_attempt()
-      elseif state == "streaming" then
-        next_event()
-      elseif state == "waiting" then
-        local ok, err = pcall(luagent_core.sleep, delay)
-        if ok then
-          state = "start"
-        elseif errors.is(err) and err.kind == "cancelled" then
-          -- cancelled during the backoff: end at once, no further request
-          out:push(aborted_event(err))
-          pending_error, state = err, "raise"
-        else
-          error(err, 0)
-        end
-      end
-    end
-  end
-  -- Leaving the for loop early aborts the attempt in flight at once.
-  local closer = setmetatable({}, { __close = function()
-    if resp then resp:close() resp = nil end
-  end })
-  return iter, nil, nil, closer
+  local call = Call.new(opts, provider, resolve_policy(opts.policy))
+  local closer = setmetatable({}, { __close = function() call:close() end })
+  return function() return call:pull() end, nil, nil, closer
 end
 
 -- complete{...} -> the final assistant message (with .usage, .total_usage

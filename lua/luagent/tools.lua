@@ -336,7 +336,8 @@ function M.execute(tool, call, opts)
     local b = policy.backoff
     local delay = core.backoff_delay(b.strategy, attempts, b, opts.rng or math.random())
     emit { type = "tool_retry", call_id = call.id, name = tool.name, attempt = attempts,
-           max_attempts = max_attempts, error = tostring(err), delay_ms = math.floor(delay * 1000 + 0.5) }
+           max_attempts = max_attempts, error = err, error_message = tostring(err), delay = delay,
+           delay_ms = math.floor(delay * 1000 + 0.5) }
     local slept, serr = pcall(core.sleep, delay)
     if not slept then
       if not errors.is_cancel(serr) then error(serr, 0) end

@@ -7,8 +7,11 @@
 -- `t` is seconds since the request was sent. A reply that was not a stream
 -- has "body":"<text>" instead of "events". Replay serves exchanges in order
 -- and reports where an incoming request diverges from the recorded one.
+--
+-- The format belongs to recording (lua/luagent/record.lua) and replay (the
+-- mock provider, lua/luagent/mock/) alike; it requires neither.
 local errors = require "luagent.errors"
-local replies = require "luagent.mock.replies"
+local json = require "luagent.json"
 
 local M = {}
 
@@ -80,7 +83,7 @@ function M.decode(text, name)
   for line in (text .. "\n"):gmatch("(.-)\r?\n") do
     lineno = lineno + 1
     if line:match("%S") then
-      local x, jerr = replies.decode(line)
+      local x, jerr = json.decode(line)
       local problem = x == nil and ("invalid JSON: " .. jerr) or invalid(x)
       if problem then
         return nil, errors.new("usage", name .. ":" .. lineno .. ": " .. problem,
@@ -122,16 +125,16 @@ end
 -- One exchange as its JSON line (no newline), keys in a fixed order and
 -- secrets removed.
 function M.encode(x)
-  local O = replies.object
+  local O = json.object
   local events
   if x.events then
-    events = replies.array()
+    events = json.array()
     for _, e in ipairs(x.events) do
       events[#events + 1] = O("t", e.t or 0, "event", e.event, "data", e.data)
     end
   end
   local req = x.request or {}
-  return replies.encode(O(
+  return json.encode(O(
     "request", O("method", req.method, "path", req.path, "body", req.body),
     "status", x.status, "headers", M.strip(x.headers), "events", events, "body", x.body))
 end
@@ -153,7 +156,7 @@ end
 -- JSON, long ones shortened.
 local function show(v)
   if v == nil then return "nothing" end
-  local s = type(v) == "string" and v or replies.encode(v)
+  local s = type(v) == "string" and v or json.encode(v)
   if #s > 60 then s = s:sub(1, 57):gsub("[\128-\191]*$", ""):gsub("[\192-\255]$", "") .. "..." end
   return "'" .. s .. "'"
 end
@@ -163,7 +166,7 @@ end
 local function step(path, k)
   if math.type(k) == "integer" then return path .. "[" .. k .. "]" end
   if type(k) == "string" and k:match("^[%a_][%w_]*$") then return path .. "." .. k end
-  return path .. "[" .. replies.encode(tostring(k)) .. "]"
+  return path .. "[" .. json.encode(tostring(k)) .. "]"
 end
 
 -- The path of the first difference between a and b (keys in sorted order),
@@ -238,31 +241,6 @@ end
 -- Moves on to the next exchange.
 function Player:advance()
   self.pos = self.pos + 1
-end
-
--- The reply for a recorded exchange, as a replies response: status, the
--- recorded headers minus hop-by-hop and secret ones, and the events (each
--- with its t) or body.
-function M.response(x)
-  local headers, names = {}, {}
-  for k in pairs(x.headers or {}) do names[#names + 1] = k end
-  table.sort(names)
-  local has_type = false
-  for _, k in ipairs(names) do
-    if not M.hop_headers[k:lower()] and not M.secret_headers[k:lower()] then
-      headers[#headers + 1] = { k, x.headers[k] }
-      has_type = has_type or k:lower() == "content-type"
-    end
-  end
-  if not has_type then
-    headers[#headers + 1] = { "Content-Type", x.events and replies.sse_type or replies.json_type }
-  end
-  if x.events then
-    local events = {}
-    for i, e in ipairs(x.events) do events[i] = { event = e.event, data = e.data, t = e.t } end
-    return { status = x.status, headers = headers, events = events, recorded = true }
-  end
-  return { status = x.status, headers = headers, body = x.body or "" }
 end
 
 return M
