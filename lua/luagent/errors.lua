@@ -1,5 +1,5 @@
--- Error records: the values that operational failures return (DESIGN.md,
--- "Errors"). A record is a plain table with a `kind` from the closed list
+-- Error records: the values that operational failures return
+-- (ARCHITECTURE.md, "Errors"). A record is a plain table with a `kind` from the closed list
 -- below, a `message`, and whatever fields its kind documents. Records print
 -- as "kind: message" through their metatable.
 local M = {}
