@@ -12,6 +12,7 @@
 #include "http.h"
 #include "loop.h"
 #include "process.h"
+#include "sqlite_lua.h"
 #include "sse.h"
 #include "tcp.h"
 #include "watch.h"
@@ -69,5 +70,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_watch_register(L);
   lg_process_register(L);
   lg_guard_register(L);
+  lg_sqlite_register(L);
   return 1;
 }
