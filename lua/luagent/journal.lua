@@ -144,6 +144,7 @@ end
 
 -- run:status(status, err): the run's status at the end of an agent's run.
 function Run:status(status, err)
+  self.last_status = status
   self.store:update(self.id, { status = status, error = err and tostring(err) or nil,
     agents = table.concat(self.agents, ",") })
 end
@@ -164,7 +165,10 @@ function M.bind(agent)
   if not run then return nil, err end
   local n = (run.agent_count[agent.name] or 0) + 1
   run.agent_count[agent.name] = n
-  if n == 1 then run.agents[#run.agents + 1] = agent.name end
+  if n == 1 then
+    run.agents[#run.agents + 1] = agent.name
+    run.store:update(run.id, { agents = table.concat(run.agents, ",") })
+  end
   return setmetatable({ run = run, key = agent.name .. "#" .. n, prompts = 0, agent = agent.name }, Binder)
 end
 
