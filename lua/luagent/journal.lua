@@ -235,11 +235,22 @@ local function delta(messages, from)
   return out
 end
 
+-- integerize(v) -> v: JSON numbers come back as floats; integral ones
+-- become integers again (as the adapters decode tool arguments), so a
+-- replayed value is the value. Stores use it on what they decode.
+function M.integerize(v)
+  if type(v) == "number" then return math.tointeger(v) or v end
+  if type(v) == "table" then
+    for k, x in pairs(v) do v[k] = M.integerize(x) end
+  end
+  return v
+end
+
 -- Rebuilds a journaled message: tool calls get their arguments from the
 -- raw text the model sent (JSON loses empty arrays).
 local function restore_message(m)
   for _, c in ipairs(m.tool_calls or {}) do
-    if type(c.raw_arguments) == "string" then c.arguments = json.decode(c.raw_arguments) or c.arguments end
+    if type(c.raw_arguments) == "string" then c.arguments = M.integerize(json.decode(c.raw_arguments)) or c.arguments end
   end
   return m
 end

@@ -55,8 +55,8 @@ local SQL = {
     .. "(SELECT sum(cost) FROM steps s WHERE s.run_id = r.id) AS cost FROM runs r ORDER BY r.started, r.id",
   open_calls = "SELECT * FROM steps WHERE run_id = ? AND kind = 'call' AND status IN ('started', 'unknown') "
     .. "AND (call_id = ?2 OR pos = ?2) ORDER BY seq",
-  gc_steps = "DELETE FROM steps WHERE run_id IN (SELECT id FROM runs WHERE updated < " .. NOW .. " - ?)",
-  gc_runs = "DELETE FROM runs WHERE updated < " .. NOW .. " - ?",
+  gc_steps = "DELETE FROM steps WHERE run_id IN (SELECT id FROM runs WHERE updated <= " .. NOW .. " - ?)",
+  gc_runs = "DELETE FROM runs WHERE updated <= " .. NOW .. " - ?",
   now = "SELECT " .. NOW .. " AS now",
 }
 
@@ -194,7 +194,7 @@ end
 
 -- Decodes a row's JSON columns.
 local function decode_step(row)
-  if row.data then row.data = json.decode(row.data) end
+  if row.data then row.data = require("luagent.journal").integerize(json.decode(row.data)) end
   return row
 end
 
