@@ -35,27 +35,64 @@ local count = { name = "count", description = "Counts", read_only = true,
   params = { type = "object", properties = { turn = { type = "integer" } }, required = { "turn" } },
   run = function(args) luagent.sleep(0.001) return "turn " .. args.turn end }
 
+-- One round of n agents; returns wall, CPU (seconds) and the tool calls.
+local function round(tag)
+  local cpu0, wall0 = os.clock(), luagent.now()
+  local tasks, calls = {}, 0
+  for i = 1, n do
+    tasks[i] = luagent.spawn(function()
+      local a = luagent.agent { name = tag .. i, max_turns = TURNS, tools = { count },
+        model = { kind = kind, model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
+      local last = a:run("go")
+      assert(last.stop_reason == "max_turns" and last.turns == TURNS, tostring(last.reason or last.error))
+      for _, m in ipairs(a.messages) do if m.role == "tool" then calls = calls + 1 end end
+    end)
+  end
+  for i = 1, n do tasks[i]:join() end
+  local wall, cpu = luagent.now() - wall0, os.clock() - cpu0
+  assert(calls == n * TURNS, "expected " .. n * TURNS .. " tool calls, got " .. calls)
+  return wall, cpu
+end
+
 collectgarbage()
 local rss0 = status_kb("VmRSS")
-local cpu0, wall0 = os.clock(), luagent.now()
-local tasks, calls = {}, 0
-for i = 1, n do
-  tasks[i] = luagent.spawn(function()
-    local a = luagent.agent { name = "a" .. i, max_turns = TURNS, tools = { count },
-      model = { kind = kind, model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
-    local last = a:run("go")
-    assert(last.stop_reason == "max_turns" and last.turns == TURNS, tostring(last.reason or last.error))
-    for _, m in ipairs(a.messages) do if m.role == "tool" then calls = calls + 1 end end
-  end)
-end
-for i = 1, n do tasks[i]:join() end
-local wall, cpu = luagent.now() - wall0, os.clock() - cpu0
+local wall, cpu = round("a")
 local peak = status_kb("VmHWM")
+local jwall, jcpu, writes, spent, worst, path
+if arg[3] == "journal" then
+  local journal = require "luagent.journal"
+  path = os.tmpname() .. ".db"
+  local store = assert(journal.open(path))
+  journal.current_run = assert(journal.start(store, { script = "bench/agents.lua", args = {}, options = {}, quiet = true }))
+  journal.all_agents = true
+  -- every journal write, timed: the loop waits while it commits
+  writes, spent, worst = 0, 0, 0
+  for _, name in ipairs({ "append", "update" }) do
+    local orig = store[name]
+    store[name] = function(...)
+      local t0 = luagent.now()
+      local r1, r2 = orig(...)
+      local dt = luagent.now() - t0
+      writes, spent, worst = writes + 1, spent + dt, math.max(worst, dt)
+      return r1, r2
+    end
+  end
+  collectgarbage()
+  jwall, jcpu = round("d")
+  store:close()
+  for _, suffix in ipairs({ "", "-wal", "-shm" }) do os.remove(path .. suffix) end
+  os.remove((path:gsub("%.db$", "")))
+end
 srv:close()
-assert(calls == n * TURNS, "expected " .. n * TURNS .. " tool calls, got " .. calls)
 print(string.format("agents: %d agents x %d turns (%d model calls, %d tool calls, %s wire format)",
-  n, TURNS, n * TURNS, calls, kind))
+  n, TURNS, n * TURNS, n * TURNS, kind))
 print(string.format("agents: wall %.2f s, CPU %.2f s; per agent: wall %.2f ms, CPU %.2f ms",
   wall, cpu, wall / n * 1000, cpu / n * 1000))
 print(string.format("agents: peak RSS %.1f MiB (%.1f MiB before the agents); %.1f KiB per agent",
   peak / 1024, rss0 / 1024, (peak - rss0) / n))
+if jwall then
+  print(string.format("durable: wall %.2f s, CPU %.2f s (journal off: wall %.2f s, CPU %.2f s): x%.2f wall, x%.2f CPU",
+    jwall, jcpu, wall, cpu, jwall / wall, jcpu / cpu))
+  print(string.format("durable: %d journal writes (one transaction each), %.1f us wall each on average, %.2f ms at most",
+    writes, spent / writes * 1e6, worst * 1000))
+end

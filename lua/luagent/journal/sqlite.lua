@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS steps (
   PRIMARY KEY (run_id, pos)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
+CREATE INDEX IF NOT EXISTS steps_order ON steps (run_id, seq);
 ]]
 
 -- SQL for the wall clock in seconds (with milliseconds).
