@@ -10,14 +10,7 @@ local json = require "luagent.json"
 
 local q = helpers.quote
 
-local function lines(path)
-  local out = {}
-  local f = io.open(path)
-  if not f then return out end
-  for l in f:lines() do out[#out + 1] = l end
-  f:close()
-  return out
-end
+local lines = helpers.lines
 
 local function events(path)
   local out = {}

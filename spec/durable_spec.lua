@@ -15,14 +15,7 @@ local function tempdir()
   return d
 end
 
-local function lines(path)
-  local out = {}
-  local f = io.open(path)
-  if not f then return out end
-  for l in f:lines() do out[#out + 1] = l end
-  f:close()
-  return out
-end
+local lines = helpers.lines
 
 -- sh(env, args...) -> {code, stdout, stderr}: the binary with environment
 -- assignments (a table) before it.
@@ -243,6 +236,13 @@ describe("the run journal file", function()
     r = sh({ LEDGER = dir .. "/ledger", LUAGENT_HOME = dir .. "/home" }, "run", "--journal", dir .. "/j.db", TRANSFER)
     assert.equal(0, r.code, r.stderr)
     assert.is_nil(io.open(dir .. "/home/runs.db"))
+    -- --journal alone starts a run only for durable agents
+    local plain = helpers.tempfile("print('no agent here')", ".lua")
+    r = sh({}, "run", "--journal", dir .. "/empty.db", plain)
+    assert.equal(0, r.code, r.stderr)
+    assert.not_matches("durable run", r.stderr)
+    assert.is_nil(io.open(dir .. "/empty.db"))
+    os.remove(plain)
     -- no flag, no LUAGENT_HOME: .luagent/runs.db where it runs
     os.execute("mkdir -p " .. q(dir .. "/work") .. " && cp -R spec " .. q(dir .. "/work/"))
     local cmd = string.format("cd %s && LEDGER=%s PWD=%s %s run %s >/dev/null 2>&1", q(dir .. "/work"), q(dir .. "/ledger"),

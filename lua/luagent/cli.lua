@@ -271,8 +271,8 @@ local function prepare(opts, file)
 end
 
 -- Runs FILE (already checked to load) with its arguments under the
--- options; `durable` is the journal's run (or nil). Returns the exit code.
-local function execute(opts, file, chunk, script_args, run)
+-- options. Returns the exit code.
+local function execute(opts, file, chunk, script_args)
   _G.arg = script_args
   local cleanup, code = prepare(opts, file)
   if not cleanup then return code end
@@ -280,6 +280,8 @@ local function execute(opts, file, chunk, script_args, run)
   core.on_sigint(main)
   local finished, stuck = core.run()
   cleanup()
+  local journal = package.loaded["luagent.journal"]
+  local run = journal and journal.current_run
   if run and not run.last_status then
     run:status(main:status() == "failed" and "failed" or "done")
   end
@@ -327,49 +329,53 @@ end
 -- (faults, events, recording and logging belong to one invocation).
 local RECORDED = { "policy", "cassette", "mock", "seed", "fast", "tools", "retry-safe", "durable" }
 
-function M.run(args)
+-- Parses the options of run or resume: opts, index of the first other
+-- argument; or nil, exit code (usage error, or --help shown).
+local function parse_or_help(args, cmd)
   local opts, i = parse_run_args(args)
-  if not opts then return usage_error("%s", i) end
+  if not opts then return nil, usage_error("%s", (i:gsub("^run:", cmd .. ":"))) end
   if opts.help then
-    io.write(HELP.run)
-    return 0
+    io.write(HELP[cmd])
+    return nil, 0
   end
+  return opts, i
+end
+
+function M.run(args)
+  local opts, i = parse_or_help(args, "run")
+  if not opts then return i end
   local file = args[i]
   if not file then return usage_error("run: missing FILE.lua") end
   local chunk, code = load_script(file, "run")
   if not chunk then return code end
   local script_args = { [0] = file, [-1] = args[0] }
   for j = i + 1, #args do script_args[#script_args + 1] = args[j] end
-  local run
   if opts.durable or opts.journal then
     local journal = require "luagent.journal"
-    local store
-    store, code = open_journal(opts)
-    if not store then return code end
     local recorded = {}
     for _, k in ipairs(RECORDED) do recorded[k] = opts[k] end
     local list = {}
     for j = 1, #script_args do list[j] = script_args[j] end
-    local err
-    run, err = journal.start(store, { script = file, args = list, options = recorded, cwd = os.getenv("PWD") })
-    if not run then
-      say("luagent: %s", tostring(err))
-      return 1
+    -- --journal alone: the run starts with the first durable agent
+    journal.file, journal.run_info = opts.journal, { script = file, args = list, options = recorded,
+      cwd = os.getenv("PWD") }
+    if opts.durable then
+      local run, err = journal.current()
+      if not run then
+        say("luagent: %s", tostring(err))
+        return 1
+      end
+      journal.all_agents = true
     end
-    journal.current_run, journal.all_agents = run, opts.durable or false
   end
-  return execute(opts, file, chunk, script_args, run)
+  return execute(opts, file, chunk, script_args)
 end
 
 -- `luagent resume [options] RUN_ID`: the run's script again, with its
 -- arguments, recorded options (those given here win) and run id.
 function M.resume(args)
-  local opts, i = parse_run_args(args)
-  if not opts then return usage_error("%s", (i:gsub("^run:", "resume:"))) end
-  if opts.help then
-    io.write(HELP.resume)
-    return 0
-  end
+  local opts, i = parse_or_help(args, "resume")
+  if not opts then return i end
   local id = args[i]
   if not id then return usage_error("resume: missing RUN_ID ('luagent runs' lists them)") end
   if args[i + 1] then return usage_error("resume: unexpected argument '%s'", args[i + 1]) end
@@ -401,7 +407,7 @@ function M.resume(args)
   journal.current_run, journal.all_agents = run, rec.options and rec.options.durable or false
   say("luagent: resuming run %s (%s; %d step(s) in the journal%s)", id, rec.script, #rec.steps,
     rec.status == "done" and "; it had finished: every step replays" or "")
-  return execute(opts, rec.script, chunk, script_args, run)
+  return execute(opts, rec.script, chunk, script_args)
 end
 
 -- Topics beyond the built-in ones live with their area (e.g. faults).

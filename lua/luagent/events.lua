@@ -60,6 +60,9 @@ local function plain(v, depth)
   return out
 end
 
+-- plain(v) -> a plain copy of v as above (the run journal stores events' data so).
+function M.plain(v) return plain(v, 0) end
+
 -- to_json(event) -> one line of JSON (no newline).
 function M.to_json(ev)
   return json.encode(plain(ev, 0))

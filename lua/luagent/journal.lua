@@ -38,6 +38,10 @@ local M = {}
 -- of the script is durable (--durable).
 M.current_run = nil
 M.all_agents = false
+-- Set by `luagent run --durable/--journal`: the journal file, and the
+-- script, arguments and options the run records ({script=, args=,
+-- options=, cwd=}); nil: the default journal and _G.arg.
+M.file, M.run_info = nil, nil
 
 ------------------------------------------------------------------------------
 -- Where the journal is
@@ -131,12 +135,15 @@ end
 function M.current()
   if M.current_run then return M.current_run end
   if M.open_error then return nil, M.open_error end
-  local store, err = M.open()
+  local store, err = M.open(M.file)
   if store then
-    local args = {}
-    for i, a in ipairs(_G.arg or {}) do args[i] = a end
-    M.current_run, err = M.start(store, { script = _G.arg and _G.arg[0], args = args,
-      options = {}, cwd = os.getenv("PWD") })
+    local info = M.run_info
+    if not info then
+      local args = {}
+      for i, a in ipairs(_G.arg or {}) do args[i] = a end
+      info = { script = _G.arg and _G.arg[0], args = args, options = {}, cwd = os.getenv("PWD") }
+    end
+    M.current_run, err = M.start(store, info)
   end
   M.open_error = err
   return M.current_run, err
@@ -201,20 +208,7 @@ function Binder:write(step)
 end
 
 -- Plain data of a value for the journal (records become their fields).
-local function plain(v, depth)
-  depth = depth or 0
-  if type(v) ~= "table" then
-    if type(v) == "function" or type(v) == "userdata" or type(v) == "thread" then return nil end
-    return v
-  end
-  if depth > 30 then return nil end
-  local out = {}
-  for k, x in pairs(v) do
-    if type(k) == "string" or math.type(k) == "integer" then out[k] = plain(x, depth + 1) end
-  end
-  if getmetatable(v) == json.array_mt then setmetatable(out, json.array_mt) end
-  return out
-end
+local function plain(v) return require("luagent.events").plain(v) end
 
 local function shorten(s, n)
   s = tostring(s)
