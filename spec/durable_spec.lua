@@ -52,7 +52,10 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     for k, v in pairs(extra or {}) do e[k] = v end
     local r = sh(e, "run", TRANSFER)
     assert.equal(137, r.code, r.stderr)
-    return run_id(r.stderr)
+    local id = run_id(r.stderr)
+    -- marked running, its process gone
+    assert.matches(id:gsub("%-", "%%-") .. "%s+%S+%s+payer%s+interrupted%s+2 ", sh(env, "runs").stdout)
+    return id
   end
 
   it("is settled by its check when it happened: not run again", function()

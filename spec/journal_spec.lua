@@ -247,6 +247,27 @@ describe("a durable agent", function()
     assert.equal(3, #srv:requests())
   end)
 
+  it("stops, without running the tool, when the journal cannot record the call's start", function()
+    start_mock()
+    journal.current_run = assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true }))
+    local append = store.append
+    store.append = function(st, id, step)
+      if step.kind == "call" then
+        return nil, require("luagent.errors").new("journal", "writing step " .. step.pos .. ": disk I/O error")
+      end
+      return append(st, id, step)
+    end
+    runs_of_note = 0
+    local _, last = drain(agent(), "go")
+    store.append = nil
+    assert.equal("error", last.stop_reason)
+    assert.equal("journal", last.error.kind)
+    assert.matches("writing step d#1/1/t1/c1: disk I/O error", last.error.message)
+    assert.equal(0, runs_of_note)
+    assert.equal(1, #srv:requests())
+    assert.equal("failed", store:read(journal.current_run.id).status)
+  end)
+
   it("misuse raises: durable must be a boolean, check a function", function()
     assert.has_error(function() luagent.agent { model = "openai/m", durable = "yes" } end,
       "agent: durable must be true or false")

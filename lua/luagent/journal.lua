@@ -200,7 +200,7 @@ function Binder:write(step)
   local ok, err = self.run.store:append(self.run.id, step)
   if not ok then
     self.failed = err
-    io.stderr:write("luagent: journal: ", tostring(err), "\n")
+    io.stderr:write("luagent: ", tostring(err), "\n")
     return false
   end
   self.run.by_pos[step.pos] = step
