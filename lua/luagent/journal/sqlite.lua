@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS runs (
   id TEXT PRIMARY KEY,
   script TEXT, args TEXT, options TEXT, cwd TEXT, pid INTEGER,
   agents TEXT, status TEXT NOT NULL, error TEXT,
-  started REAL NOT NULL, updated REAL NOT NULL, last_step TEXT
+  started REAL NOT NULL, updated REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS steps (
   run_id TEXT NOT NULL, pos TEXT NOT NULL, seq INTEGER NOT NULL,
@@ -45,19 +45,25 @@ local SQL = {
     .. NOW .. ") ON CONFLICT (run_id, pos) DO UPDATE SET status = excluded.status, name = excluded.name, "
     .. "call_id = excluded.call_id, input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, "
     .. "cost = excluded.cost, data = excluded.data, at = excluded.at",
-  touch = "UPDATE runs SET updated = " .. NOW .. ", last_step = ? WHERE id = ?",
+  begin = "BEGIN IMMEDIATE", commit = "COMMIT", rollback = "ROLLBACK",
   update = "UPDATE runs SET status = coalesce(?, status), error = ?, agents = coalesce(?, agents), "
     .. "pid = coalesce(?, pid), updated = " .. NOW .. " WHERE id = ?",
   run = "SELECT * FROM runs WHERE id = ?",
   steps = "SELECT * FROM steps WHERE run_id = ? ORDER BY seq",
   list = "SELECT r.*, (SELECT count(*) FROM steps s WHERE s.run_id = r.id AND s.kind = 'turn') AS turns, "
+    .. "(SELECT pos || ' ' || status FROM steps s WHERE s.run_id = r.id ORDER BY at DESC, seq DESC LIMIT 1) AS last_step, "
+    .. "max(r.updated, coalesce((SELECT max(at) FROM steps s WHERE s.run_id = r.id), 0)) AS updated, "
     .. "(SELECT sum(input_tokens) FROM steps s WHERE s.run_id = r.id) AS input_tokens, "
     .. "(SELECT sum(output_tokens) FROM steps s WHERE s.run_id = r.id) AS output_tokens, "
     .. "(SELECT sum(cost) FROM steps s WHERE s.run_id = r.id) AS cost FROM runs r ORDER BY r.started, r.id",
   open_calls = "SELECT * FROM steps WHERE run_id = ? AND kind = 'call' AND status IN ('started', 'unknown') "
     .. "AND (call_id = ?2 OR pos = ?2) ORDER BY seq",
-  gc_steps = "DELETE FROM steps WHERE run_id IN (SELECT id FROM runs WHERE updated <= " .. NOW .. " - ?)",
-  gc_runs = "DELETE FROM runs WHERE updated <= " .. NOW .. " - ?",
+  -- runs whose last write (a step, or the run itself) is that old
+  gc_old = "CREATE TEMP TABLE IF NOT EXISTS gc_ids (id TEXT); DELETE FROM gc_ids",
+  gc_pick = "INSERT INTO gc_ids SELECT id FROM runs r WHERE max(r.updated, coalesce((SELECT max(at) FROM steps s "
+    .. "WHERE s.run_id = r.id), 0)) <= " .. NOW .. " - ?",
+  gc_steps = "DELETE FROM steps WHERE run_id IN (SELECT id FROM gc_ids)",
+  gc_runs = "DELETE FROM runs WHERE id IN (SELECT id FROM gc_ids)",
   now = "SELECT " .. NOW .. " AS now",
 }
 
@@ -143,16 +149,16 @@ end
 -- Runs fn() inside BEGIN IMMEDIATE ... COMMIT: fn's results, or nil, err
 -- (rolled back).
 function Store:tx(what, fn)
-  local ok, err = self.db:exec("BEGIN IMMEDIATE")
+  local ok, err = self:q("begin")
   if not ok then return fail(err, what) end
   local res = table.pack(pcall(fn))
   if res[1] and res[2] ~= nil then
-    ok, err = self.db:exec("COMMIT")
+    ok, err = self:q("commit")
     if ok then return table.unpack(res, 2, res.n) end
   else
     err = res[1] and res[3] or res[2]
   end
-  self.db:exec("ROLLBACK")
+  self:q("rollback")
   return fail(err, what)
 end
 
@@ -180,7 +186,6 @@ function Store:append(run_id, step)
   return self:tx("writing step " .. step.pos, function()
     self:must("upsert", run_id, step.pos, step.kind, step.status, step.name, step.call_id,
       step.input_tokens, step.output_tokens, step.cost, step.data ~= nil and json.encode(step.data) or nil)
-    self:must("touch", step.pos .. " " .. step.status, run_id)
     return true
   end)
 end
@@ -255,7 +260,6 @@ function Store:resolve(run_id, call, how)
     step.data = data
     self:must("upsert", run_id, step.pos, step.kind, step.status, step.name, step.call_id,
       step.input_tokens, step.output_tokens, step.cost, json.encode(data))
-    self:must("touch", step.pos .. " " .. step.status .. " (resolved)", run_id)
     return step
   end)
 end
@@ -264,8 +268,10 @@ end
 -- `seconds` ago.
 function Store:gc(seconds)
   return self:tx("deleting old runs", function()
-    self:must("gc_steps", seconds)
-    local _, n = self:must("gc_runs", seconds)
+    assert(self.db:exec(SQL.gc_old))
+    self:must("gc_pick", seconds)
+    self:must("gc_steps")
+    local _, n = self:must("gc_runs")
     return n
   end)
 end
