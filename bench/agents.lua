@@ -58,15 +58,14 @@ collectgarbage()
 local rss0 = status_kb("VmRSS")
 local wall, cpu = round("a")
 local peak = status_kb("VmHWM")
-local jwall, jcpu, writes, spent, worst, path
+local jwall, jcpu, writes, spent, worst, times
 if arg[3] == "journal" then
   local journal = require "luagent.journal"
-  path = os.tmpname() .. ".db"
+  local path = os.tmpname() .. ".db"
   local store = assert(journal.open(path))
   journal.current_run = assert(journal.start(store, { script = "bench/agents.lua", args = {}, options = {}, quiet = true }))
-  journal.all_agents = true
   -- every journal write, timed: the loop waits while it commits
-  writes, spent, worst = 0, 0, 0
+  writes, spent, worst, times = 0, 0, 0, {}
   for _, name in ipairs({ "append", "update" }) do
     local orig = store[name]
     store[name] = function(...)
@@ -74,11 +73,25 @@ if arg[3] == "journal" then
       local r1, r2 = orig(...)
       local dt = luagent.now() - t0
       writes, spent, worst = writes + 1, spent + dt, math.max(worst, dt)
+      times[writes] = dt
       return r1, r2
     end
   end
-  collectgarbage()
-  jwall, jcpu = round("d")
+  -- rounds alternate (on, off, on) on this shared, noisy machine; the best
+  -- of each side is compared
+  for r = 1, 2 do
+    journal.all_agents = true
+    collectgarbage()
+    local w, c = round("d" .. r .. "_")
+    if not jwall or w < jwall then jwall = w end
+    if not jcpu or c < jcpu then jcpu = c end
+    journal.all_agents = false
+    if r == 1 then
+      collectgarbage()
+      w, c = round("b")
+      wall, cpu = math.min(wall, w), math.min(cpu, c)
+    end
+  end
   store:close()
   for _, suffix in ipairs({ "", "-wal", "-shm" }) do os.remove(path .. suffix) end
   os.remove((path:gsub("%.db$", "")))
@@ -91,8 +104,11 @@ print(string.format("agents: wall %.2f s, CPU %.2f s; per agent: wall %.2f ms, C
 print(string.format("agents: peak RSS %.1f MiB (%.1f MiB before the agents); %.1f KiB per agent",
   peak / 1024, rss0 / 1024, (peak - rss0) / n))
 if jwall then
-  print(string.format("durable: wall %.2f s, CPU %.2f s (journal off: wall %.2f s, CPU %.2f s): x%.2f wall, x%.2f CPU",
+  print(string.format("durable: wall %.2f s, CPU %.2f s (journal off: wall %.2f s, CPU %.2f s; best of 2 each): "
+    .. "x%.2f wall, x%.2f CPU",
     jwall, jcpu, wall, cpu, jwall / wall, jcpu / cpu))
-  print(string.format("durable: %d journal writes (one transaction each), %.1f us wall each on average, %.2f ms at most",
-    writes, spent / writes * 1e6, worst * 1000))
+  table.sort(times)
+  print(string.format("durable: %d journal writes (one transaction each, the loop waits): mean %.1f us, "
+    .. "median %.1f us, p99 %.2f ms, max %.2f ms",
+    writes, spent / writes * 1e6, times[writes // 2] * 1e6, times[math.ceil(writes * 0.99)] * 1000, worst * 1000))
 end
