@@ -268,6 +268,52 @@ describe("a durable agent", function()
     assert.equal("failed", store:read(journal.current_run.id).status)
   end)
 
+  it("asks an unflagged tool's check about a call that started and never finished; a failing check stops the run", function()
+    start_mock()
+    journal.current_run = assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true }))
+    local id = journal.current_run.id
+    local ran, answer = 0, nil
+    local pay = { name = "note", description = "Pays",
+      params = { type = "object", properties = { n = { type = "integer" } } },
+      run = function(args) ran = ran + 1 return "paid " .. args.n end,
+      check = function(args, ctx)
+        assert(ctx.idempotency_key == id .. ":d#1/1/t1/c1")
+        if answer == "boom" then error("tracker down") end
+        return answer
+      end }
+    local function payer()
+      return luagent.agent { name = "d", durable = true, tools = { pay },
+        model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
+    end
+    local _, last = drain(payer(), "go")
+    assert.equal("stop", last.stop_reason)
+    assert.equal(2, ran)
+    -- as if the process died while call 1 of turn 1 ran
+    assert(store:append(id, { pos = "d#1/1/t1/c1", kind = "call", status = "started", name = "note",
+      call_id = "call_mockk0", data = { arguments = '{"n":0}' } }))
+    answer = "boom"
+    journal.current_run = assert(journal.resume(store, id))
+    _, last = drain(payer(), "go")
+    assert.equal("error", last.stop_reason)
+    assert.equal("outcome_unknown", last.error.kind)
+    assert.matches("its check failed: tool_error: note check failed: .*tracker down", last.error.message)
+    assert.equal(2, ran)
+    -- the check finds it happened (with the result the later turns saw)
+    answer = "paid 0"
+    journal.current_run = assert(journal.resume(store, id))
+    local evs
+    evs, last = drain(payer(), "go")
+    assert.equal("stop", last.stop_reason, tostring(last.error))
+    assert.equal(2, ran)
+    local ends = {}
+    for _, e in ipairs(evs) do if e.type == "tool_execution_end" then ends[#ends + 1] = e end end
+    assert.is_true(ends[1].checked)
+    assert.is_nil(ends[1].replayed)
+    assert.equal("paid 0", ends[1].result)
+    assert.is_true(ends[2].replayed)
+    assert.equal("finished", store:read(id).by_pos["d#1/1/t1/c1"].status)
+  end)
+
   it("misuse raises: durable must be a boolean, check a function", function()
     assert.has_error(function() luagent.agent { model = "openai/m", durable = "yes" } end,
       "agent: durable must be true or false")

@@ -99,8 +99,9 @@ end
 
 -- new{name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
--- durable=} -> agent. durable = true journals its runs (journal.lua);
--- nil follows `luagent run --durable`. `model` is "kind/model" or a provider. Raises on misuse.
+-- durable=} -> agent. `model` is "kind/model" or a provider. durable =
+-- true journals its runs (journal.lua); nil follows `luagent run
+-- --durable`. Raises on misuse.
 function M.new(opts)
   if type(opts) ~= "table" then error("agent: expects a table", 2) end
   if opts.model == nil then error("agent: model is required", 2) end
