@@ -3,6 +3,12 @@
 -- provider on loopback (real libcurl, real sockets; the mock in the same
 -- process). Reports wall time, CPU time and peak RSS, in total and per agent.
 --   build/luagent run bench/agents.lua [N] [kind]
+-- With a third argument `journal`, the same N agents also run as durable
+-- agents (every step written to a SQLite journal in a temporary file):
+-- off, on, off, on, the best of each side by side, with each journal
+-- write's latency (the writing agent waits for its commit in the journal's
+-- writer thread; the loop and the other agents do not).
+--   build/luagent run bench/agents.lua 1000 openai journal
 local luagent = require "luagent"
 local mock = require "luagent.mock"
 
@@ -35,7 +41,7 @@ local count = { name = "count", description = "Counts", read_only = true,
   params = { type = "object", properties = { turn = { type = "integer" } }, required = { "turn" } },
   run = function(args) luagent.sleep(0.001) return "turn " .. args.turn end }
 
--- One round of n agents; returns wall, CPU (seconds) and the tool calls.
+-- One round of n agents; returns wall and CPU (seconds).
 local function round(tag)
   local cpu0, wall0 = os.clock(), luagent.now()
   local tasks, calls = {}, 0
@@ -64,7 +70,7 @@ if arg[3] == "journal" then
   local path = os.tmpname() .. ".db"
   local store = assert(journal.open(path))
   journal.current_run = assert(journal.start(store, { script = "bench/agents.lua", args = {}, options = {}, quiet = true }))
-  -- every journal write, timed: the loop waits while it commits
+  -- every journal write, timed: how long its agent waits for the commit
   writes, spent, worst, times = 0, 0, 0, {}
   for _, name in ipairs({ "append", "update" }) do
     local orig = store[name]
@@ -108,7 +114,7 @@ if jwall then
     .. "x%.2f wall, x%.2f CPU",
     jwall, jcpu, wall, cpu, jwall / wall, jcpu / cpu))
   table.sort(times)
-  print(string.format("durable: %d journal writes (one transaction each, the loop waits): mean %.1f us, "
-    .. "median %.1f us, p99 %.2f ms, max %.2f ms",
+  print(string.format("durable: %d journal writes (one transaction each, in the writer thread; the writing "
+    .. "agent waits for its commit): latency mean %.1f us, median %.1f us, p99 %.2f ms, max %.2f ms",
     writes, spent / writes * 1e6, times[writes // 2] * 1e6, times[math.ceil(writes * 0.99)] * 1000, worst * 1000))
 end

@@ -57,7 +57,7 @@ static const char *code_name(int code) {
 
 /* Pushes nil and a "journal" error record: "<file>: <what>: <sqlite's
  * message>" with file, code, code_name and corrupt. Returns 2. */
-static int push_fail(lua_State *L, const char *file, const char *what, int code, const char *msg) {
+int lg_sqlite_push_fail(lua_State *L, const char *file, const char *what, int code, const char *msg) {
   lua_pushnil(L);
   lua_pushfstring(L, "%s: %s: %s", file ? file : "?", what, msg ? msg : sqlite3_errstr(code));
   lg_error_push(L, "journal", lua_tostring(L, -1));
@@ -76,7 +76,8 @@ static int push_fail(lua_State *L, const char *file, const char *what, int code,
 
 /* push_fail with the connection's own code and message. */
 static int push_db_fail(lua_State *L, sqlite3 *db, const char *what) {
-  return push_fail(L, sqlite3_db_filename(db, "main"), what, sqlite3_extended_errcode(db), sqlite3_errmsg(db));
+  return lg_sqlite_push_fail(L, sqlite3_db_filename(db, "main"), what, sqlite3_extended_errcode(db),
+                             sqlite3_errmsg(db));
 }
 
 /* ------------------------------------------------------------ connection */
@@ -130,7 +131,7 @@ static int l_sqlite_open(lua_State *L) {
     int code = db ? sqlite3_extended_errcode(db) : rc;
     lua_pushstring(L, db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
     sqlite3_close_v2(db);
-    push_fail(L, path, "cannot open", code, lua_tostring(L, -1));
+    lg_sqlite_push_fail(L, path, "cannot open", code, lua_tostring(L, -1));
     return 2;
   }
   sqlite3_extended_result_codes(db, 1);
@@ -149,7 +150,7 @@ static int l_db_exec(lua_State *L) {
   if (rc != SQLITE_OK) {
     lua_pushstring(L, msg ? msg : sqlite3_errstr(rc));
     sqlite3_free(msg);
-    return push_fail(L, sqlite3_db_filename(u->db, "main"), "exec", sqlite3_extended_errcode(u->db),
+    return lg_sqlite_push_fail(L, sqlite3_db_filename(u->db, "main"), "exec", sqlite3_extended_errcode(u->db),
                      lua_tostring(L, -1));
   }
   lua_pushboolean(L, 1);
@@ -272,7 +273,7 @@ static int l_stmt_run(lua_State *L) {
     lua_pushstring(L, sqlite3_errmsg(db));
     sqlite3_reset(s->s);
     sqlite3_clear_bindings(s->s);
-    return push_fail(L, sqlite3_db_filename(db, "main"), "step", code, lua_tostring(L, -1));
+    return lg_sqlite_push_fail(L, sqlite3_db_filename(db, "main"), "step", code, lua_tostring(L, -1));
   }
   sqlite3_reset(s->s);
   sqlite3_clear_bindings(s->s);
@@ -295,4 +296,5 @@ void lg_sqlite_register(lua_State *L) {
   lua_setfield(L, -2, "sqlite_open");
   lua_pushstring(L, sqlite3_libversion());
   lua_setfield(L, -2, "sqlite_version");
+  lg_sqlite_writer_register(L);
 }

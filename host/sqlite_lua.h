@@ -4,7 +4,13 @@
 
 #include <lua.h>
 
-/* Registers sqlite_open and sqlite_version into the table on the stack. */
+/* Registers sqlite_open, sqlite_writer and sqlite_version into the table
+ * on the stack. */
 void lg_sqlite_register(lua_State *L);
+/* The writer off the loop (sqlite_writer.c); called by lg_sqlite_register. */
+void lg_sqlite_writer_register(lua_State *L);
+/* Pushes nil and a "journal" error record ("<file>: <what>: <msg>" with
+ * file, code, code_name, corrupt); returns 2. */
+int lg_sqlite_push_fail(lua_State *L, const char *file, const char *what, int code, const char *msg);
 
 #endif

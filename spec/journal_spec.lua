@@ -85,6 +85,56 @@ describe("core.sqlite_open", function()
   end)
 end)
 
+describe("core.sqlite_writer", function()
+  it("commits transactions in a thread of its own while other tasks run; errors are records", function()
+    local p = tempdb()
+    local db = assert(core.sqlite_open(p))
+    assert(db:exec("PRAGMA journal_mode = WAL; CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT)"))
+    local w = assert(core.sqlite_writer(p))
+    local ok, changes = w:tx({ "INSERT INTO t VALUES (?, ?)", 1, "x" }, { "INSERT INTO t VALUES (?, ?)", 2, nil })
+    assert.is_true(ok)
+    assert.equal(1, changes)
+    -- one transaction: a failing statement rolls back the others
+    local none, err = w:tx({ "INSERT INTO t VALUES (?, ?)", 3, "y" }, { "INSERT INTO t VALUES (?, ?)", 1, "dup" })
+    assert.is_nil(none)
+    assert.equal("journal", err.kind)
+    assert.equal("SQLITE_CONSTRAINT", err.code_name)
+    assert.matches("UNIQUE constraint failed", err.message)
+    local rows = assert(assert(db:prepare("SELECT a, b FROM t ORDER BY a")):run())
+    assert.same({ { a = 1, b = "x" }, { a = 2 } }, rows)
+    -- while a task waits for its commits, the others run
+    local ticks, done = 0, false
+    local writer_task = luagent.spawn(function()
+      for i = 10, 209 do assert(w:tx({ "INSERT INTO t VALUES (?, ?)", i, string.rep("z", 200) })) end
+      done = true
+    end)
+    local ticker = luagent.spawn(function()
+      while not done do
+        ticks = ticks + 1
+        luagent.sleep(0)
+      end
+    end)
+    writer_task:join()
+    ticker:join()
+    assert.is_true(ticks > 1, "the other task ran " .. ticks .. " time(s)")
+    -- a task cancelled while it waits: its transaction still commits
+    local t = luagent.spawn(function() w:tx({ "INSERT INTO t VALUES (?, ?)", 999, "late" }) end)
+    luagent.spawn(function() t:cancel() end):join()
+    assert.has_error(function() t:join() end)
+    -- misuse raises
+    assert.has_error(function() w:tx() end, "tx: no statements")
+    assert.has_error(function() w:tx({ "SELECT ?", {} }) end,
+      "tx: statement 1, parameter 1 is a table (nil, boolean, number or string expected)")
+    w:close()
+    w:close()
+    assert.has_error(function() w:tx({ "SELECT 1" }) end, "tx: writer is closed")
+    rows = assert(assert(db:prepare("SELECT count(*) AS n FROM t")):run())
+    assert.equal(2 + 200 + 1, rows[1].n)
+    db:close()
+    cleanup(p)
+  end)
+end)
+
 describe("the SQLite journal store", function()
   it("creates runs, appends steps (one position, one step), lists, resolves and collects", function()
     local p = tempdb()

@@ -1,7 +1,9 @@
 -- The run journal's SQLite store (the embedded default; see journal.lua
 -- for the interface every store implements). One file, WAL mode, one
 -- transaction per step: a step that was committed survives a kill -9 of
--- the process. A file that is not a journal, or a damaged one, is reported
+-- the process. Writes go through a writer thread (core.sqlite_writer): the
+-- task that writes waits for its commit, the loop and every other task do
+-- not; reads use the store's own connection. A file that is not a journal, or a damaged one, is reported
 -- (error kind `journal`, `corrupt = true`) and left exactly as it is.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
@@ -117,8 +119,9 @@ function M.open(path)
     db:exec("ROLLBACK")
     return bail(e, "creating its tables")
   end
-  local self = setmetatable({ db = db, path = path, stmts = {} }, Store)
-  return self
+  local writer, werr = core.sqlite_writer(path)
+  if not writer then return bail(werr, "starting its writer") end
+  return setmetatable({ db = db, path = path, stmts = {}, writer = writer }, Store)
 end
 
 -- The prepared statement for SQL[name] (kept for the store's life).
@@ -168,14 +171,20 @@ function Store:now()
   return rows and rows[1].now or os.time()
 end
 
+-- Runs SQL[name] with the parameters as one transaction in the writer
+-- thread (the calling task waits): true | nil, err.
+function Store:write(what, name, ...)
+  if not self.writer then error("journal: the store is closed", 3) end
+  local ok, err = self.writer:tx({ SQL[name], ... })
+  if not ok then return fail(err, what) end
+  return true
+end
+
 -- store:create(run) -> true | nil, err. run = {id=, script=, args=<list>,
 -- options=<table>, cwd=, pid=}.
 function Store:create(run)
-  return self:tx("creating run " .. run.id, function()
-    self:must("create", run.id, run.script, json.encode(json.array(run.args or {})),
-      json.encode(run.options or {}), run.cwd, run.pid)
-    return true
-  end)
+  return self:write("creating run " .. run.id, "create", run.id, run.script,
+    json.encode(json.array(run.args or {})), json.encode(run.options or {}), run.cwd, run.pid)
 end
 
 -- store:append(run_id, step) -> true | nil, err: one step in one
@@ -183,19 +192,13 @@ end
 -- is how a call goes from started to finished). step = {pos=, kind=,
 -- status=, name=, call_id=, input_tokens=, output_tokens=, cost=, data=}.
 function Store:append(run_id, step)
-  return self:tx("writing step " .. step.pos, function()
-    self:must("upsert", run_id, step.pos, step.kind, step.status, step.name, step.call_id,
-      step.input_tokens, step.output_tokens, step.cost, step.data ~= nil and json.encode(step.data) or nil)
-    return true
-  end)
+  return self:write("writing step " .. step.pos, "upsert", run_id, step.pos, step.kind, step.status, step.name,
+    step.call_id, step.input_tokens, step.output_tokens, step.cost, step.data ~= nil and json.encode(step.data) or nil)
 end
 
 -- store:update(run_id, {status=, error=, agents=, pid=}) -> true | nil, err.
 function Store:update(run_id, f)
-  return self:tx("updating run " .. run_id, function()
-    self:must("update", f.status, f.error, f.agents, f.pid, run_id)
-    return true
-  end)
+  return self:write("updating run " .. run_id, "update", f.status, f.error, f.agents, f.pid, run_id)
 end
 
 -- Decodes a row's JSON columns.
@@ -279,6 +282,8 @@ end
 -- store:close(): idempotent.
 function Store:close()
   if not self.db then return end
+  self.writer:close()
+  self.writer = nil
   for _, s in pairs(self.stmts) do s:close() end
   self.stmts = {}
   self.db:close()
