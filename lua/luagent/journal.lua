@@ -28,6 +28,8 @@
 --   store:resolve(run_id, call_id_or_pos, {result = text} | {not_done = true})
 --   store:gc(seconds) -> number of runs deleted
 --   store:close()
+-- Writing methods may suspend the calling task until the write is durable
+-- (the SQLite store commits in a thread of its own); they never hold the loop.
 local errors = require "luagent.errors"
 local json = require "luagent.json"
 
