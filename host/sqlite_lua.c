@@ -101,6 +101,18 @@ static int l_db_close(lua_State *L) {
   return 0;
 }
 
+/* opts.busy_ms of the options at index `opts` (nil: the default); raises
+ * naming fn when out of range. */
+int lg_sqlite_busy_ms(lua_State *L, int opts, const char *fn) {
+  if (lua_isnoneornil(L, opts)) return DEFAULT_BUSY_MS;
+  luaL_checktype(L, opts, LUA_TTABLE);
+  lua_getfield(L, opts, "busy_ms");
+  lua_Integer busy = lua_isnil(L, -1) ? DEFAULT_BUSY_MS : luaL_checkinteger(L, -1);
+  lua_pop(L, 1);
+  if (busy < 0 || busy > 3600000) return luaL_error(L, "%s: opts.busy_ms must be 0..3600000", fn);
+  return (int)busy;
+}
+
 /* sqlite_open(path, [opts]) -> db | nil, err. opts: create (default true:
  * the file is created if missing; an existing file is never replaced),
  * readonly, busy_ms (how long to wait for another process's lock, default
@@ -109,18 +121,14 @@ static int l_db_close(lua_State *L) {
 static int l_sqlite_open(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   int create = 1, readonly = 0;
-  lua_Integer busy = DEFAULT_BUSY_MS;
+  int busy = lg_sqlite_busy_ms(L, 2, "sqlite_open");
   if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
     lua_getfield(L, 2, "create");
     if (!lua_isnil(L, -1)) create = lua_toboolean(L, -1);
     lua_getfield(L, 2, "readonly");
     readonly = lua_toboolean(L, -1);
-    lua_getfield(L, 2, "busy_ms");
-    if (!lua_isnil(L, -1)) busy = luaL_checkinteger(L, -1);
-    lua_pop(L, 3);
+    lua_pop(L, 2);
   }
-  if (busy < 0 || busy > 3600000) return luaL_error(L, "sqlite_open: opts.busy_ms must be 0..3600000");
   db_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
   u->db = NULL;
   luaL_setmetatable(L, DB_MT);
@@ -135,7 +143,7 @@ static int l_sqlite_open(lua_State *L) {
     return 2;
   }
   sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, (int)busy);
+  sqlite3_busy_timeout(db, busy);
   u->db = db;
   return 1;
 }

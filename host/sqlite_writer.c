@@ -362,13 +362,7 @@ static int l_writer_tx(lua_State *L) {
  * should exist (sqlite_open it first: the thread's open does not create). */
 static int l_sqlite_writer(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
-  lua_Integer busy = 5000;
-  if (lua_type(L, 2) == LUA_TTABLE) {
-    lua_getfield(L, 2, "busy_ms");
-    if (!lua_isnil(L, -1)) busy = luaL_checkinteger(L, -1);
-    lua_pop(L, 1);
-  }
-  if (busy < 0 || busy > 3600000) return luaL_error(L, "sqlite_writer: opts.busy_ms must be 0..3600000");
+  int busy = lg_sqlite_busy_ms(L, 2, "sqlite_writer");
   writer_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
   u->w = NULL;
   luaL_setmetatable(L, WRITER_MT);
@@ -377,7 +371,7 @@ static int l_sqlite_writer(lua_State *L) {
     free(w);
     return luaL_error(L, "sqlite_writer: out of memory");
   }
-  w->busy_ms = (int)busy;
+  w->busy_ms = busy;
   w->loop = lg_loop_get(L);
   uv_mutex_init(&w->mu);
   uv_cond_init(&w->cv);
