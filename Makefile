@@ -4,7 +4,7 @@
 # and $(B)/lua/luagent/core.so (the same core as a Lua C module).
 
 DEBIAN_PACKAGES := lua5.4 liblua5.4-dev libcurl4-openssl-dev libuv1-dev \
-                   lua-cjson lua-busted pkg-config
+                   lua-cjson lua-busted pkg-config libsqlite3-dev
 
 SAN ?=
 ifeq ($(SAN),1)
@@ -16,7 +16,7 @@ SANFLAGS :=
 endif
 
 CC      ?= cc
-PKGS    := lua5.4 libuv libcurl
+PKGS    := lua5.4 libuv libcurl sqlite3
 CFLAGS  ?= -O2 -g
 
 # pkg-config is asked lazily, once, when the first recipe needs the flags:
@@ -26,7 +26,7 @@ CFLAGS  ?= -O2 -g
 lazy = $(eval $(1) := $(2))$($(1))
 LG_CFLAGS = $(call lazy,LG_CFLAGS,-std=c11 -Wall -Wextra -fPIC -D_GNU_SOURCE $(SANFLAGS) \
               $(shell pkg-config --cflags $(PKGS)) $(CFLAGS))
-LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv libcurl) -lm)
+LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv libcurl sqlite3) -lm)
 LUALIB    = $(call lazy,LUALIB,$(shell pkg-config --libs lua5.4))
 
 CORE_SRC := $(filter-out host/main.c,$(wildcard host/*.c))

@@ -12,6 +12,8 @@ else
 fi
 echo "== bench/agents.lua (1,000 agents x 5 turns, one Lua tool per turn, mock on loopback)"
 "$B/luagent" run bench/agents.lua 1000
+echo "== bench/agents.lua journal (the same, then again as durable agents: journal off vs on)"
+"$B/luagent" run bench/agents.lua 1000 openai journal
 if [ -f bench/sse_parse.c ]; then
   echo "== bench/sse_parse.c (SSE parser vs memchr line scan)"
   mkdir -p "$B/bench"

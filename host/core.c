@@ -15,6 +15,7 @@
 #include "loop.h"
 #include "process.h"
 #include "sandbox.h"
+#include "sqlite_lua.h"
 #include "sse.h"
 #include "tcp.h"
 #include "watch.h"
@@ -86,5 +87,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_process_register(L);
   lg_guard_register(L);
   lg_sandbox_register(L);
+  lg_sqlite_register(L);
   return 1;
 }

@@ -99,8 +99,10 @@ local function tool_sources(spec)
 end
 
 -- new{name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
--- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=}
--- -> agent. `model` is "kind/model" or a provider. Raises on misuse.
+-- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
+-- durable=} -> agent. `model` is "kind/model" or a provider. durable =
+-- true journals its runs (journal.lua); nil follows `luagent run
+-- --durable`. Raises on misuse.
 function M.new(opts)
   if type(opts) ~= "table" then error("agent: expects a table", 2) end
   if opts.model == nil then error("agent: model is required", 2) end
@@ -116,6 +118,7 @@ function M.new(opts)
   if loop_guard ~= false then loop_guard = positive_int(loop_guard, "loop_guard", M.defaults.loop_guard) end
   local name = opts.name or "agent"
   if type(name) ~= "string" then error("agent: name must be a string", 2) end
+  if opts.durable ~= nil and type(opts.durable) ~= "boolean" then error("agent: durable must be true or false", 2) end
   local self = setmetatable({
     name = name,
     id = string.format("%s-%08x", name, math.random(0, 0x7fffffff)),
@@ -134,6 +137,7 @@ function M.new(opts)
     streak = { key = nil, count = 0 },
     rng = core.backoff_rng(math.random(0, 2 ^ 31)),
     running = false,
+    durable = opts.durable,
   }, Agent)
   return self
 end
@@ -211,9 +215,63 @@ local function not_run(call, why)
     error = errors.new("tool_error", why) }
 end
 
+-- Runs call i of a turn's message (its events included); returns its
+-- outcome. A durable agent asks its journal first: a finished call is
+-- replayed (events marked replayed), an unfinished one is re-run, checked
+-- or reported as outcome_unknown (journal.lua, Binder:call).
+function Agent:run_call(box, call, i, emit, policy, turn)
+  local tool = box.tools[call.name]
+  local jr = self.journal
+  local ikey = jr and jr:idempotency_key(turn, i) or (self.id .. ":" .. tostring(call.id))
+  local ctx = { agent = self.name, policy = policy, emit = emit, rng = self.rng, idempotency_key = ikey,
+    aborted = function() return self.aborted end }
+  local function ev_end(outcome, mark)
+    local e = { type = "tool_execution_end", call_id = call.id, name = call.name, index = i,
+                result = not outcome.is_error and outcome.content or nil,
+                error = outcome.is_error and outcome.error or nil,
+                attempts = outcome.attempts, duration = outcome.duration }
+    if mark then e[mark] = true end
+    return e
+  end
+  local known, jerr
+  if jr then
+    known, jerr = jr:call(turn, i, call, tool, function(t, c) return tools.check_outcome(t, c, ctx) end)
+    if jerr then
+      return { is_error = true, unknown = true, error = jerr, content = jerr.message, attempts = 0, duration = 0 }
+    end
+  end
+  local mark = known and (known.checked and "checked" or (known.outcome and "replayed")) or nil
+  local start = { type = "tool_execution_start", call_id = call.id, name = call.name, arguments = call.arguments,
+                  raw_arguments = call.raw_arguments, index = i }
+  if mark then start[mark] = true end
+  emit(start)
+  local outcome
+  if known and known.outcome then
+    outcome = known.outcome
+  elseif known and known.unknown then
+    outcome = { is_error = true, unknown = true, error = known.unknown, content = known.unknown.message,
+                attempts = 0, duration = 0 }
+  elseif jr and jr.failed then -- the write-ahead failed: the call does not run
+    outcome = { is_error = true, unknown = true, error = jr.failed, content = jr.failed.message, attempts = 0, duration = 0 }
+  elseif not tool then
+    local names = {}
+    for k in pairs(box.tools) do names[#names + 1] = k end
+    table.sort(names)
+    local e = errors.new("unknown_tool", string.format("unknown tool '%s' (available: %s)",
+      tostring(call.name), #names > 0 and table.concat(names, ", ") or "none"))
+    outcome = { is_error = true, error = e, content = e.message, attempts = 0, duration = 0 }
+  else
+    outcome = tools.execute(tool, call, ctx)
+  end
+  local e = ev_end(outcome, mark)
+  if known and known.resolved then e.resolved = true end
+  emit(e)
+  return outcome
+end
+
 -- Runs the tool calls of one message: at most max_parallel_tools at once,
 -- results in the calls' order. Returns the outcomes.
-function Agent:run_tools(box, calls, emit, policy)
+function Agent:run_tools(box, calls, emit, policy, turn)
   local n, results, next_i = #calls, {}, 0
   local halted -- an unknown outcome stops the run: calls not started stay so
   local function worker()
@@ -227,29 +285,9 @@ function Agent:run_tools(box, calls, emit, policy)
       elseif halted then
         results[i] = not_run(call, "not run: the run stops because the outcome of " .. halted .. " is unknown")
       else
-        local tool = box.tools[call.name]
-        emit { type = "tool_execution_start", call_id = call.id, name = call.name, arguments = call.arguments }
-        local outcome
-        if not tool then
-          local names = {}
-          for k in pairs(box.tools) do names[#names + 1] = k end
-          table.sort(names)
-          local e = errors.new("unknown_tool", string.format("unknown tool '%s' (available: %s)",
-            tostring(call.name), #names > 0 and table.concat(names, ", ") or "none"))
-          outcome = { is_error = true, error = e, content = e.message, attempts = 0, duration = 0 }
-        else
-          outcome = tools.execute(tool, call, {
-            agent = self.name, policy = policy, emit = emit, rng = self.rng,
-            idempotency_key = self.id .. ":" .. tostring(call.id),
-            aborted = function() return self.aborted end,
-          })
-        end
+        local outcome = self:run_call(box, call, i, emit, policy, turn)
         results[i] = outcome
         if outcome.unknown then halted = halted or (call.name .. " (call " .. tostring(call.id) .. ")") end
-        emit { type = "tool_execution_end", call_id = call.id, name = call.name,
-               result = not outcome.is_error and outcome.content or nil,
-               error = outcome.is_error and outcome.error or nil,
-               attempts = outcome.attempts, duration = outcome.duration }
       end
     end
   end
@@ -279,10 +317,35 @@ local function add_usage(total, u)
   return total
 end
 
+-- The journal binding of a durable agent for this run (journal.lua), or
+-- nil; nil, err when the journal cannot be opened.
+function Agent:journal_begin()
+  local durable = self.durable
+  if durable == nil then
+    local j = package.loaded["luagent.journal"]
+    durable = j and j.all_agents or false
+  end
+  if not durable then return nil end
+  if not self.binder then
+    local b, err = require("luagent.journal").bind(self)
+    if not b then return nil, err end
+    self.binder = b
+  end
+  self.binder:begin()
+  self.journal = self.binder
+  return self.binder
+end
+
 -- The body of a run (in the agent's task): turns until a stop reason.
 function Agent:run_turns(emit, push)
   local usage, turns, stop, err, reason = nil, 0, nil, nil, nil
-  emit { type = "agent_start", history = #self.messages }
+  local jr, jerr = self:journal_begin()
+  emit { type = "agent_start", history = #self.messages, run_id = jr and jr.run.id,
+         resumed = jr and jr.run.resumed or nil }
+  if jerr then
+    emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, turns = 0 }
+    return
+  end
   while true do
     if self.aborted then stop = "aborted" break end
     local box = self:toolbox(emit)
@@ -292,15 +355,32 @@ function Agent:run_turns(emit, push)
     end
     turns = turns + 1
     emit { type = "turn_start", turn = turns }
-    local final
-    local ok, cerr = pcall(function()
+    local final, known, ok, cerr
+    if jr then known, cerr = jr:turn(turns, self.messages, self.system) end
+    if cerr then
+      err, stop = cerr, "error"
+      emit { type = "turn_end", turn = turns, message = nil, tool_results = json.array() }
+      break
+    end
+    if known then -- answered from the journal: no request
+      ok = true
+      emit { type = "message_start", replayed = true }
+      final = { type = "message_end", replayed = true, final = true, message = known.message, usage = known.usage,
+                total_usage = known.total_usage, attempts = known.attempts, stop_reason = known.stop_reason }
+      emit(final)
+    else ok, cerr = pcall(function()
       for ev in retry.stream { model = self.provider, system = self.system, messages = self.messages,
                                tools = box.specs, policy = self.policy, max_tokens = self.max_tokens,
                                temperature = self.temperature } do
         push(ev)
         if ev.type == "message_end" and ev.final then final = ev end
       end
-    end)
+    end) end
+    if jr and jr.failed and ok then
+      err, stop = jr.failed, "error"
+      emit { type = "turn_end", turn = turns, message = nil, tool_results = json.array() }
+      break
+    end
     if not ok then
       if not errors.is_cancel(cerr) then error(cerr, 0) end
       self.aborted = self.aborted or cerr.reason or "aborted"
@@ -329,7 +409,7 @@ function Agent:run_turns(emit, push)
       results = {}
       for i, c in ipairs(calls) do results[i] = not_run(c, "not run: " .. guard) end
     else
-      results = self:run_tools(box, calls, emit, self:current_tool_policy())
+      results = self:run_tools(box, calls, emit, self:current_tool_policy(), turns)
     end
     local tool_msgs, unknown = {}, nil
     for i, c in ipairs(calls) do
@@ -353,16 +433,23 @@ end
 -- that aborts the run when the loop is left early).
 function Agent:start()
   if self.running then error("agent: already running (one prompt at a time)", 3) end
-  self.running, self.aborted = true, nil
+  self.running, self.aborted, self.journal = true, nil, nil
   local q, sig, finished = queue.new(), signal(), false
-  local function push(ev)
+  local function deliver(ev)
     q:push(ev)
     sig.notify()
   end
+  -- the journal sees each event first: a step is committed before anyone
+  -- is told of it (a tool's start before the tool runs)
+  local function push(ev) -- the model call's events (already on the bus)
+    if self.journal then self.journal:observe(ev) end
+    deliver(ev)
+  end
   local function emit(ev)
     ev.agent = self.name
+    if self.journal then self.journal:observe(ev) end
     events.publish(ev)
-    push(ev)
+    deliver(ev)
   end
   local failure -- a programming error in the run (a bug, a misused API)
   self.streak = { key = nil, count = 0 }

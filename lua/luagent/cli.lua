@@ -15,7 +15,9 @@ commands:
   run FILE.lua [args...]   run a Lua script as the main task
   mock [options]           serve the mock provider (luagent mock --help)
   sim [options]            the contention simulation (luagent help sim)
-  help [TOPIC]             show help: run, faults, sim
+  resume RUN_ID            continue a durable run where it stopped
+  runs [show|resolve|gc]   list, inspect, settle and delete durable runs
+  help [TOPIC]             show help: run, resume, runs, faults, sim
 
 options:
   -h, --help               show this help
@@ -65,6 +67,11 @@ options:
   --tools DIR         load a tool set from DIR (every *.lua file returns a
                       tool or a list of tools; watched and reloaded between
                       turns) as luagent.options.tools
+  --durable           journal every agent of the script (as durable = true):
+                      the run id is printed at the start; after a crash or
+                      a failure, 'luagent resume RUN_ID' continues it
+  --journal FILE      the run journal (SQLite) of durable agents (default
+                      $LUAGENT_HOME/runs.db, else .luagent/runs.db here)
   -h, --help          show this help
 
 Exit codes: 0 done; 1 the script raised an error (printed as
@@ -74,6 +81,35 @@ clean up, even while its Lua is busy; a second exits at once); 143 the same
 for SIGTERM (a graceful stop: the call in flight ends with an aborted event
 and is still recorded).
 ]]
+
+HELP.resume = [[
+usage: luagent resume [options] RUN_ID
+
+Continues a durable run (luagent run --durable, or agents made with
+durable = true) where it stopped: runs the run's script again, in the
+folder it started in, with its arguments and the options it was run with
+(--policy, --cassette, --mock, --seed, --fast, --tools, --retry-safe;
+options given here win; --faults, --events, --record and --log are this
+invocation's own). Steps memoized by position:
+
+  - finished model turns and tool calls are answered from the journal: no
+    request, no tool run; their events carry replayed = true;
+  - a tool call that started and never finished runs again if the tool is
+    read_only or idempotent; else the tool's check(args, ctx) decides (a
+    result: it happened; nil: it runs); else the run stops again with
+    outcome_unknown until 'luagent runs resolve' settles it;
+  - a script that no longer matches its journal (other messages, another
+    tool or other arguments at the same position) stops with a divergence
+    error naming the step.
+
+options: those of 'luagent run' (see 'luagent help run'), and
+  --journal FILE      the run journal (default $LUAGENT_HOME/runs.db, else
+                      .luagent/runs.db here)
+
+Exit codes as for run; 2 also when the run is not in the journal.
+]]
+
+HELP.runs = require("luagent.journal.cli").HELP
 
 local function say(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end
 
@@ -96,8 +132,8 @@ end
 -- Options of `luagent run`: name -> true when it takes a value.
 local RUN_FLAGS = {
   policy = true, faults = true, cassette = true, seed = true, record = true, events = true, log = true,
-  tools = true,
-  mock = false, ["retry-safe"] = false, fast = false, ["virtual-clock"] = false,
+  tools = true, journal = true,
+  mock = false, ["retry-safe"] = false, fast = false, ["virtual-clock"] = false, durable = false,
 }
 
 -- Parses run's options; returns opts, index of FILE, or nil, message.
@@ -199,8 +235,9 @@ local function prepare(opts, file)
   if use_mock then
     local mock = require "luagent.mock"
     -- a replay streams at its recorded pace, as the live run did
+    -- a resumed run starts mid-cassette: the replay finds the exchange
     local srv, err = mock.start { cassette = cassette, faults = opts.faults, seed = seed or 0,
-                                  recorded_speed = cassette ~= nil and not opts.fast }
+                                  recorded_speed = cassette ~= nil and not opts.fast, seek = opts.resuming }
     if not srv then
       if err and err.kind == "usage" then return nil, usage_error("run: %s", err.message) end
       say("luagent: %s", tostring(err))
@@ -237,25 +274,9 @@ local function prepare(opts, file)
   end
 end
 
-function M.run(args)
-  local opts, i = parse_run_args(args)
-  if not opts then return usage_error("%s", i) end
-  if opts.help then
-    io.write(HELP.run)
-    return 0
-  end
-  local file = args[i]
-  if not file then return usage_error("run: missing FILE.lua") end
-  local fh, open_err = io.open(file, "r")
-  if not fh then return usage_error("run: cannot open '%s': %s", file, open_err:gsub("^[^:]*: ", "")) end
-  fh:close()
-  local chunk, load_err = loadfile(file, "t")
-  if not chunk then
-    say("luagent: %s", load_err)
-    return 1
-  end
-  local script_args = { [0] = file, [-1] = args[0] }
-  for j = i + 1, #args do script_args[#script_args + 1] = args[j] end
+-- Runs FILE (already checked to load) with its arguments under the
+-- options. Returns the exit code.
+local function execute(opts, file, chunk, script_args)
   _G.arg = script_args
 
   if opts["virtual-clock"] then core.clock_virtual() end
@@ -265,6 +286,11 @@ function M.run(args)
   core.on_sigint(main)
   local finished, stuck = core.run()
   cleanup()
+  local journal = package.loaded["luagent.journal"]
+  local run = journal and journal.current_run
+  if run and not run.last_status then
+    run:status(main:status() == "failed" and "failed" or "done")
+  end
   if main:status() == "failed" then
     local _, err = pcall(main.join, main)
     local stopped, sig = core.interrupted()
@@ -281,6 +307,115 @@ function M.run(args)
   end
   local stopped, sig = core.interrupted()
   return stopped and 128 + sig or 0
+end
+
+-- Loads FILE as a chunk: chunk, or nil and the exit code after saying why.
+local function load_script(file, cmd)
+  local fh, open_err = io.open(file, "r")
+  if not fh then return nil, usage_error("%s: cannot open '%s': %s", cmd, file, open_err:gsub("^[^:]*: ", "")) end
+  fh:close()
+  local chunk, load_err = loadfile(file, "t")
+  if not chunk then
+    say("luagent: %s", load_err)
+    return nil, 1
+  end
+  return chunk
+end
+
+-- The journal for --durable / resume: the store, or nil and the exit code.
+local function open_journal(opts)
+  local journal = require "luagent.journal"
+  local store, err = journal.open(opts.journal)
+  if not store then
+    say("luagent: %s", tostring(err))
+    return nil, 1
+  end
+  return store
+end
+
+-- Options of `luagent run` a durable run records, for `luagent resume`
+-- (faults, events, recording and logging belong to one invocation).
+local RECORDED = { "policy", "cassette", "mock", "seed", "fast", "tools", "retry-safe", "durable" }
+
+-- Parses the options of run or resume: opts, index of the first other
+-- argument; or nil, exit code (usage error, or --help shown).
+local function parse_or_help(args, cmd)
+  local opts, i = parse_run_args(args)
+  if not opts then return nil, usage_error("%s", (i:gsub("^run:", cmd .. ":"))) end
+  if opts.help then
+    io.write(HELP[cmd])
+    return nil, 0
+  end
+  return opts, i
+end
+
+function M.run(args)
+  local opts, i = parse_or_help(args, "run")
+  if not opts then return i end
+  local file = args[i]
+  if not file then return usage_error("run: missing FILE.lua") end
+  local chunk, code = load_script(file, "run")
+  if not chunk then return code end
+  local script_args = { [0] = file, [-1] = args[0] }
+  for j = i + 1, #args do script_args[#script_args + 1] = args[j] end
+  if opts.durable or opts.journal then
+    local journal = require "luagent.journal"
+    local recorded = {}
+    for _, k in ipairs(RECORDED) do recorded[k] = opts[k] end
+    local list = {}
+    for j = 1, #script_args do list[j] = script_args[j] end
+    -- --journal alone: the run starts with the first durable agent
+    journal.file, journal.run_info = opts.journal, { script = file, args = list, options = recorded,
+      cwd = os.getenv("PWD") }
+    if opts.durable then
+      local run, err = journal.current()
+      if not run then
+        say("luagent: %s", tostring(err))
+        return 1
+      end
+      journal.all_agents = true
+    end
+  end
+  return execute(opts, file, chunk, script_args)
+end
+
+-- `luagent resume [options] RUN_ID`: the run's script again, with its
+-- arguments, recorded options (those given here win) and run id.
+function M.resume(args)
+  local opts, i = parse_or_help(args, "resume")
+  if not opts then return i end
+  local id = args[i]
+  if not id then return usage_error("resume: missing RUN_ID ('luagent runs' lists them)") end
+  if args[i + 1] then return usage_error("resume: unexpected argument '%s'", args[i + 1]) end
+  local journal = require "luagent.journal"
+  local store, code = open_journal(opts)
+  if not store then return code end
+  local run, err = journal.resume(store, id)
+  if not run then
+    store:close()
+    if err and err.kind == "usage" then return usage_error("resume: %s", err.message) end
+    say("luagent: %s", tostring(err))
+    return 1
+  end
+  local rec = run.record
+  local here = os.getenv("PWD")
+  if rec.cwd and here and rec.cwd ~= here then
+    store:close()
+    return usage_error("resume: run %s started in %s; resume it from there", id, rec.cwd)
+  end
+  for k, v in pairs(rec.options or {}) do
+    if opts[k] == nil then opts[k] = v end
+  end
+  opts.resuming = true
+  local chunk
+  chunk, code = load_script(rec.script, "resume")
+  if not chunk then return code end
+  local script_args = { [0] = rec.script, [-1] = args[0] }
+  for j, a in ipairs(rec.args or {}) do script_args[j] = a end
+  journal.current_run, journal.all_agents = run, rec.options and rec.options.durable or false
+  say("luagent: resuming run %s (%s; %d step(s) in the journal%s)", id, rec.script, #rec.steps,
+    rec.status == "done" and "; it had finished: every step replays" or "")
+  return execute(opts, rec.script, chunk, script_args)
 end
 
 -- Topics beyond the built-in ones live with their area (e.g. faults).
@@ -307,6 +442,8 @@ local COMMANDS = {
   help = function(args) return help(args[1]) end,
   mock = function(args) return require("luagent.mock").main(args) end,
   sim = function(args) return require("luagent.sim").main(args) end,
+  resume = function(args) return M.resume(args) end,
+  runs = function(args) return require("luagent.journal.cli").main(args, say, usage_error) end,
 }
 
 -- main(argv, root) -> exit code. argv[0] is the program, argv[1] the command.

@@ -30,6 +30,8 @@ M.kinds = {
   invalid_arguments = true, -- a tool call's arguments are not JSON or do not match params
   unknown_tool = true,   -- the model called a tool that is not in the agent's set
   outcome_unknown = true,-- an unflagged tool may have done its work; `tool`, `call_id`, `arguments`
+  journal = true,        -- the run journal failed: cannot open, corrupt, locked, full; `file`, `code_name`, `corrupt`
+  divergence = true,     -- a durable run's script no longer matches its journal; `step`
 }
 
 -- One metatable for records made in C and in Lua, owned by the core

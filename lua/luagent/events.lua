@@ -62,6 +62,9 @@ local function plain(v, depth)
   return out
 end
 
+-- plain(v) -> a plain copy of v as above (the run journal stores events' data so).
+function M.plain(v) return plain(v, 0) end
+
 -- to_json(event) -> one line of JSON (no newline), valid UTF-8, keys
 -- scrubbed (lua/luagent/secrets.lua). Non-finite numbers (a server's
 -- `1e999`, a policy's math.huge) are written as null.

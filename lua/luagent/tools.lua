@@ -23,7 +23,7 @@ Tool.__index = Tool
 M.Tool = Tool
 
 local FIELDS = { name = true, description = true, params = true, read_only = true,
-  idempotent = true, timeout = true, run = true, command = true }
+  idempotent = true, timeout = true, run = true, command = true, check = true }
 
 ------------------------------------------------------------------------------
 -- Definitions
@@ -41,7 +41,7 @@ function M.check(t, source)
   for _, k in ipairs(keys) do
     if not FIELDS[k] then
       return nil, "unknown field '" .. k .. "' (a tool has name, description, params, read_only, "
-        .. "idempotent, timeout and run or command)", k
+        .. "idempotent, timeout, check and run or command)", k
     end
   end
   local name = t.name
@@ -65,6 +65,9 @@ function M.check(t, source)
   if (t.run == nil) == (t.command == nil) then
     return bad(t.run and "run" or "command", "needs exactly one of run (a function) and command (an argv list)")
   end
+  if t.check ~= nil and type(t.check) ~= "function" then
+    return bad("check", "check must be a function(args, ctx) returning the result if the call happened, else nil")
+  end
   local command
   if t.run ~= nil and type(t.run) ~= "function" then return bad("run", "run must be a function") end
   if t.command ~= nil then
@@ -80,7 +83,7 @@ function M.check(t, source)
   return setmetatable({
     name = name, description = t.description, params = params,
     read_only = t.read_only or false, idempotent = t.idempotent or false,
-    timeout = t.timeout, run = t.run, command = command, source = source,
+    timeout = t.timeout, run = t.run, command = command, source = source, check = t.check,
   }, Tool)
 end
 
@@ -250,6 +253,32 @@ local function command_attempt(tool, args, ctx, timeout, policy)
       { exit_code = r.code, retryable = r.code == 75 }) -- EX_TEMPFAIL: try again
   end
   return r.stdout, nil, r.stdout_dropped
+end
+
+-- check_outcome(tool, call, opts) -> text | nil | nil, err: asks the tool's
+-- check(args, ctx) whether a call whose outcome is unknown (a durable run
+-- stopped while it ran) happened: its result as text if it did, nil if it
+-- did not, nil and a tool_error when the check failed. Same bounds as an
+-- attempt (timeout, stuck-code guard); opts as for execute.
+function M.check_outcome(tool, call, opts)
+  local timeout = tool.timeout or (opts.policy and opts.policy.timeout) or 30
+  local ctx = { call_id = call.id, agent = opts.agent, tool = tool.name, attempt = 0, checking = true,
+    idempotency_key = opts.idempotency_key, raw_arguments = call.raw_arguments,
+    progress = function() end, cancelled = function() return false end }
+  local luagent = require "luagent"
+  local ok, res, e = pcall(luagent.deadline, timeout, function()
+    M.guard_stuck(timeout, tool.name .. " check")
+    return tool.check(call.arguments or {}, ctx)
+  end)
+  if not ok then
+    if errors.is_cancel(res) then error(res, 0) end
+    return nil, tool_error(tool.name .. " check", res)
+  end
+  if res == nil then
+    if e ~= nil then return nil, tool_error(tool.name .. " check", e) end
+    return nil
+  end
+  return as_text(res)
 end
 
 -- The record that stops a run when an unflagged tool may have acted.

@@ -19,6 +19,16 @@ local function slurp(path)
 end
 M.slurp = slurp
 
+-- The lines of a file (none when it is missing).
+function M.lines(path)
+  local out = {}
+  local f = io.open(path)
+  if not f then return out end
+  for l in f:lines() do out[#out + 1] = l end
+  f:close()
+  return out
+end
+
 -- Writes `text` to a fresh temporary file and returns its path.
 function M.tempfile(text, suffix)
   local path = os.tmpname() .. (suffix or "")

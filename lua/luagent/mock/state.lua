@@ -32,7 +32,8 @@ end
 -- function, default os.time>, on_divergence=<function(message)>,
 -- script=<function(view, n, body) -> content or nil: what the model says
 -- to request n (see replies.content for the shape; `tools` may list
--- several calls)>.
+-- several calls)>, seek=<the cassette replay may jump to the exchange a
+-- request matches>.
 -- Returns the state, or nil, err (kind "usage").
 function M.state(opts)
   opts = opts or {}
@@ -57,6 +58,9 @@ function M.state(opts)
     player, err = cassette.load(player)
     if not player then return nil, err end
   end
+  -- seek: a resumed durable run starts mid-cassette; the replay jumps to
+  -- the exchange its request matches
+  if player and opts.seek then player.seek = true end
   return {
     faults = list, rng = faults.rng(math.tointeger(seed)), player = player,
     ttft = ttft, tps = tps, recorded_speed = opts.recorded_speed,

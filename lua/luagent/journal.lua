@@ -1,0 +1,389 @@
+-- Durable runs: the run journal. Steps (model turns, tool calls) are
+-- memoized by position: a durable agent writes each step as it completes,
+-- and when its script runs again with the same run id (`luagent resume`),
+-- every step already in the journal is answered from it instead of being
+-- executed; the run goes live at the first step that is not there.
+--
+-- The journal is a consumer of the agent's events (DESIGN.md: events are
+-- the spine) plus the few hooks the agent needs to replay:
+--   binder:turn(...)  before a model call: the journaled turn, or nil (live)
+--   binder:call(...)  before a tool call: the journaled outcome, or nil (run it)
+--   binder:observe(ev) every event of the agent's stream, to write steps:
+--     turn      when the turn's final message arrived (usage of every attempt)
+--     call      'started', committed BEFORE the tool runs (write-ahead), then
+--               'finished' with its result, or 'unknown' (outcome_unknown)
+--
+-- Stores. A store is any table with these methods (journal/sqlite.lua is
+-- the embedded one; a server-backed store, PostgreSQL for runs shared
+-- between machines, implements the same):
+--   open(path) -> store | nil, err             (module function)
+--   store:create(run) -> true | nil, err      run = {id, script, args, options, cwd, pid}
+--   store:append(run_id, step) -> true | nil, err
+--        step = {pos, kind = "turn"|"turn_failed"|"call", status, name,
+--                call_id, input_tokens, output_tokens, cost, data}
+--        one step, one transaction; a step at the same pos replaces it
+--   store:update(run_id, {status, error, agents, pid}) -> true | nil, err
+--   store:read(run_id) -> run{..., steps = {...}, by_pos = {[pos] = step}} | nil
+--   store:list() -> runs (with turns, input_tokens, output_tokens, cost)
+--   store:resolve(run_id, call_id_or_pos, {result = text} | {not_done = true})
+--   store:gc(seconds) -> number of runs deleted
+--   store:close()
+-- Writing methods may suspend the calling task until the write is durable
+-- (the SQLite store commits in a thread of its own); they never hold the loop.
+local errors = require "luagent.errors"
+local json = require "luagent.json"
+
+local M = {}
+
+-- The durable run of this process (set by `luagent run --durable`,
+-- `luagent resume`, or the first durable agent), and whether every agent
+-- of the script is durable (--durable).
+M.current_run = nil
+M.all_agents = false
+-- Set by `luagent run --durable/--journal`: the journal file, and the
+-- script, arguments and options the run records ({script=, args=,
+-- options=, cwd=}); nil: the default journal and _G.arg.
+M.file, M.run_info = nil, nil
+
+------------------------------------------------------------------------------
+-- Where the journal is
+------------------------------------------------------------------------------
+
+-- path([flag]) -> the journal file: --journal FILE, else
+-- $LUAGENT_HOME/runs.db, else .luagent/runs.db in the current folder.
+function M.path(flag)
+  if flag and flag ~= "" then return flag end
+  local home = os.getenv("LUAGENT_HOME")
+  if home and home ~= "" then return (home:gsub("/+$", "")) .. "/runs.db" end
+  return ".luagent/runs.db"
+end
+
+local function exists(path)
+  local f = io.open(path, "r")
+  if f then f:close() return true end
+  return false
+end
+
+-- open([path]) -> store | nil, err: the SQLite store at path (M.path()
+-- when nil). The default folder (.luagent, $LUAGENT_HOME) is created; the
+-- folder of an explicit --journal FILE must exist.
+function M.open(path, opts)
+  local explicit = path ~= nil
+  path = M.path(path)
+  local dir = path:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" and not exists(dir) then
+    if explicit and not (opts and opts.mkdir) then
+      return nil, errors.new("journal", "cannot open journal '" .. path .. "': folder '" .. dir .. "' does not exist",
+        { file = path })
+    end
+    os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
+  end
+  return require("luagent.journal.sqlite").open(path)
+end
+
+------------------------------------------------------------------------------
+-- Runs
+------------------------------------------------------------------------------
+
+-- new_id() -> a run id that sorts by its start time:
+-- "YYYYMMDD-HHMMSS-mmm-xxxx" (UTC; milliseconds; 16 random bits).
+function M.new_id(now)
+  now = now or os.time()
+  local s = math.floor(now)
+  return string.format("%s-%03d-%04x", os.date("!%Y%m%d-%H%M%S", s), math.floor((now - s) * 1000),
+    math.random(0, 0xffff))
+end
+
+-- This process's id (Linux: /proc/self/stat).
+local function pid()
+  local f = io.open("/proc/self/stat")
+  if not f then return nil end
+  local n = f:read("n")
+  f:close()
+  return math.tointeger(n)
+end
+M.pid = pid
+
+local Run = {}
+Run.__index = Run
+
+-- start(store, {script=, args=, options=, cwd=}) -> run | nil, err: a new
+-- run in the store, printed on stderr unless quiet.
+function M.start(store, info)
+  local run = setmetatable({ store = store, id = M.new_id(store:now()), resumed = false,
+    by_pos = {}, agent_count = {}, agents = {} }, Run)
+  local ok, err = store:create { id = run.id, script = info.script, args = info.args, options = info.options,
+    cwd = info.cwd, pid = pid() }
+  if not ok then return nil, err end
+  if not info.quiet then
+    io.stderr:write(string.format("luagent: durable run %s (journal %s; 'luagent resume %s' continues it)\n",
+      run.id, store.path or "?", run.id))
+  end
+  return run
+end
+
+-- resume(store, id) -> run | nil, err: the run as journaled, to continue.
+function M.resume(store, id)
+  local rec, err = store:read(id)
+  if not rec then return nil, err or errors.new("usage", "no run '" .. id .. "' in journal " .. tostring(store.path)) end
+  local run = setmetatable({ store = store, id = id, resumed = true, record = rec, by_pos = rec.by_pos,
+    agent_count = {}, agents = {} }, Run)
+  store:update(id, { status = "running", pid = pid() })
+  return run
+end
+
+-- The run of a durable agent in a script started without --durable: one
+-- per process, in the default journal, for the script and its arguments.
+function M.current()
+  if M.current_run then return M.current_run end
+  if M.open_error then return nil, M.open_error end
+  local store, err = M.open(M.file)
+  if store then
+    local info = M.run_info
+    if not info then
+      local args = {}
+      for i, a in ipairs(_G.arg or {}) do args[i] = a end
+      info = { script = _G.arg and _G.arg[0], args = args, options = {}, cwd = os.getenv("PWD") }
+    end
+    M.current_run, err = M.start(store, info)
+  end
+  M.open_error = err
+  return M.current_run, err
+end
+
+-- run:status(status, err): the run's status at the end of an agent's run.
+function Run:status(status, err)
+  self.last_status = status
+  self.store:update(self.id, { status = status, error = err and tostring(err) or nil,
+    agents = table.concat(self.agents, ",") })
+end
+
+------------------------------------------------------------------------------
+-- An agent's binding to the run
+------------------------------------------------------------------------------
+
+local Binder = {}
+Binder.__index = Binder
+M.Binder = Binder
+
+-- bind(agent) -> binder | nil, err: the agent's place in the current run.
+-- Agents of one name are numbered in the order they first run (name#1,
+-- name#2, ...), so positions are stable when the script is.
+function M.bind(agent)
+  local run, err = M.current()
+  if not run then return nil, err end
+  local n = (run.agent_count[agent.name] or 0) + 1
+  run.agent_count[agent.name] = n
+  if n == 1 then
+    run.agents[#run.agents + 1] = agent.name
+    run.store:update(run.id, { agents = table.concat(run.agents, ",") })
+  end
+  return setmetatable({ run = run, key = agent.name .. "#" .. n, prompts = 0, agent = agent.name }, Binder)
+end
+
+-- binder:begin(): a new prompt (agent:prompt or :continue) of the agent.
+function Binder:begin()
+  self.prompts = self.prompts + 1
+  self.prefix = self.key .. "/" .. self.prompts
+  self.cur_turn, self.covered, self.failed = 0, 0, nil
+end
+
+function Binder:turn_pos(turn) return self.prefix .. "/t" .. turn end
+function Binder:call_pos(turn, i) return self.prefix .. "/t" .. turn .. "/c" .. i end
+
+-- The idempotency key of call i of a turn: stable across resumes.
+function Binder:idempotency_key(turn, i)
+  return self.run.id .. ":" .. self:call_pos(turn, i)
+end
+
+-- Writes a step; a failure is kept (binder.failed) and stops the run.
+function Binder:write(step)
+  if self.failed then return false end
+  local ok, err = self.run.store:append(self.run.id, step)
+  if not ok then
+    self.failed = err
+    io.stderr:write("luagent: ", tostring(err), "\n")
+    return false
+  end
+  self.run.by_pos[step.pos] = step
+  return true
+end
+
+-- Plain data of a value for the journal (records become their fields).
+local function plain(v) return require("luagent.events").plain(v) end
+
+local function shorten(s, n)
+  s = tostring(s)
+  if #s > n then s = s:sub(1, n - 3) .. "..." end
+  return s
+end
+
+-- A divergence record naming the step.
+local function diverged(pos, what)
+  return errors.new("divergence", "the script no longer matches journal step " .. pos .. ": " .. what
+    .. " (resume the script that made the run, or start a new run)", { step = pos })
+end
+
+-- The messages sent since the last turn, as canonical JSON texts.
+local function delta(messages, from)
+  local out = {}
+  for i = from + 1, #messages do out[#out + 1] = json.encode(plain(messages[i])) end
+  return out
+end
+
+-- integerize(v) -> v: JSON numbers come back as floats; integral ones
+-- become integers again (as the adapters decode tool arguments), so a
+-- replayed value is the value. Stores use it on what they decode.
+function M.integerize(v)
+  if type(v) == "number" then return math.tointeger(v) or v end
+  if type(v) == "table" then
+    for k, x in pairs(v) do v[k] = M.integerize(x) end
+  end
+  return v
+end
+
+-- Rebuilds a journaled message: tool calls get their arguments from the
+-- raw text the model sent (JSON loses empty arrays).
+local function restore_message(m)
+  for _, c in ipairs(m.tool_calls or {}) do
+    if type(c.raw_arguments) == "string" then c.arguments = M.integerize(json.decode(c.raw_arguments)) or c.arguments end
+  end
+  return m
+end
+
+-- binder:turn(turn, messages, system) -> nil (go live) | record | nil, err.
+-- A journaled turn is checked against what the script sends now (the
+-- messages added since the last turn, the system prompt): a difference is
+-- a divergence naming the step.
+function Binder:turn(turn, messages, system)
+  if self.failed then return nil, self.failed end
+  self.cur_turn = turn
+  local pos = self:turn_pos(turn)
+  local sent = delta(messages, self.covered)
+  self.request = { system = system, messages = sent, from = self.covered }
+  self.covered = #messages + 1 -- the assistant message comes next
+  local step = self.run.resumed and self.run.by_pos[pos]
+  if not step or step.status ~= "finished" then return nil end
+  local d = step.data or {}
+  local req = d.request or {}
+  if json.encode(req.system or json.null) ~= json.encode(system or json.null) then
+    return nil, diverged(pos, "the system prompt differs")
+  end
+  local was = req.messages or {}
+  for i = 1, math.max(#was, #sent) do
+    if was[i] ~= sent[i] then
+      return nil, diverged(pos, string.format("message %d sent to the model differs: journal %s, script %s",
+        (req.from or 0) + i, shorten(was[i] or "nothing", 100), shorten(sent[i] or "nothing", 100)))
+    end
+  end
+  local msg = restore_message(d.message)
+  return { message = msg, usage = d.usage, total_usage = d.total_usage, attempts = d.attempts,
+           stop_reason = d.stop_reason }
+end
+
+-- binder:call(turn, i, call, tool, check) -> nil (run it) |
+-- {outcome=} (answered: journal, resolution or check) |
+-- {unknown=<outcome_unknown record>} | nil, err (divergence, journal).
+-- `check(tool, call, ctx)` runs the tool's check function.
+function Binder:call(turn, i, call, tool, check)
+  if self.failed then return nil, self.failed end
+  local pos = self:call_pos(turn, i)
+  local step = self.run.resumed and self.run.by_pos[pos]
+  if not step or step.status == "not_done" then return nil end
+  local d = step.data or {}
+  local args_now = call.raw_arguments or json.encode(call.arguments or {})
+  if step.name ~= call.name or (d.arguments ~= nil and d.arguments ~= args_now) then
+    return nil, diverged(pos, string.format("the journal has %s %s, the script calls %s %s", tostring(step.name),
+      shorten(d.arguments or "", 80), tostring(call.name), shorten(args_now, 80)))
+  end
+  if step.status == "finished" then
+    local e = d.error and errors.new(d.error.kind or "tool_error", d.error.message or d.content or "")
+    return { outcome = { content = d.content or "", is_error = d.is_error or false, error = e,
+      attempts = d.attempts or 0, duration = 0 }, resolved = d.resolved }
+  end
+  -- started, never finished: it may have run
+  if tool and (tool.read_only or tool.idempotent) then return nil end
+  if tool and tool.check then
+    local text, err = check(tool, call)
+    if err then
+      return { unknown = errors.new("outcome_unknown", string.format("%s (call %s, step %s) started before the "
+        .. "run stopped and its check failed: %s", call.name, tostring(call.id), pos, tostring(err)),
+        { tool = call.name, call_id = call.id, arguments = call.arguments, step = pos, cause = err }) }
+    end
+    if text ~= nil then return { outcome = { content = text, is_error = false, attempts = 0, duration = 0 },
+      checked = true } end
+    return nil -- check says it did not happen: run it
+  end
+  return { unknown = errors.new("outcome_unknown", string.format("%s (call %s, step %s, arguments %s) started "
+    .. "before the run stopped and may have done its work; it has neither read_only, idempotent nor check: "
+    .. "settle it with 'luagent runs resolve %s %s --result JSON' or '--not-done', then resume",
+    call.name, tostring(call.id), pos, shorten(args_now, 80), self.run.id, tostring(call.id)),
+    { tool = call.name, call_id = call.id, arguments = call.arguments, step = pos }) }
+end
+
+-- Token counts of a usage table.
+local function tokens(u)
+  if type(u) ~= "table" then return nil, nil end
+  return tonumber(u.input_tokens), tonumber(u.output_tokens)
+end
+
+-- The run's status for an agent_end.
+local function end_status(ev)
+  if ev.stop_reason == "aborted" then return "aborted" end
+  if ev.stop_reason ~= "error" then return "done" end
+  local kind = ev.error and ev.error.kind
+  if kind == "outcome_unknown" then return "outcome_unknown" end
+  if kind == "divergence" then return "diverged" end
+  return "failed"
+end
+
+-- binder:observe(ev): the journal as a consumer of the agent's events.
+-- Replayed events are not written again.
+function Binder:observe(ev)
+  if ev.replayed then return end
+  local t = ev.type
+  if t == "message_end" and ev.final then
+    local pos = self:turn_pos(self.cur_turn)
+    local inp, out = tokens(ev.total_usage)
+    if ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted" and ev.message then
+      self:write { pos = pos, kind = "turn", status = "finished", input_tokens = inp, output_tokens = out,
+        cost = ev.total_usage and tonumber(ev.total_usage.cost),
+        data = { message = plain(ev.message), usage = plain(ev.usage), total_usage = plain(ev.total_usage),
+                 attempts = ev.attempts, stop_reason = ev.stop_reason, request = self.request } }
+    elseif ev.total_usage then
+      -- a failed turn still cost its attempts' tokens
+      self:write { pos = string.format("%s/failed-%08x", pos, math.random(0, 0x7fffffff)), kind = "turn_failed",
+        status = "failed", input_tokens = inp, output_tokens = out,
+        data = { error = ev.error and tostring(ev.error), attempts = ev.attempts } }
+    end
+  elseif t == "tool_execution_start" then
+    local i = ev.index
+    if not i then return end
+    self:write { pos = self:call_pos(self.cur_turn, i), kind = "call", status = "started", name = ev.name,
+      call_id = ev.call_id, data = { arguments = ev.raw_arguments or json.encode(ev.arguments or {}) } }
+  elseif t == "tool_execution_end" then
+    local pos = ev.index and self:call_pos(self.cur_turn, ev.index)
+    local step = pos and self.run.by_pos[pos]
+    if not step then return end
+    local e = ev.error
+    local data = { arguments = step.data and step.data.arguments }
+    local status
+    if e and e.kind == "cancelled" then
+      return -- the agent was aborted while it ran: it stays started
+    elseif e and e.kind == "outcome_unknown" then
+      status, data.error = "unknown", tostring(e)
+    else
+      status = "finished"
+      data.content = ev.result or (e and e.message) or ""
+      data.is_error = e ~= nil
+      data.error = e and { kind = e.kind, message = e.message } or nil
+      data.attempts = ev.attempts
+      data.checked = ev.checked
+    end
+    self:write { pos = pos, kind = "call", status = status, name = ev.name, call_id = ev.call_id, data = data }
+  elseif t == "agent_end" then
+    self.run:status(end_status(ev), ev.error or self.failed)
+  end
+end
+
+return M

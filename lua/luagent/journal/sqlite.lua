@@ -1,0 +1,293 @@
+-- The run journal's SQLite store (the embedded default; see journal.lua
+-- for the interface every store implements). One file, WAL mode, one
+-- transaction per step: a step that was committed survives a kill -9 of
+-- the process. Writes go through a writer thread (core.sqlite_writer): the
+-- task that writes waits for its commit, the loop and every other task do
+-- not; reads use the store's own connection. A file that is not a journal, or a damaged one, is reported
+-- (error kind `journal`, `corrupt = true`) and left exactly as it is.
+local core = require "luagent.core"
+local errors = require "luagent.errors"
+local json = require "luagent.json"
+
+local M = {}
+
+local Store = {}
+Store.__index = Store
+Store.__name = "luagent.journal.SqliteStore"
+M.Store = Store
+
+M.SCHEMA_VERSION = 1
+
+local SCHEMA = [[
+CREATE TABLE IF NOT EXISTS runs (
+  id TEXT PRIMARY KEY,
+  script TEXT, args TEXT, options TEXT, cwd TEXT, pid INTEGER,
+  agents TEXT, status TEXT NOT NULL, error TEXT,
+  started REAL NOT NULL, updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS steps (
+  run_id TEXT NOT NULL, pos TEXT NOT NULL, seq INTEGER NOT NULL,
+  kind TEXT NOT NULL, status TEXT NOT NULL, name TEXT, call_id TEXT,
+  input_tokens INTEGER, output_tokens INTEGER, cost REAL,
+  data TEXT, at REAL NOT NULL,
+  PRIMARY KEY (run_id, pos)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
+CREATE INDEX IF NOT EXISTS steps_order ON steps (run_id, seq);
+]]
+
+-- SQL for the wall clock in seconds (with milliseconds).
+local NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+local SQL = {
+  create = "INSERT INTO runs (id, script, args, options, cwd, pid, agents, status, started, updated) "
+    .. "VALUES (?, ?, ?, ?, ?, ?, '', 'running', " .. NOW .. ", " .. NOW .. ")",
+  upsert = "INSERT INTO steps (run_id, pos, seq, kind, status, name, call_id, input_tokens, output_tokens, cost, data, at) "
+    .. "VALUES (?1, ?2, (SELECT coalesce(max(seq), 0) + 1 FROM steps WHERE run_id = ?1), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+    .. NOW .. ") ON CONFLICT (run_id, pos) DO UPDATE SET status = excluded.status, name = excluded.name, "
+    .. "call_id = excluded.call_id, input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, "
+    .. "cost = excluded.cost, data = excluded.data, at = excluded.at",
+  begin = "BEGIN IMMEDIATE", commit = "COMMIT", rollback = "ROLLBACK",
+  update = "UPDATE runs SET status = coalesce(?, status), error = ?, agents = coalesce(?, agents), "
+    .. "pid = coalesce(?, pid), updated = " .. NOW .. " WHERE id = ?",
+  run = "SELECT * FROM runs WHERE id = ?",
+  steps = "SELECT * FROM steps WHERE run_id = ? ORDER BY seq",
+  list = "SELECT r.*, (SELECT count(*) FROM steps s WHERE s.run_id = r.id AND s.kind = 'turn') AS turns, "
+    .. "(SELECT pos || ' ' || status FROM steps s WHERE s.run_id = r.id ORDER BY at DESC, seq DESC LIMIT 1) AS last_step, "
+    .. "max(r.updated, coalesce((SELECT max(at) FROM steps s WHERE s.run_id = r.id), 0)) AS updated, "
+    .. "(SELECT sum(input_tokens) FROM steps s WHERE s.run_id = r.id) AS input_tokens, "
+    .. "(SELECT sum(output_tokens) FROM steps s WHERE s.run_id = r.id) AS output_tokens, "
+    .. "(SELECT sum(cost) FROM steps s WHERE s.run_id = r.id) AS cost FROM runs r ORDER BY r.started, r.id",
+  open_calls = "SELECT * FROM steps WHERE run_id = ? AND kind = 'call' AND status IN ('started', 'unknown') "
+    .. "AND (call_id = ?2 OR pos = ?2) ORDER BY seq",
+  -- runs whose last write (a step, or the run itself) is that old
+  gc_old = "CREATE TEMP TABLE IF NOT EXISTS gc_ids (id TEXT); DELETE FROM gc_ids",
+  gc_pick = "INSERT INTO gc_ids SELECT id FROM runs r WHERE max(r.updated, coalesce((SELECT max(at) FROM steps s "
+    .. "WHERE s.run_id = r.id), 0)) <= " .. NOW .. " - ?",
+  gc_steps = "DELETE FROM steps WHERE run_id IN (SELECT id FROM gc_ids)",
+  gc_runs = "DELETE FROM runs WHERE id IN (SELECT id FROM gc_ids)",
+  now = "SELECT " .. NOW .. " AS now",
+}
+
+-- Adds what a failed operation was doing to its record.
+local function fail(err, what)
+  if errors.is(err) then
+    err.message = what .. ": " .. err.message
+    return nil, err
+  end
+  return nil, errors.new("journal", what .. ": " .. tostring(err))
+end
+
+-- open(path) -> store | nil, err. Creates the file (never its folder) when
+-- missing, switches it to WAL, checks it (PRAGMA quick_check) and creates
+-- the tables. A damaged or foreign file gives err.corrupt = true and is not
+-- touched beyond reading.
+function M.open(path)
+  local db, err = core.sqlite_open(path)
+  if not db then return nil, err end
+  local function bail(e, what)
+    db:close()
+    if e.corrupt then
+      e.message = string.format("journal '%s' is damaged or not a luagent journal (%s: %s); it is left "
+        .. "as it is: move it away (or restore it) to go on", path, what, e.message:gsub("^.-: .-: ", ""))
+    end
+    return nil, e
+  end
+  -- reading the header first: a foreign file must not be converted to WAL
+  local ok, e = db:exec("SELECT count(*) FROM sqlite_master")
+  if not ok then return bail(e, "reading it") end
+  local chk = db:prepare("PRAGMA quick_check")
+  local rows
+  if chk then rows, e = chk:run() chk:close() end
+  if not rows then return bail(e or errors.new("journal", "quick_check failed", { corrupt = true }), "checking it") end
+  if rows[1] and rows[1].quick_check ~= "ok" then
+    local problems = {}
+    for i = 1, math.min(#rows, 3) do problems[i] = rows[i].quick_check end
+    return bail(errors.new("journal", table.concat(problems, "; "), { file = path, corrupt = true }), "checking it")
+  end
+  ok, e = db:exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF")
+  if not ok then return bail(e, "switching to WAL") end
+  local vrows = assert(db:prepare("PRAGMA user_version")):run()
+  local version = vrows and vrows[1] and vrows[1].user_version or 0
+  if version > M.SCHEMA_VERSION then
+    db:close()
+    return nil, errors.new("journal", string.format("journal '%s' has schema version %d; this luagent knows %d",
+      path, version, M.SCHEMA_VERSION), { file = path })
+  end
+  ok, e = db:exec("BEGIN IMMEDIATE; " .. SCHEMA .. " PRAGMA user_version = " .. M.SCHEMA_VERSION .. "; COMMIT")
+  if not ok then
+    db:exec("ROLLBACK")
+    return bail(e, "creating its tables")
+  end
+  local writer, werr = core.sqlite_writer(path)
+  if not writer then return bail(werr, "starting its writer") end
+  return setmetatable({ db = db, path = path, stmts = {}, writer = writer }, Store)
+end
+
+-- The prepared statement for SQL[name] (kept for the store's life).
+function Store:stmt(name)
+  local s = self.stmts[name]
+  if not s then
+    if not self.db then error("journal: the store is closed", 3) end
+    local err
+    s, err = self.db:prepare(SQL[name])
+    if not s then error("journal: bad statement " .. name .. ": " .. tostring(err), 3) end
+    self.stmts[name] = s
+  end
+  return s
+end
+
+-- Runs SQL[name] with the parameters: rows, changes | nil, err.
+function Store:q(name, ...)
+  return self:stmt(name):run(...)
+end
+
+-- Store:q inside a transaction: rows, changes; raises the error record.
+function Store:must(name, ...)
+  local rows, n = self:q(name, ...)
+  if not rows then error(n, 0) end
+  return rows, n
+end
+
+-- Runs fn() inside BEGIN IMMEDIATE ... COMMIT: fn's results, or nil, err
+-- (rolled back).
+function Store:tx(what, fn)
+  local ok, err = self:q("begin")
+  if not ok then return fail(err, what) end
+  local res = table.pack(pcall(fn))
+  if res[1] and res[2] ~= nil then
+    ok, err = self:q("commit")
+    if ok then return table.unpack(res, 2, res.n) end
+  else
+    err = res[1] and res[3] or res[2]
+  end
+  self:q("rollback")
+  return fail(err, what)
+end
+
+-- store:now() -> the wall clock in seconds (the journal's clock).
+function Store:now()
+  local rows = self:q("now")
+  return rows and rows[1].now or os.time()
+end
+
+-- Runs SQL[name] with the parameters as one transaction in the writer
+-- thread (the calling task waits): true | nil, err.
+function Store:write(what, name, ...)
+  if not self.writer then error("journal: the store is closed", 3) end
+  local ok, err = self.writer:tx({ SQL[name], ... })
+  if not ok then return fail(err, what) end
+  return true
+end
+
+-- store:create(run) -> true | nil, err. run = {id=, script=, args=<list>,
+-- options=<table>, cwd=, pid=}.
+function Store:create(run)
+  return self:write("creating run " .. run.id, "create", run.id, run.script,
+    json.encode(json.array(run.args or {})), json.encode(run.options or {}), run.cwd, run.pid)
+end
+
+-- store:append(run_id, step) -> true | nil, err: one step in one
+-- transaction (a step at the same position replaces the earlier one, which
+-- is how a call goes from started to finished). step = {pos=, kind=,
+-- status=, name=, call_id=, input_tokens=, output_tokens=, cost=, data=}.
+function Store:append(run_id, step)
+  return self:write("writing step " .. step.pos, "upsert", run_id, step.pos, step.kind, step.status, step.name,
+    step.call_id, step.input_tokens, step.output_tokens, step.cost, step.data ~= nil and json.encode(step.data) or nil)
+end
+
+-- store:update(run_id, {status=, error=, agents=, pid=}) -> true | nil, err.
+function Store:update(run_id, f)
+  return self:write("updating run " .. run_id, "update", f.status, f.error, f.agents, f.pid, run_id)
+end
+
+-- Decodes a row's JSON columns.
+local function decode_step(row)
+  if row.data then row.data = require("luagent.journal").integerize(json.decode(row.data)) end
+  return row
+end
+
+local function decode_run(row)
+  row.args = row.args and json.decode(row.args) or {}
+  row.options = row.options and json.decode(row.options) or {}
+  return row
+end
+
+-- store:read(run_id) -> run with .steps (in order) and .by_pos, or nil
+-- (no such run), or nil, err.
+function Store:read(run_id)
+  local rows, err = self:q("run", run_id)
+  if not rows then return fail(err, "reading run " .. run_id) end
+  if not rows[1] then return nil end
+  local run = decode_run(rows[1])
+  local steps
+  steps, err = self:q("steps", run_id)
+  if not steps then return fail(err, "reading the steps of run " .. run_id) end
+  run.steps, run.by_pos = steps, {}
+  for _, s in ipairs(steps) do run.by_pos[s.pos] = decode_step(s) end
+  return run
+end
+
+-- store:list() -> runs (oldest first) with turns, input_tokens,
+-- output_tokens, cost summed over their steps | nil, err.
+function Store:list()
+  local rows, err = self:q("list")
+  if not rows then return fail(err, "listing runs") end
+  for _, r in ipairs(rows) do decode_run(r) end
+  return rows
+end
+
+-- store:resolve(run_id, call, {result=<text>} | {not_done=true}) -> step |
+-- nil, err. `call` is a call id or a step position of a call that started
+-- and did not finish; the step becomes finished (resolved by hand) or
+-- not_done (it runs at the next resume).
+function Store:resolve(run_id, call, how)
+  return self:tx("resolving " .. call, function()
+    local rows = self:must("open_calls", run_id, call)
+    if #rows == 0 then
+      error(errors.new("usage", string.format("run %s has no unfinished call '%s'", run_id, call)), 0)
+    elseif #rows > 1 then
+      local where = {}
+      for i, r in ipairs(rows) do where[i] = r.pos end
+      error(errors.new("usage", string.format("call id '%s' names %d unfinished calls (%s): give the step",
+        call, #rows, table.concat(where, ", "))), 0)
+    end
+    local step = decode_step(rows[1])
+    local data = step.data or {}
+    if how.not_done then
+      step.status = "not_done"
+    else
+      step.status = "finished"
+      data.content, data.is_error, data.resolved = how.result, false, true
+    end
+    step.data = data
+    self:must("upsert", run_id, step.pos, step.kind, step.status, step.name, step.call_id,
+      step.input_tokens, step.output_tokens, step.cost, json.encode(data))
+    return step
+  end)
+end
+
+-- store:gc(seconds) -> number of runs deleted: those last updated more than
+-- `seconds` ago.
+function Store:gc(seconds)
+  return self:tx("deleting old runs", function()
+    assert(self.db:exec(SQL.gc_old))
+    self:must("gc_pick", seconds)
+    self:must("gc_steps")
+    local _, n = self:must("gc_runs")
+    return n
+  end)
+end
+
+-- store:close(): idempotent.
+function Store:close()
+  if not self.db then return end
+  self.writer:close()
+  self.writer = nil
+  for _, s in pairs(self.stmts) do s:close() end
+  self.stmts = {}
+  self.db:close()
+  self.db = nil
+end
+
+return M

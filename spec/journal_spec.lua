@@ -1,0 +1,373 @@
+-- The run journal in process: the SQLite binding of the core (born closed,
+-- idempotent close, prepared statements, errors as records), the SQLite
+-- store behind the journal interface, and a durable agent on the mock:
+-- write-ahead of tool calls, replay by position (no request, no tool run,
+-- events marked replayed), idempotency keys stable across a resume.
+local luagent = require "luagent"
+local core = require "luagent.core"
+local mock = require "luagent.mock"
+local retry = require "luagent.retry"
+local journal = require "luagent.journal"
+local store_mod = require "luagent.journal.sqlite"
+
+local function tempdb()
+  local p = os.tmpname()
+  os.remove(p)
+  return p .. ".db"
+end
+
+local function cleanup(p)
+  for _, suffix in ipairs({ "", "-wal", "-shm" }) do os.remove(p .. suffix) end
+end
+
+describe("core.sqlite_open", function()
+  it("gives handles with prepared statements, errors as records, and one idempotent close", function()
+    local p = tempdb()
+    local db = assert(core.sqlite_open(p))
+    assert(db:exec("CREATE TABLE t (a INTEGER, b TEXT, c REAL)"))
+    local ins = assert(db:prepare("INSERT INTO t VALUES (?, ?, ?)"))
+    local rows, changes = ins:run(1, "x", 0.5)
+    assert.same({}, rows)
+    assert.equal(1, changes)
+    assert(ins:run(2, nil, true))
+    local sel = assert(db:prepare("SELECT * FROM t ORDER BY a"))
+    rows = assert(sel:run())
+    assert.same({ { a = 1, b = "x", c = 0.5 }, { a = 2, c = 1.0 } }, rows)
+    assert.equal("integer", math.type(rows[1].a))
+    -- misuse raises, naming the function
+    assert.has_error(function() ins:run(1) end, "run: 3 parameter(s) expected, got 1")
+    assert.has_error(function() ins:run({}, 1, 2) end, "run: parameter 1 is a table (nil, boolean, number or string expected)")
+    -- operational failures are records
+    local none, err = db:prepare("SELEC 1")
+    assert.is_nil(none)
+    assert.equal("journal", err.kind)
+    assert.equal("SQLITE_ERROR", err.code_name)
+    assert.is_false(err.corrupt)
+    assert.matches('near "SELEC": syntax error', tostring(err))
+    local ok, cerr = db:exec("INSERT INTO nowhere VALUES (1)")
+    assert.is_nil(ok)
+    assert.matches("no such table: nowhere", cerr.message)
+    -- close: idempotent; a statement outliving its db raises
+    db:close()
+    db:close()
+    assert.has_error(function() sel:run() end, "run: database is closed")
+    assert.has_error(function() db:exec("SELECT 1") end, "exec: database is closed")
+    sel:close()
+    sel:close()
+    assert.has_error(function() sel:run() end, "run: statement is closed")
+    ins:close()
+    -- __close and __gc share the close
+    do
+      local db2 <close> = assert(core.sqlite_open(p))
+      assert(db2:exec("SELECT 1"))
+    end
+    collectgarbage()
+    cleanup(p)
+  end)
+
+  it("reports a file that is not a database with corrupt = true, and a missing folder", function()
+    local p = tempdb()
+    local f = assert(io.open(p, "wb"))
+    f:write(string.rep("garbage!", 512))
+    f:close()
+    local db = assert(core.sqlite_open(p)) -- opening reads nothing yet
+    local ok, err = db:exec("SELECT count(*) FROM sqlite_master")
+    assert.is_nil(ok)
+    assert.equal("SQLITE_NOTADB", err.code_name)
+    assert.is_true(err.corrupt)
+    db:close()
+    local none, oerr = core.sqlite_open("/nonexistent-folder/x.db")
+    assert.is_nil(none)
+    assert.equal("journal", oerr.kind)
+    assert.equal("SQLITE_CANTOPEN", oerr.code_name)
+    assert.equal("/nonexistent-folder/x.db", oerr.file)
+    cleanup(p)
+  end)
+end)
+
+describe("core.sqlite_writer", function()
+  it("commits transactions in a thread of its own while other tasks run; errors are records", function()
+    local p = tempdb()
+    local db = assert(core.sqlite_open(p))
+    assert(db:exec("PRAGMA journal_mode = WAL; CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT)"))
+    local w = assert(core.sqlite_writer(p))
+    local ok, changes = w:tx({ "INSERT INTO t VALUES (?, ?)", 1, "x" }, { "INSERT INTO t VALUES (?, ?)", 2, nil })
+    assert.is_true(ok)
+    assert.equal(1, changes)
+    -- one transaction: a failing statement rolls back the others
+    local none, err = w:tx({ "INSERT INTO t VALUES (?, ?)", 3, "y" }, { "INSERT INTO t VALUES (?, ?)", 1, "dup" })
+    assert.is_nil(none)
+    assert.equal("journal", err.kind)
+    assert.equal("SQLITE_CONSTRAINT", err.code_name)
+    assert.matches("UNIQUE constraint failed", err.message)
+    local rows = assert(assert(db:prepare("SELECT a, b FROM t ORDER BY a")):run())
+    assert.same({ { a = 1, b = "x" }, { a = 2 } }, rows)
+    -- while a task waits for its commits, the others run
+    local ticks, done = 0, false
+    local writer_task = luagent.spawn(function()
+      for i = 10, 209 do assert(w:tx({ "INSERT INTO t VALUES (?, ?)", i, string.rep("z", 200) })) end
+      done = true
+    end)
+    local ticker = luagent.spawn(function()
+      while not done do
+        ticks = ticks + 1
+        luagent.sleep(0)
+      end
+    end)
+    writer_task:join()
+    ticker:join()
+    assert.is_true(ticks > 1, "the other task ran " .. ticks .. " time(s)")
+    -- a task cancelled while it waits: its transaction still commits
+    local t = luagent.spawn(function() w:tx({ "INSERT INTO t VALUES (?, ?)", 999, "late" }) end)
+    luagent.spawn(function() t:cancel() end):join()
+    assert.has_error(function() t:join() end)
+    -- misuse raises
+    assert.has_error(function() w:tx() end, "tx: no statements")
+    assert.has_error(function() w:tx({ "SELECT ?", {} }) end,
+      "tx: statement 1, parameter 1 is a table (nil, boolean, number or string expected)")
+    w:close()
+    w:close()
+    assert.has_error(function() w:tx({ "SELECT 1" }) end, "tx: writer is closed")
+    rows = assert(assert(db:prepare("SELECT count(*) AS n FROM t")):run())
+    assert.equal(2 + 200 + 1, rows[1].n)
+    db:close()
+    cleanup(p)
+  end)
+end)
+
+describe("the SQLite journal store", function()
+  it("creates runs, appends steps (one position, one step), lists, resolves and collects", function()
+    local p = tempdb()
+    local s = assert(store_mod.open(p))
+    local mode = assert(s.db:prepare("PRAGMA journal_mode")):run()
+    assert.equal("wal", mode[1].journal_mode)
+    assert(s:create { id = "r1", script = "x.lua", args = { "a", "b" }, options = { fast = true }, cwd = "/w", pid = 1 })
+    assert(s:append("r1", { pos = "a#1/1/t1", kind = "turn", status = "finished", input_tokens = 10, output_tokens = 2,
+      data = { message = { role = "assistant", content = "hi" } } }))
+    assert(s:append("r1", { pos = "a#1/1/t1/c1", kind = "call", status = "started", name = "pay", call_id = "c1",
+      data = { arguments = "{}" } }))
+    assert(s:append("r1", { pos = "a#1/1/t1/c1", kind = "call", status = "unknown", name = "pay", call_id = "c1",
+      data = { arguments = "{}" } }))
+    assert(s:append("r1", { pos = "a#1/1/t2/failed-1", kind = "turn_failed", status = "failed", input_tokens = 5,
+      output_tokens = 0 }))
+    local run = assert(s:read("r1"))
+    assert.same({ "a", "b" }, run.args)
+    assert.same({ fast = true }, run.options)
+    assert.equal(3, #run.steps)
+    assert.equal("unknown", run.by_pos["a#1/1/t1/c1"].status)
+    assert.equal("hi", run.by_pos["a#1/1/t1"].data.message.content)
+    assert.is_nil(s:read("nope"))
+    local list = assert(s:list())
+    assert.equal(1, #list)
+    assert.equal(1, list[1].turns)
+    assert.equal(15, list[1].input_tokens)
+    assert.equal("a#1/1/t2/failed-1 failed", list[1].last_step)
+    -- resolve: by call id or position, only unfinished calls
+    local _, err = s:resolve("r1", "c9", { not_done = true })
+    assert.equal("usage", err.kind)
+    local step = assert(s:resolve("r1", "c1", { result = "paid" }))
+    assert.equal("finished", step.status)
+    run = s:read("r1")
+    assert.same({ arguments = "{}", content = "paid", is_error = false, resolved = true }, run.by_pos["a#1/1/t1/c1"].data)
+    _, err = s:resolve("r1", "a#1/1/t1/c1", { not_done = true })
+    assert.matches("no unfinished call", err.message)
+    assert(s:update("r1", { status = "done", agents = "a" }))
+    assert.equal(0, s:gc(3600))
+    assert.equal(1, s:gc(0))
+    assert.same({}, s:list())
+    s:close()
+    s:close()
+    cleanup(p)
+  end)
+
+  it("refuses a damaged journal and does not touch it", function()
+    local p = tempdb()
+    local f = assert(io.open(p, "wb"))
+    f:write(string.rep("\0\1\2\3", 2048))
+    f:close()
+    local s, err = store_mod.open(p)
+    assert.is_nil(s)
+    assert.equal("journal", err.kind)
+    assert.is_true(err.corrupt)
+    assert.matches("is damaged or not a luagent journal", err.message)
+    assert.equal(string.rep("\0\1\2\3", 2048), io.open(p, "rb"):read("a"))
+    assert.is_nil(io.open(p .. "-wal"))
+    cleanup(p)
+  end)
+
+  it("path(): --journal, else $LUAGENT_HOME/runs.db, else .luagent/runs.db", function()
+    assert.equal("x.db", journal.path("x.db"))
+    if not os.getenv("LUAGENT_HOME") then assert.equal(".luagent/runs.db", journal.path()) end
+    assert.matches("^%d%d%d%d%d%d%d%d%-%d%d%d%d%d%d%-%d%d%d%-%x%x%x%x$", journal.new_id(1764530000.25))
+    assert.is_true(journal.new_id(1764530000) < journal.new_id(1764530001))
+  end)
+end)
+
+describe("a durable agent", function()
+  local srv, p, store
+  before_each(function()
+    retry.log = function() end
+    luagent.clock.virtual()
+    p = tempdb()
+    store = assert(journal.open(p))
+  end)
+  after_each(function()
+    if srv then srv:close() srv = nil end
+    store:close()
+    cleanup(p)
+    journal.current_run, journal.all_agents = nil, false
+    retry.log = function(line) io.stderr:write(line, "\n") end
+    luagent.clock.real()
+  end)
+
+  -- The model: one tool call per turn for two turns, then an answer.
+  local function start_mock()
+    srv = assert(mock.start { script = function(_, _, body)
+      local n = 0
+      for _, m in ipairs(body.messages) do if m.role == "tool" then n = n + 1 end end
+      if n < 2 then return { text = "step " .. n, tools = { { id = "k" .. n, name = "note", arguments = { n = n } } } } end
+      return { text = "finished" }
+    end })
+  end
+
+  local runs_of_note, keys = 0, {}
+  local note = { name = "note", description = "Notes", idempotent = true,
+    params = { type = "object", properties = { n = { type = "integer" } } },
+    run = function(args, ctx)
+      runs_of_note = runs_of_note + 1
+      keys[#keys + 1] = ctx.idempotency_key
+      -- write-ahead: the call is committed as started before it runs
+      local r = journal.current_run.store:read(journal.current_run.id)
+      local step = r.by_pos["d#1/1/t" .. (args.n + 1) .. "/c1"]
+      assert(step and step.status == "started", "not journaled before running: " .. tostring(step and step.status))
+      return "noted " .. args.n
+    end }
+
+  local function agent()
+    return luagent.agent { name = "d", durable = true, tools = { note },
+      model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
+  end
+
+  local function drain(a, text)
+    local evs = {}
+    for ev in a:prompt(text) do evs[#evs + 1] = ev end
+    return evs, evs[#evs]
+  end
+
+  it("journals its steps and, run again with the run id, replays them without a request or a tool run", function()
+    start_mock()
+    journal.current_run = assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true }))
+    local id = journal.current_run.id
+    runs_of_note, keys = 0, {}
+    local evs, last = drain(agent(), "go")
+    assert.equal("stop", last.stop_reason)
+    assert.equal(id, evs[1].run_id)
+    assert.is_nil(evs[1].resumed)
+    assert.equal(2, runs_of_note)
+    assert.equal(3, #srv:requests())
+    assert.same({ id .. ":d#1/1/t1/c1", id .. ":d#1/1/t2/c1" }, keys)
+    local rec = store:read(id)
+    assert.equal("done", rec.status)
+    assert.equal(5, #rec.steps)
+    -- the same script again under the same run id: all from the journal
+    journal.current_run = assert(journal.resume(store, id))
+    local evs2, last2 = drain(agent(), "go")
+    assert.equal("finished", last2.messages[#last2.messages].content)
+    assert.same(last.usage, last2.usage)
+    assert.equal(2, runs_of_note)
+    assert.equal(3, #srv:requests())
+    assert.is_true(evs2[1].resumed)
+    local marked = 0
+    for _, e in ipairs(evs2) do
+      if e.type == "message_end" or e.type == "tool_execution_start" or e.type == "tool_execution_end" then
+        assert.is_true(e.replayed, e.type)
+        marked = marked + 1
+      end
+    end
+    assert.equal(3 + 2 * 2, marked)
+    -- a started call of an idempotent tool runs again, with the same key
+    assert(store:append(id, { pos = "d#1/1/t2/c1", kind = "call", status = "started", name = "note",
+      call_id = "call_mockk1", data = { arguments = '{"n":1}' } }))
+    journal.current_run = assert(journal.resume(store, id))
+    keys = {}
+    local _, last3 = drain(agent(), "go")
+    assert.equal("stop", last3.stop_reason, tostring(last3.error))
+    assert.equal(3, runs_of_note)
+    assert.same({ id .. ":d#1/1/t2/c1" }, keys)
+    assert.equal(3, #srv:requests())
+  end)
+
+  it("stops, without running the tool, when the journal cannot record the call's start", function()
+    start_mock()
+    journal.current_run = assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true }))
+    local append = store.append
+    store.append = function(st, id, step)
+      if step.kind == "call" then
+        return nil, require("luagent.errors").new("journal", "writing step " .. step.pos .. ": disk I/O error")
+      end
+      return append(st, id, step)
+    end
+    runs_of_note = 0
+    local _, last = drain(agent(), "go")
+    store.append = nil
+    assert.equal("error", last.stop_reason)
+    assert.equal("journal", last.error.kind)
+    assert.matches("writing step d#1/1/t1/c1: disk I/O error", last.error.message)
+    assert.equal(0, runs_of_note)
+    assert.equal(1, #srv:requests())
+    assert.equal("failed", store:read(journal.current_run.id).status)
+  end)
+
+  it("asks an unflagged tool's check about a call that started and never finished; a failing check stops the run", function()
+    start_mock()
+    journal.current_run = assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true }))
+    local id = journal.current_run.id
+    local ran, answer = 0, nil
+    local pay = { name = "note", description = "Pays",
+      params = { type = "object", properties = { n = { type = "integer" } } },
+      run = function(args) ran = ran + 1 return "paid " .. args.n end,
+      check = function(args, ctx)
+        assert(ctx.idempotency_key == id .. ":d#1/1/t1/c1")
+        if answer == "boom" then error("tracker down") end
+        return answer
+      end }
+    local function payer()
+      return luagent.agent { name = "d", durable = true, tools = { pay },
+        model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
+    end
+    local _, last = drain(payer(), "go")
+    assert.equal("stop", last.stop_reason)
+    assert.equal(2, ran)
+    -- as if the process died while call 1 of turn 1 ran
+    assert(store:append(id, { pos = "d#1/1/t1/c1", kind = "call", status = "started", name = "note",
+      call_id = "call_mockk0", data = { arguments = '{"n":0}' } }))
+    answer = "boom"
+    journal.current_run = assert(journal.resume(store, id))
+    _, last = drain(payer(), "go")
+    assert.equal("error", last.stop_reason)
+    assert.equal("outcome_unknown", last.error.kind)
+    assert.matches("its check failed: tool_error: note check failed: .*tracker down", last.error.message)
+    assert.equal(2, ran)
+    -- the check finds it happened (with the result the later turns saw)
+    answer = "paid 0"
+    journal.current_run = assert(journal.resume(store, id))
+    local evs
+    evs, last = drain(payer(), "go")
+    assert.equal("stop", last.stop_reason, tostring(last.error))
+    assert.equal(2, ran)
+    local ends = {}
+    for _, e in ipairs(evs) do if e.type == "tool_execution_end" then ends[#ends + 1] = e end end
+    assert.is_true(ends[1].checked)
+    assert.is_nil(ends[1].replayed)
+    assert.equal("paid 0", ends[1].result)
+    assert.is_true(ends[2].replayed)
+    assert.equal("finished", store:read(id).by_pos["d#1/1/t1/c1"].status)
+  end)
+
+  it("misuse raises: durable must be a boolean, check a function", function()
+    assert.has_error(function() luagent.agent { model = "openai/m", durable = "yes" } end,
+      "agent: durable must be true or false")
+    local _, err = luagent.tools.check { name = "x", description = "x", run = function() end, check = 1 }
+    assert.matches("check must be a function", err)
+  end)
+end)
