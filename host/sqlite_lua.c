@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "errors.h"
 #include "loop.h"
 #include "sqlite_lua.h"
 
@@ -60,7 +61,7 @@ static const char *code_name(int code) {
 int lg_sqlite_push_fail(lua_State *L, const char *file, const char *what, int code, const char *msg) {
   lua_pushnil(L);
   lua_pushfstring(L, "%s: %s: %s", file ? file : "?", what, msg ? msg : sqlite3_errstr(code));
-  lg_error_push(L, "journal", lua_tostring(L, -1));
+  lg_error_push(L, LG_ERR_JOURNAL, lua_tostring(L, -1));
   lua_remove(L, -2);
   lua_pushstring(L, file ? file : "?");
   lua_setfield(L, -2, "file");

@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "core.h"
+#include "errors.h"
 #include "loop.h"
 #include "sqlite_lua.h"
 
@@ -383,7 +384,7 @@ static int l_sqlite_writer(lua_State *L) {
     uv_close((uv_handle_t *)&w->async, on_closed);
     lua_pushnil(L);
     lua_pushfstring(L, "%s: cannot start the writer thread: %s", path, uv_strerror(rc));
-    lg_error_push(L, "journal", lua_tostring(L, -1));
+    lg_error_push(L, LG_ERR_JOURNAL, lua_tostring(L, -1));
     return 2;
   }
   u->w = w;
