@@ -10,6 +10,7 @@
 #include "guard.h"
 #include "http.h"
 #include "loop.h"
+#include "redis.h"
 #include "sse.h"
 #include "tcp.h"
 #include "watch.h"
@@ -53,5 +54,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_http_register(L);
   lg_watch_register(L);
   lg_guard_register(L);
+  lg_redis_register(L);
   return 1;
 }
