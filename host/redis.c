@@ -12,7 +12,8 @@
  * Timeouts use one real libuv timer per connection (Redis lives in real
  * time, also when the loop's clock is virtual). Replies come in the order
  * the commands went out, so the oldest command in flight is the first to
- * time out; when it does, the connection is torn down and every command in
+ * time out; when it does (and its reply is not already waiting in the
+ * socket), the connection is torn down and every command in
  * flight fails with kind "timeout": a Redis that is this slow is treated as
  * gone, and the caller falls back (lua/luagent/endpoint/redis.lua).
  *
@@ -294,6 +295,17 @@ static void on_timeout(uv_timer_t *t) {
     conn_down(rc, soerr == ECONNREFUSED ? "refused" : "transport", msg, 0);
     return;
   }
+  if (!rc->connecting && rc->ac) {
+    /* a loop stalled by busy tasks may find the replies already waiting:
+     * read them before calling anything late */
+    redisAsyncHandleRead(rc->ac);
+    uint64_t now = uv_now(lg_loop_uv(rc->loop));
+    if (rc->ac && rc->head && rc->head->deadline > now) {
+      arm_timer(rc);
+      return;
+    }
+    if (!rc->ac || !rc->head) return;
+  }
   conn_down(rc, "timeout", rc->connecting ? "redis: connect timed out" : "redis: command timed out", 0);
 }
 
@@ -476,7 +488,7 @@ static int command_k(lua_State *L, int status, lua_KContext ctx) {
   }
   if (w->reply->type == REDIS_REPLY_ERROR) {
     lua_pushnil(L);
-    lg_error_push(L, "redis", w->reply->str);
+    lg_error_push(L, "protocol", w->reply->str);
     return 2;
   }
   push_rval(L, w->reply);

@@ -218,6 +218,15 @@ local FIELDS = {
   backoff = check.table, retry_after = check.table,
   classify = check.hooks, on_retry = check.fn, on_context_overflow = check.fn,
   breaker = check.table_or_false, budget = check.table_or_false, cooldown = check.table_or_false,
+  shared = check.table_or_false,
+}
+-- shared = {redis = "redis://HOST:PORT/DB", prefix = "luagent:", timeout = 0.25}
+local SHARED_FIELDS = {
+  redis = function(v)
+    local ok, why = require("luagent.endpoint.redis").parse_url(v)
+    return ok ~= nil, why
+  end,
+  prefix = check.string, timeout = check.positive,
 }
 local BACKOFF_FIELDS = {
   strategy = check.strategy, base = check.seconds, max = check.seconds,
@@ -333,6 +342,12 @@ function M.new(t, source, text)
   if ok and t.retry_after then
     ok, err = check_fields(t.retry_after, RETRY_AFTER_FIELDS, "retry_after", source, text)
   end
+  if ok and t.shared then
+    ok, err = check_fields(t.shared, SHARED_FIELDS, "shared", source, text)
+    if ok and t.shared.redis == nil then
+      ok, err = nil, invalid(source, text, { "shared" }, "shared.redis is required (a redis://HOST:PORT/DB URL)")
+    end
+  end
   if not ok then return nil, err end
   local D = M.defaults
   local hooks = t.classify
@@ -356,6 +371,8 @@ function M.new(t, source, text)
     breaker = pick(t.breaker, D.breaker),
     budget = pick(t.budget, D.budget),
     cooldown = pick(t.cooldown, D.cooldown),
+    shared = t.shared and { redis = t.shared.redis, prefix = t.shared.prefix, timeout = t.shared.timeout }
+      or t.shared, -- nil: LUAGENT_REDIS_URL decides; false: local state only
   }, Policy)
 end
 

@@ -111,6 +111,7 @@ local function endpoint_for(provider, policy)
   if not (policy.breaker or policy.budget or policy.cooldown) then return nil end
   return endpoint.get(endpoint.key(provider.base_url), {
     breaker = policy.breaker, budget = policy.budget, cooldown = policy.cooldown,
+    shared = policy.shared,
   })
 end
 
@@ -230,9 +231,9 @@ function M.stream(opts)
       final_reason = d.reason
     elseif attempt >= max_attempts then
       final_reason = "no attempts left (" .. max_attempts .. ")"
-    elseif ep and ep.budget and policy.budget and not ep.budget:allow_retry() then
-      err = errors.new("retry_budget_exhausted", "retry budget of " .. ep.key
-        .. " exhausted; the attempt failed with " .. tostring(err), { endpoint = ep.key, cause = err })
+    elseif ep and policy.budget and not ep:retry_allowed() then
+      err = errors.new("retry_budget_exhausted", "retry budget of " .. ep:name()
+        .. " exhausted; the attempt failed with " .. tostring(err), { endpoint = ep:name(), cause = err })
       final_reason = "retry budget exhausted"
     else
       wait, why = policies.delay(policy, attempt, d.retry_after, rng, prev_delay)

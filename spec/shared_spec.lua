@@ -1,0 +1,285 @@
+-- The endpoint state shared between hosts through Redis
+-- (lua/luagent/endpoint/redis.lua, host/redis.c), against a real
+-- redis-server started on a free port in a temporary folder and stopped
+-- after; skipped, saying so, when redis-server is not installed (`make
+-- test` installs it). Real time throughout: Redis's clock is the shared
+-- one, so open intervals here are short (tens of milliseconds).
+local luagent = require "luagent"
+local core = require "luagent.core"
+local endpoint = require "luagent.endpoint"
+local shared = require "luagent.endpoint.redis"
+local http = require "luagent.http"
+local log = require "luagent.log"
+local mock = require "luagent.mock"
+local retry = require "luagent.retry"
+local cjson = require "cjson"
+local helpers = require "helpers"
+
+local q = helpers.quote
+
+-- Runs a shell command; its stdout, or nil when it failed.
+local function sh(cmd)
+  local p = io.popen(cmd, "r")
+  local out = p:read("a")
+  if not p:close() then return nil end
+  return out
+end
+
+local redis_server = (sh("command -v redis-server") or ""):match("%S+")
+
+-- A port nobody listens on now (the kernel's pick for port 0).
+local function free_port()
+  local srv = assert(core.tcp_listen("127.0.0.1", 0))
+  local _, port = srv:address()
+  srv:close()
+  return port
+end
+
+-- Whether process `pid` still runs (a zombie does not count).
+local function alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat", "rb")
+  if not f then return false end
+  local stat = f:read("a")
+  f:close()
+  return stat:match("^%d+ %b() (%a)") ~= "Z"
+end
+
+-- Starts redis-server on `port` (a free one when nil) in folder `dir` (a
+-- new temporary one when nil) and waits (at most 5 s) until it answers.
+-- {pid=, port=, dir=, url=}.
+local function start_redis(port, dir)
+  dir = dir or assert(sh("mktemp -d")):gsub("%s+$", "")
+  port = port or free_port()
+  os.execute(table.concat({ q(redis_server), "--port", port, "--bind 127.0.0.1",
+    "--save ''", "--appendonly no", "--dir", q(dir), "</dev/null >", q(dir .. "/log"),
+    "2>&1 & echo $! >", q(dir .. "/pid") }, " "))
+  local r = { dir = dir, port = port, url = "redis://127.0.0.1:" .. port .. "/0",
+              pid = math.tointeger(tonumber(helpers.slurp(dir .. "/pid"):match("%d+"))) }
+  local limit = core.now() + 5
+  while core.now() < limit do
+    local conn = core.redis_connect("127.0.0.1", port, 0.5)
+    if conn then conn:close() return r end
+    luagent.sleep(0.02)
+  end
+  error("redis-server did not start: " .. helpers.slurp(dir .. "/log"))
+end
+
+-- Kills redis-server at once (SIGKILL: no goodbye to its clients).
+local function kill_redis(r)
+  os.execute("kill -KILL " .. r.pid .. " 2>/dev/null")
+  local limit = core.now() + 5
+  while alive(r.pid) and core.now() < limit do luagent.sleep(0.01) end
+end
+
+-- Stops redis-server and removes its folder.
+local function stop_redis(r)
+  kill_redis(r)
+  os.execute("rm -rf " .. q(r.dir))
+end
+
+-- Starts `luagent mock --faults 503` as a child (this spec blocks while its
+-- hosts run, so an in-process mock could not answer). {pid=, url=, dir=}.
+local function start_mock()
+  local dir = assert(sh("mktemp -d")):gsub("%s+$", "")
+  os.execute(q(helpers.bin) .. " mock --listen 127.0.0.1:0 --faults 503 </dev/null >"
+    .. q(dir .. "/log") .. " 2>&1 & echo $! >" .. q(dir .. "/pid"))
+  local m = { dir = dir, pid = math.tointeger(tonumber(helpers.slurp(dir .. "/pid"):match("%d+"))) }
+  local limit = core.now() + 10
+  while core.now() < limit do
+    m.url = helpers.slurp(dir .. "/log"):match("listening on (http://%S+)")
+    if m.url then return m end
+    luagent.sleep(0.02)
+  end
+  error("luagent mock did not start: " .. helpers.slurp(dir .. "/log"))
+end
+
+-- The POST requests the mock child received.
+local function mock_requests(m)
+  local r = assert(http.fetch { url = m.url .. "/__luagent/requests", timeout = { total = 10 } })
+  local n = 0
+  for _, e in ipairs(cjson.decode(r.body)) do if e.method == "POST" then n = n + 1 end end
+  return n
+end
+
+local function stop_mock(m)
+  os.execute("kill -KILL " .. m.pid .. " 2>/dev/null")
+  os.execute("rm -rf " .. q(m.dir))
+end
+
+-- Runs `hosts` luagent processes of spec/fixtures/shared_host.lua at once
+-- (env: a table of extra variables) and waits for all; the sums of what
+-- they printed, and the list of each host's {requests=, half_open=}.
+local function run_hosts(hosts, env)
+  local words = {}
+  for h = 1, hosts do
+    local vars = { "HOSTS=" .. hosts, "HOST=" .. h }
+    for k, v in pairs(env) do vars[#vars + 1] = k .. "=" .. q(v) end
+    words[#words + 1] = "env " .. table.concat(vars, " ") .. " timeout 60 " .. q(helpers.bin)
+      .. " run spec/fixtures/shared_host.lua > " .. q(env.OUT .. "." .. h) .. " 2>&1 &"
+  end
+  os.execute("(" .. table.concat(words, " ") .. " wait)")
+  local sum, each = { requests = 0, half_open = 0 }, {}
+  for h = 1, hosts do
+    local out = helpers.slurp(env.OUT .. "." .. h)
+    os.remove(env.OUT .. "." .. h)
+    local r, half = out:match("requests=(%d+) half_open=(%d+)")
+    assert(r, "host " .. h .. " printed: " .. out)
+    each[h] = { requests = tonumber(r), half_open = tonumber(half) }
+    sum.requests = sum.requests + tonumber(r)
+    sum.half_open = sum.half_open + tonumber(half)
+  end
+  return sum, each
+end
+
+describe("endpoint state shared through Redis", function()
+  if not redis_server then
+    pending("redis-server is not installed (Debian package redis-server; `make test` installs it): skipped")
+    return
+  end
+
+  local redis
+  before_each(function()
+    luagent.clock.real()
+    endpoint.reset()
+    redis = start_redis()
+  end)
+  after_each(function()
+    endpoint.reset()
+    stop_redis(redis)
+  end)
+
+  it("4 hosts x 25 agents send about as many requests as 1 host x 100, far fewer than unshared", function()
+    local m = start_mock()
+    local out = os.tmpname()
+    -- agents start 2.5 ms apart in all three runs; open intervals of 50 ms
+    local function env(agents, url)
+      return { MOCK_URL = m.url, SECONDS_RUN = "2", STAGGER = "0.0025", OPEN_FOR = "0.05", OUT = out,
+               AGENTS = agents, REDIS_URL = url }
+    end
+    local base = mock_requests(m)
+    run_hosts(1, env("100"))
+    local one = mock_requests(m) - base
+    base = mock_requests(m)
+    run_hosts(4, env("25", redis.url))
+    local shared4 = mock_requests(m) - base
+    base = mock_requests(m)
+    run_hosts(4, env("25"))
+    local unshared4 = mock_requests(m) - base
+    stop_mock(m)
+    os.remove(out)
+    io.stderr:write(string.format("\n[shared_spec] requests: 1x100 %d, 4x25 shared %d, 4x25 unshared %d\n",
+      one, shared4, unshared4))
+    assert.is_true(one > 10, "the single host made its probes: " .. one)
+    assert.is_true(math.abs(shared4 - one) <= 0.1 * one,
+      string.format("shared %d within 10 %% of one host's %d", shared4, one))
+    assert.is_true(unshared4 >= 2 * shared4,
+      string.format("unshared %d well above shared %d", unshared4, shared4))
+  end)
+
+  it("hands the half-open probe to exactly one host", function()
+    local m = start_mock()
+    -- trip the shared breaker from here: 5 counted failures, open 0.4 s
+    -- (then 4 s after the probe fails: growth 10)
+    local key = endpoint.key(m.url .. "/v1")
+    local ep = endpoint.get(key, { breaker = { consecutive = 5, open_for = 0.4, growth = 10, open_max = 30 },
+                                   budget = false, shared = { redis = redis.url } })
+    for _ = 1, 5 do
+      assert.is_true((ep:admit(false, core.now())))
+      ep:record(core.now(), false, true, false)
+    end
+    assert.equal("open", ep:snapshot(core.now()).state)
+    assert.equal("redis", ep:snapshot(core.now()).backend)
+    local out = os.tmpname()
+    local sum, each = run_hosts(4, { MOCK_URL = m.url, SECONDS_RUN = "1.2", STAGGER = "0", OPEN_FOR = "0.4",
+                                     GROWTH = "10", OUT = out, AGENTS = "10", REDIS_URL = redis.url })
+    local requests = mock_requests(m)
+    stop_mock(m)
+    os.remove(out)
+    local probing = 0
+    for _, h in ipairs(each) do if h.requests > 0 then probing = probing + 1 end end
+    io.stderr:write(string.format("[shared_spec] half-open: %d probe request(s) from %d host(s) of 4\n",
+      requests, probing))
+    assert.equal(1, requests, "one request reached the provider")
+    assert.equal(1, sum.requests)
+    assert.equal(1, probing, "from one host")
+    assert.equal(1, sum.half_open, "one host saw the breaker half-open")
+  end)
+
+  it("falls back to local state within the timeout when Redis dies, and returns when it is back", function()
+    local lines = {}
+    local sink, every = log.sink, shared.retry_every
+    log.sink = function(_, line) lines[#lines + 1] = line end
+    retry.log = function() end
+    shared.retry_every = 0.05
+    local srv = assert(mock.start { faults = "503" })
+    local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    local policy = { max_retries = 0, budget = false, cooldown = false,
+                     breaker = { consecutive = 1000, window = 0 }, shared = { redis = redis.url, timeout = 0.2 } }
+    local function call()
+      local t0 = core.now()
+      local _, err = luagent.complete { model = model, messages = { { role = "user", content = "hi" } }, policy = policy }
+      return err, core.now() - t0
+    end
+    local function backend() return luagent.health()[srv.url .. "/v1"] end
+    local ok, failure = pcall(luagent.deadline, 20, function()
+      for _ = 1, 3 do call() end
+      assert.equal("redis", backend().backend)
+      assert.equal(3, backend().consecutive)
+
+      kill_redis(redis)
+      local slowest = 0
+      for _ = 1, 20 do
+        local err, took = call()
+        assert.equal("http", err.kind) -- the call itself went on
+        if took > slowest then slowest = took end
+      end
+      assert.is_true(slowest < 0.2 + 0.3, "fell back within the timeout: " .. slowest)
+      local h = backend()
+      assert.equal("local", h.backend)
+      assert.is_true(h.fallback)
+      local down = 0
+      for _, l in ipairs(lines) do if l:find("unreachable", 1, true) then down = down + 1 end end
+      assert.equal(1, down, "said once: " .. table.concat(lines, " | "))
+
+      redis = start_redis(redis.port, redis.dir)
+      local limit = core.now() + 5
+      while backend().backend ~= "redis" and core.now() < limit do
+        call()
+        luagent.sleep(0.05)
+      end
+      assert.equal("redis", backend().backend)
+      local back = 0
+      for _, l in ipairs(lines) do if l:find("is back", 1, true) then back = back + 1 end end
+      assert.equal(1, back)
+      -- the next call's transitions go to the new server
+      call()
+      local conn = assert(core.redis_connect("127.0.0.1", redis.port, 1))
+      local fields = assert(conn:command(1, "HGETALL", "luagent:ep:" .. srv.url .. "/v1"))
+      conn:close()
+      assert.is_true(#fields > 0)
+    end)
+    log.sink, shared.retry_every = sink, every
+    retry.log = function(line) io.stderr:write(line, "\n") end
+    srv:close()
+    assert(ok, failure)
+  end)
+
+  it("is named in health() and validated in policies", function()
+    local policy = require "luagent.policy"
+    local p = assert(policy.new { shared = { redis = "redis://127.0.0.1:6380/2", prefix = "x:" } })
+    assert.same({ redis = "redis://127.0.0.1:6380/2", prefix = "x:" }, p.shared)
+    local _, err = policy.new { shared = { redis = "http://x" } }
+    assert.matches("shared.redis must be a URL that starts with redis://", err.message)
+    _, err = policy.new { shared = { redis = "redis://db.example.com:6379/0" } }
+    assert.matches("numeric address or localhost", err.message)
+    _, err = policy.new { shared = { prefix = "x" } }
+    assert.matches("shared.redis is required", err.message)
+    _, err = policy.new { shared = { redis = "redis://127.0.0.1/0", port = 1 } }
+    assert.matches("unknown field 'shared.port'", err.message)
+    local ep = endpoint.get("http://a/v1", { shared = { redis = redis.url } })
+    assert.is_true((ep:admit(false, core.now())))
+    assert.equal("redis", luagent.health()["http://a/v1"].backend)
+    endpoint.get("http://b/v1", {})
+    assert.equal("local", luagent.health()["http://b/v1"].backend)
+  end)
+end)
