@@ -401,11 +401,16 @@ end
 function M.new(fallback, opts, shared)
   check_shared(shared)
   local args = config_args(opts)
+  local client = client_for(shared.redis, shared.timeout or M.default_timeout)
+  if client.state == "new" then -- start connecting now; the first admit waits for it
+    client.state = "connecting"
+    client:attempt()
+  end
   return setmetatable({
     key = fallback.key,
     rkey = (shared.prefix or M.default_prefix) .. "ep:" .. fallback.key,
     fallback = fallback,
-    client = client_for(shared.redis, shared.timeout or M.default_timeout),
+    client = client,
     args = args,
     has_breaker = args[1] == "1",
     max_tokens = args[10] > 0 and args[10] / 1000 or nil,
