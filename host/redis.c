@@ -12,10 +12,11 @@
  * Timeouts use one real libuv timer per connection (Redis lives in real
  * time, also when the loop's clock is virtual). Replies come in the order
  * the commands went out, so the oldest command in flight is the first to
- * time out; when it does (and its reply is not already waiting in the
- * socket), the connection is torn down and every command in
- * flight fails with kind "timeout": a Redis that is this slow is treated as
- * gone, and the caller falls back (lua/luagent/endpoint/redis.lua).
+ * time out: when the connection has been silent (no reply read, no byte
+ * written) for `timeout` seconds since it was queued, the connection is
+ * torn down and every command in flight fails with kind "timeout": a Redis
+ * that is this slow is treated as gone, and the caller falls back
+ * (lua/luagent/endpoint/redis.lua).
  *
  * Ownership:
  * - the redisAsyncContext is owned by the connection userdata while open
@@ -31,6 +32,7 @@
 
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 #include <hiredis/adapters/libuv.h>
 #include <errno.h>
 #include <lauxlib.h>
@@ -67,7 +69,8 @@ struct cmd {
   cmd *next;         /* the connection's FIFO of commands in flight */
   rconn *conn;       /* NULL once the connection let go */
   waiter *w;         /* NULL when nobody waits (send, or the task left) */
-  uint64_t deadline; /* uv_now() milliseconds */
+  uint64_t queued;   /* uv_now() milliseconds when it was queued */
+  uint64_t wait_ms;  /* its timeout */
 };
 
 /* The waiting side of one command: a userdata on the task's stack. */
@@ -91,6 +94,7 @@ struct rconn {
   lg_wait cw;
   uv_timer_t *timer;     /* malloc'd; freed by its close callback */
   cmd *head, *tail;      /* commands in flight, oldest first */
+  uint64_t progress;     /* uv_now() of the last reply read or bytes written */
   const char *fail_kind; /* why the connection is going down (for its commands) */
   char fail_msg[160];
 };
@@ -199,6 +203,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
   const redisReply *r = reply;
   if (rc) {
     fifo_remove(rc, c);
+    rc->progress = uv_now(lg_loop_uv(rc->loop));
     lg_loop_busy(rc->loop, -1);
     lg_loop_activity(rc->loop);
   }
@@ -280,11 +285,25 @@ static void conn_down(rconn *rc, const char *kind, const char *msg, int quiet) {
   }
 }
 
-/* The timer fired: the oldest command (or the connect) is late. The whole
- * connection goes down, failing every command in flight as a timeout. */
+/* When the oldest command in flight times out: `timeout` after it was
+ * queued or after the connection last made progress, whichever is later.
+ * So a loop too busy to read for a while, or a long pipeline that Redis
+ * answers steadily, is not taken for a dead server; silence is. */
+static uint64_t head_deadline(const rconn *rc) {
+  uint64_t from = rc->head->queued > rc->progress ? rc->head->queued : rc->progress;
+  return from + rc->head->wait_ms;
+}
+
+/* The timer fired: the connect, or the oldest command, may be late. A
+ * command's replies may already wait in the socket (the loop was busy), so
+ * pending bytes are written and read first; only a connection that is
+ * still silent is torn down, failing every command in flight as a
+ * timeout. */
 static void on_timeout(uv_timer_t *t) {
   rconn *rc = t->data;
+  uv_loop_t *uv = lg_loop_uv(rc->loop);
   lg_loop_activity(rc->loop);
+  uv_update_time(uv);
   int soerr = 0;
   socklen_t len = sizeof soerr;
   /* the adapter ignores a poll error, so a refused connect shows only here */
@@ -296,15 +315,21 @@ static void on_timeout(uv_timer_t *t) {
     return;
   }
   if (!rc->connecting && rc->ac) {
-    /* a loop stalled by busy tasks may find the replies already waiting:
-     * read them before calling anything late */
-    redisAsyncHandleRead(rc->ac);
-    uint64_t now = uv_now(lg_loop_uv(rc->loop));
-    if (rc->ac && rc->head && rc->head->deadline > now) {
+    size_t before = sdslen(rc->ac->c.obuf);
+    if (before > 0) {
+      redisAsyncHandleWrite(rc->ac);
+      if (rc->ac && sdslen(rc->ac->c.obuf) < before) rc->progress = uv_now(uv);
+    }
+    cmd *h;
+    do { /* each read takes what one buffer holds */
+      h = rc->head;
+      if (rc->ac) redisAsyncHandleRead(rc->ac);
+    } while (rc->ac && rc->head && rc->head != h);
+    if (!rc->ac || !rc->head) return;
+    if (head_deadline(rc) > uv_now(uv)) {
       arm_timer(rc);
       return;
     }
-    if (!rc->ac || !rc->head) return;
   }
   conn_down(rc, "timeout", rc->connecting ? "redis: connect timed out" : "redis: command timed out", 0);
 }
@@ -317,7 +342,7 @@ static void arm_timer(rconn *rc) {
     return;
   }
   uint64_t now = uv_now(lg_loop_uv(rc->loop));
-  uint64_t due = rc->head->deadline;
+  uint64_t due = head_deadline(rc);
   uv_timer_start(rc->timer, on_timeout, due > now ? due - now : 0, 0);
 }
 
@@ -462,7 +487,8 @@ static int queue_cmd(rconn *rc, waiter *w, double timeout, int argc, const char 
   c->conn = rc;
   c->w = w;
   uv_update_time(lg_loop_uv(rc->loop));
-  c->deadline = uv_now(lg_loop_uv(rc->loop)) + (uint64_t)(timeout * 1000 + 0.5);
+  c->queued = uv_now(lg_loop_uv(rc->loop));
+  c->wait_ms = (uint64_t)(timeout * 1000 + 0.5);
   if (redisAsyncCommandArgv(rc->ac, on_reply, c, argc, argv, lens) != REDIS_OK) {
     free(c);
     return -1;
