@@ -3,7 +3,9 @@
 -- call), with the endpoint state local and then shared through a
 -- redis-server on loopback (started here on a free port, in a temporary
 -- folder, and stopped after), ROUNDS times each, alternating which goes
--- first, side by side in one run. Prints each round's wall time and the ratio of the medians.
+-- first, side by side in one run. Prints each round's wall time, and the
+-- ratios of the medians and of the best rounds (the machine is shared and
+-- noisy: read the ratios).
 --   luagent run bench/shared.lua [TASKS] [CALLS] [ROUNDS]
 local luagent = require "luagent"
 local core = require "luagent.core"
