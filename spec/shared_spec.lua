@@ -45,13 +45,13 @@ local function alive(pid)
 end
 
 -- Starts redis-server on `port` (a free one when nil) in folder `dir` (a
--- new temporary one when nil) and waits (at most 5 s) until it answers.
+-- new temporary one when nil), with `extra` flags, and waits (at most 5 s) until it answers.
 -- {pid=, port=, dir=, url=}.
-local function start_redis(port, dir)
+local function start_redis(port, dir, extra)
   dir = dir or assert(sh("mktemp -d")):gsub("%s+$", "")
   port = port or free_port()
   os.execute(table.concat({ q(redis_server), "--port", port, "--bind 127.0.0.1",
-    "--save ''", "--appendonly no", "--dir", q(dir), "</dev/null >", q(dir .. "/log"),
+    "--save ''", "--appendonly no", "--dir", q(dir), extra or "", "</dev/null >", q(dir .. "/log"),
     "2>&1 & echo $! >", q(dir .. "/pid") }, " "))
   local r = { dir = dir, port = port, url = "redis://127.0.0.1:" .. port .. "/0",
               pid = math.tointeger(tonumber(helpers.slurp(dir .. "/pid"):match("%d+"))) }
@@ -132,6 +132,67 @@ local function run_hosts(hosts, env)
   return sum, each
 end
 
+describe("core.redis_connect", function()
+  if not redis_server then
+    pending("redis-server is not installed (Debian package redis-server; `make test` installs it): skipped")
+    return
+  end
+
+  local redis
+  before_each(function()
+    luagent.clock.real()
+    redis = start_redis(nil, nil, "--enable-debug-command local")
+  end)
+  after_each(function() stop_redis(redis) end)
+
+  it("connects, sends commands, pipelines many tasks' commands and closes idempotently", function()
+    local r = assert(core.redis_connect("localhost", redis.port, 1))
+    assert.is_true(r:connected())
+    assert.equal("PONG", r:command(1, "PING"))
+    assert.equal("OK", r:command(1, "SET", "k", 42))
+    assert.equal("42", r:command(1, "GET", "k"))
+    assert.is_false(r:command(1, "GET", "missing"))
+    assert.same({ 1, "x", { 2 } }, r:command(1, "EVAL", "return {1, 'x', {2}}", 0))
+    local _, err = r:command(1, "NOSUCHCOMMAND")
+    assert.equal("protocol", err.kind)
+    assert.matches("unknown command", err.message)
+    assert.is_true(r:send(1, "SET", "sent", "yes"))
+    assert.equal("yes", r:command(1, "GET", "sent"))
+    local tasks = {}
+    for i = 1, 200 do tasks[i] = luagent.spawn(function() return r:command(1, "INCR", "n") end) end
+    local sum = 0
+    for i = 1, 200 do sum = sum + tasks[i]:join() end
+    assert.equal(200 * 201 / 2, sum)
+    r:close()
+    r:close()
+    assert.is_false(r:connected())
+    _, err = r:command(1, "PING")
+    assert.equal("transport", err.kind)
+  end)
+
+  it("times out a silent server, fails refused connects, and lets a cancelled command go", function()
+    local r = assert(core.redis_connect("127.0.0.1", redis.port, 1))
+    local t0 = core.now()
+    local _, err = r:command(0.1, "DEBUG", "SLEEP", "0.5")
+    assert.equal("timeout", err.kind)
+    assert.is_true(core.now() - t0 < 0.4, "no waiting for the reply")
+    assert.is_false(r:connected())
+    local _, cerr = core.redis_connect("127.0.0.1", free_port(), 0.5)
+    assert.equal("refused", cerr.kind)
+    assert.has_error(function() core.redis_connect("redis.example.com", 6379, 1) end,
+      "redis_connect: host 'redis.example.com' must be a numeric address or localhost")
+    luagent.sleep(0.5) -- the server is awake again
+    local r2 = assert(core.redis_connect("127.0.0.1", redis.port, 1))
+    local t = luagent.spawn(function() return r2:command(5, "DEBUG", "SLEEP", "0.2") end)
+    luagent.sleep(0.05)
+    t:cancel()
+    assert.has_error(function() t:join() end)
+    assert.equal("PONG", r2:command(1, "PING")) -- the dropped reply did not confuse the next
+    r2 = nil
+    collectgarbage() -- __gc of an open connection
+  end)
+end)
+
 describe("endpoint state shared through Redis", function()
   if not redis_server then
     pending("redis-server is not installed (Debian package redis-server; `make test` installs it): skipped")
@@ -152,9 +213,9 @@ describe("endpoint state shared through Redis", function()
   it("4 hosts x 25 agents send about as many requests as 1 host x 100, far fewer than unshared", function()
     local m = start_mock()
     local out = os.tmpname()
-    -- agents start 2.5 ms apart in all three runs; open intervals of 30 ms
+    -- agents start 10 ms apart in all three runs; open intervals of 50 ms
     local function env(agents, url)
-      return { MOCK_URL = m.url, SECONDS_RUN = "2.5", STAGGER = "0.0025", OPEN_FOR = "0.03", OUT = out,
+      return { MOCK_URL = m.url, SECONDS_RUN = "3", STAGGER = "0.01", OPEN_FOR = "0.05", OUT = out,
                AGENTS = agents, REDIS_URL = url }
     end
     local base = mock_requests(m)
@@ -263,6 +324,34 @@ describe("endpoint state shared through Redis", function()
     retry.log = function(line) io.stderr:write(line, "\n") end
     srv:close()
     assert(ok, failure)
+  end)
+
+  it("shares the retry budget and the cooldown: what one host spends or sets, another sees", function()
+    local key = "http://shared-budget/v1"
+    local opts = { breaker = false, budget = { max = 10, ratio = 0.1 }, cooldown = {},
+                   shared = { redis = redis.url } }
+    local local_a, local_b = endpoint.get("a-local", opts), endpoint.get("b-local", opts)
+    local_a.key, local_b.key = key, key
+    local a = shared.new(local_a, opts, opts.shared) -- two hosts' endpoints for one key
+    local b = shared.new(local_b, opts, opts.shared)
+    local now = core.now()
+    assert.is_true((b:admit(true, now)), "full budget: a retry may go")
+    for _ = 1, 4 do a:record(now, false, true, false) end
+    assert.is_true((b:admit(true, now)), "6 tokens of 10 left: still more than half")
+    local evs = a:record(now, false, true, false)
+    assert.same({ { type = "retry_budget_exhausted", endpoint = key, tokens = 5 } }, evs)
+    local ok, err = b:admit(true, now)
+    assert.is_nil(ok)
+    assert.equal("retry_budget_exhausted", err.kind)
+    assert.is_false(b:retry_allowed())
+    assert.is_true((b:admit(false, now)), "a first attempt needs no budget")
+    -- a cooldown set by a: b holds once a reply has shown it
+    assert.equal(0, b:cooldown_wait(core.now(), 0))
+    a:set_cooldown(core.now() + 5)
+    b:record(core.now(), true, true, false)
+    local hold = b:cooldown_wait(core.now(), 0)
+    assert.is_true(hold > 4.9 and hold <= 5.05, "b holds for a's cooldown: " .. hold)
+    assert.equal("redis", b:snapshot(core.now()).backend)
   end)
 
   it("is named in health() and validated in policies", function()

@@ -12,12 +12,14 @@
 -- on its own clock.
 --
 -- Cost: each reply carries the shared state back, and the host keeps it.
--- `record` is one round trip. `admit` answers from the kept state while it
--- says closed with no failure since the last success and is younger than
--- M.fresh seconds (a healthy provider), or open and not yet due; it asks
--- Redis otherwise, so while failures accumulate every admission is exact
--- across hosts, and a host learns of a trip made elsewhere after a success
--- it saw at its next reply or within M.fresh seconds. A probe's slot
+-- `record` is one round trip. `admit` of a first attempt answers from the
+-- kept state while it says closed with no failure since the last success
+-- and is younger than M.fresh seconds (a healthy provider), and any admit
+-- refuses from it while it says open and not yet due (or, for a retry, the
+-- budget spent); it asks Redis otherwise (a retry always). So while
+-- failures accumulate every admission is exact across hosts, and a host
+-- learns of a trip made elsewhere after a success it saw at its next reply
+-- or within M.fresh seconds. A probe's slot
 -- released and a cooldown set are sent without waiting. So an attempt costs
 -- at most one waited round trip in steady state (two at the edges: the
 -- probe, a stale view), and a streamed chunk none.
@@ -457,7 +459,8 @@ function Shared:admit(is_retry, now)
     if is_retry and not self:_tokens_allow(v) then
       return nil, endpoint.budget_error(key, v.tokens, self.max_tokens), {}
     end
-    if (v.state == "none" or v.state == "closed" and v.consecutive == 0) and now - v.at < M.fresh then
+    if not is_retry and (v.state == "none" or v.state == "closed" and v.consecutive == 0)
+        and now - v.at < M.fresh then
       return true, false, {}
     end
     if v.state == "open" and now < v.open_until then
@@ -512,8 +515,8 @@ function Shared:set_cooldown(until_time)
   if type(until_time) ~= "number" or until_time ~= until_time then
     error("endpoint.set_cooldown: until must be a number", 2)
   end
-  local now = self.seen or core.now()
-  self.client:send("cooldown", self.rkey, self:_args(string.format("%.6f", until_time - now)))
+  -- until_time is on the loop's clock, as retry.lua's now() + retry_after
+  self.client:send("cooldown", self.rkey, self:_args(string.format("%.6f", until_time - core.now())))
   if self.cooldown_until and until_time <= self.cooldown_until then return {} end
   self.cooldown_until = until_time
   return { { type = "cooldown", endpoint = self.key, cooldown_until = until_time } }
