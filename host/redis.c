@@ -521,26 +521,40 @@ static int command_k(lua_State *L, int status, lua_KContext ctx) {
   return 1;
 }
 
+/* The arguments of command and send: a timeout, then the command. */
+typedef struct {
+  double timeout;
+  int argc;
+  const char *argv[MAX_ARGS];
+  size_t lens[MAX_ARGS];
+} cmd_args;
+
+/* Reads the arguments of command and send (the connection at 1, a timeout
+ * at 2, the command from 3) into `a`. The connection when the command may
+ * go; otherwise pushes nil, err for a closed connection and returns NULL. */
+static rconn *take_args(lua_State *L, cmd_args *a) {
+  rconn *rc = check_conn(L);
+  a->timeout = luaL_checknumber(L, 2);
+  luaL_argcheck(L, a->timeout > 0 && a->timeout < 1e6, 2, "timeout must be a number of seconds > 0");
+  a->argc = collect_args(L, 3, a->argv, a->lens);
+  if (rc->ac && rc->connected) return rc;
+  lua_pushnil(L);
+  lg_error_push(L, "transport", rc->fail_msg[0] ? rc->fail_msg : "redis: connection closed");
+  return NULL;
+}
+
 /* r:command(timeout, arg, ...) -> reply | nil, err. Cancellable (the reply
  * is then dropped). Replies: integer, string, false (nil reply), table. */
 static int l_command(lua_State *L) {
-  rconn *rc = check_conn(L);
-  double timeout = luaL_checknumber(L, 2);
-  luaL_argcheck(L, timeout > 0 && timeout < 1e6, 2, "timeout must be a number of seconds > 0");
-  const char *argv[MAX_ARGS];
-  size_t lens[MAX_ARGS];
-  int argc = collect_args(L, 3, argv, lens);
-  if (!rc->ac || !rc->connected) {
-    lua_pushnil(L);
-    lg_error_push(L, "transport", rc->fail_msg[0] ? rc->fail_msg : "redis: connection closed");
-    return 2;
-  }
+  cmd_args a;
+  rconn *rc = take_args(L, &a);
+  if (!rc) return 2;
   int top = lua_gettop(L);
   waiter *w = lua_newuserdatauv(L, sizeof *w, 0);
   memset(w, 0, sizeof *w);
   w->w.cancel = waiter_cancel;
   luaL_setmetatable(L, WAITER_MT);
-  if (queue_cmd(rc, w, timeout, argc, argv, lens) != 0)
+  if (queue_cmd(rc, w, a.timeout, a.argc, a.argv, a.lens) != 0)
     return luaL_error(L, "redis: cannot queue the command");
   return lg_task_suspend(L, &w->w, top + 1, command_k);
 }
@@ -549,18 +563,10 @@ static int l_command(lua_State *L) {
  * waiting; its reply is dropped, but a late reply still takes the
  * connection down like a command's. */
 static int l_send(lua_State *L) {
-  rconn *rc = check_conn(L);
-  double timeout = luaL_checknumber(L, 2);
-  luaL_argcheck(L, timeout > 0 && timeout < 1e6, 2, "timeout must be a number of seconds > 0");
-  const char *argv[MAX_ARGS];
-  size_t lens[MAX_ARGS];
-  int argc = collect_args(L, 3, argv, lens);
-  if (!rc->ac || !rc->connected) {
-    lua_pushnil(L);
-    lg_error_push(L, "transport", rc->fail_msg[0] ? rc->fail_msg : "redis: connection closed");
-    return 2;
-  }
-  if (queue_cmd(rc, NULL, timeout, argc, argv, lens) != 0)
+  cmd_args a;
+  rconn *rc = take_args(L, &a);
+  if (!rc) return 2;
+  if (queue_cmd(rc, NULL, a.timeout, a.argc, a.argv, a.lens) != 0)
     return luaL_error(L, "redis: cannot queue the command");
   lua_pushboolean(L, 1);
   return 1;

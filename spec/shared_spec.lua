@@ -35,14 +35,7 @@ local function free_port()
   return port
 end
 
--- Whether process `pid` still runs (a zombie does not count).
-local function alive(pid)
-  local f = io.open("/proc/" .. pid .. "/stat", "rb")
-  if not f then return false end
-  local stat = f:read("a")
-  f:close()
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
+local alive = helpers.alive
 
 -- Starts redis-server on `port` (a free one when nil) in folder `dir` (a
 -- new temporary one when nil), with `extra` flags, and waits (at most 5 s) until it answers.
@@ -132,12 +125,13 @@ local function run_hosts(hosts, env)
   return sum, each
 end
 
-describe("core.redis_connect", function()
+describe("Redis", function()
   if not redis_server then
     pending("redis-server is not installed (Debian package redis-server; `make test` installs it): skipped")
     return
   end
 
+describe("core.redis_connect", function()
   local redis
   before_each(function()
     luagent.clock.real()
@@ -194,11 +188,6 @@ describe("core.redis_connect", function()
 end)
 
 describe("endpoint state shared through Redis", function()
-  if not redis_server then
-    pending("redis-server is not installed (Debian package redis-server; `make test` installs it): skipped")
-    return
-  end
-
   local redis
   before_each(function()
     luagent.clock.real()
@@ -372,4 +361,5 @@ describe("endpoint state shared through Redis", function()
     endpoint.get("http://b/v1", {})
     assert.equal("local", luagent.health()["http://b/v1"].backend)
   end)
+end)
 end)
