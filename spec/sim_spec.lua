@@ -214,6 +214,14 @@ describe("luagent sim", function()
       local svg = sim.svg(result)
       check_xml(svg)
       assert.truthy(svg:find(">full_jitter+breaker:shared<", 1, true))
+      -- clients arriving over time: a shared breaker stops every host's new
+      -- clients once open, local ones each trip on their own
+      result = sim.run { scenario = "book", hosts = 4, clients = 1000, spread = 5,
+                         strategies = { "full_jitter+breaker" } }
+      assert.matches("1000 clients on 4 hosts .* starting over 5 s", sim.format_table(result))
+      local shared_row, local_row = result.rows[1], result.rows[2]
+      assert.is_true(local_row.total > 2 * shared_row.total,
+        string.format("local %d, shared %d", local_row.total, shared_row.total))
       local o, err = sim.parse_args({ "--hosts", "0" })
       assert.is_nil(o)
       assert.matches("%-%-hosts wants a whole number >= 1", err)

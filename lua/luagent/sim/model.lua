@@ -49,7 +49,13 @@ U uniform in [0, 1))
   budget, breaker and cooldown for all hosts (what a shared Redis state
   gives, lua/luagent/endpoint/redis.lua; modelled without its round trip),
   and ":local", one per host (each process on its own). The other
-  strategies share nothing, so hosts do not change them.
+  strategies share nothing, so hosts do not change them. Where all clients
+  start at time 0 the first wave goes out before any guard has seen a
+  failure, shared or not; with clients arriving over time (--spread S:
+  client i starts at (i - 1) / N × S, and its times count from its start)
+  a shared breaker, once open, stops every host's new clients, while local
+  ones must each trip on their own:
+    luagent sim --hosts 4 --clients 1000 --spread 5
 
   A retry the budget refuses, or a call the open breaker refuses, is not
   sent: that client's call fails (kinds retry_budget_exhausted and
@@ -110,7 +116,8 @@ local floor, fmt = math.floor, string.format
 -- Built-in scenarios (documented at the top). Fields: clients, capacity
 -- (calls per window), window (s), service (s per call), service_jitter
 -- (fraction), fixed_wait (s), base and max (s, the backoff), hosts (the
--- clients are spread over; 1 unless set),
+-- clients are spread over; 1 unless set), spread (s over which the clients
+-- start; 0 unless set),
 -- decorrelated_base (s, default base), horizon (s), budget (core.retry_budget
 -- config), breaker (core.breaker config), retry_after (core.backoff_server_wait
 -- params) and cooldown ({jitter=}, luagent.endpoint's cooldown option).
@@ -258,6 +265,8 @@ local function run_tasks(sc, strat, seed, sharing)
     local guards = host_guards[(i - 1) % #host_guards + 1]
     local budget, breaker, endpoint = guards.budget, guards.breaker, guards.endpoint
     local rng = core.backoff_rng((seed << 32) + i)
+    local start = (sc.spread or 0) * (i - 1) / N
+    if start > 0 then sleep(start) end
     local n, prev, sent = 0, 0, 0
     while true do
       if endpoint then
@@ -294,7 +303,7 @@ local function run_tasks(sc, strat, seed, sharing)
         if endpoint and not ok then endpoint:set_cooldown(t + asked) end
       end
       if ok then
-        done_at[i] = t + took
+        done_at[i] = t + took - start
         break
       end
       n = n + 1
@@ -351,15 +360,15 @@ local function scenario(opts)
   if not base then error("sim: unknown scenario '" .. tostring(opts.scenario) .. "'", 3) end
   local sc = {}
   for k, v in pairs(base) do sc[k] = v end
-  for _, k in ipairs({ "clients", "capacity", "window", "horizon", "hosts" }) do
+  for _, k in ipairs({ "clients", "capacity", "window", "horizon", "hosts", "spread" }) do
     if opts[k] ~= nil then sc[k] = opts[k] end
   end
   sc.hosts = sc.hosts or 1
   return sc
 end
 
--- run{scenario=, clients=, capacity=, window=, horizon=, hosts=, seed=,
--- strategies=} -> {scenario=<the parameters used>, seed=, rows={<one per
+-- run{scenario=, clients=, capacity=, window=, horizon=, hosts=, spread=,
+-- seed=, strategies=} -> {scenario=<the parameters used>, seed=, rows={<one per
 -- strategy; with hosts > 1, two per guarded strategy: ":shared" then
 -- ":local">}}. strategies: a list of names (default all); rows keep the
 -- table's order. An unknown scenario or strategy raises.

@@ -24,6 +24,7 @@ local function describe(sc)
   local sj = (sc.service_jitter or 0) > 0 and fmt(" ± %g %%", sc.service_jitter * 100) or ""
   local hosts = (sc.hosts or 1) > 1 and fmt(" on %d hosts (guards :shared between them or :local to each)",
     sc.hosts) or ""
+  if (sc.spread or 0) > 0 then hosts = hosts .. fmt(" starting over %s", dur(sc.spread)) end
   return fmt("%d clients%s, %d call%s per %s window, %s per call%s; fixed wait %s, "
     .. "backoff base %s, cap %s", sc.clients, hosts, sc.capacity, sc.capacity == 1 and "" or "s",
     dur(sc.window), dur(sc.service), sj, dur(sc.fixed_wait), dur(sc.base), dur(sc.max))
