@@ -259,7 +259,13 @@ function Client:attempt()
   local t = core.spawn(function()
     local conn, err = self:connect_once()
     self.trying = nil
-    if conn then self:up(conn) else self:down(err) end
+    if self.closed then
+      if conn then conn:close() end
+    elseif conn then
+      self:up(conn)
+    else
+      self:down(err)
+    end
   end)
   t:set_daemon(true)
   self.trying = t
