@@ -315,6 +315,43 @@ describe("endpoint state shared through Redis", function()
     assert(ok, failure)
   end)
 
+  it("falls back within the timeout when Redis stops answering (SIGSTOP), and returns after SIGCONT", function()
+    local sink, every = log.sink, shared.retry_every
+    local lines = {}
+    log.sink = function(_, line) lines[#lines + 1] = line end
+    shared.retry_every = 0.05
+    local opts = { breaker = { consecutive = 1000, window = 0 }, budget = false,
+                   shared = { redis = redis.url, timeout = 0.2 } }
+    local ep = endpoint.get("http://stopped/v1", opts)
+    local ok, failure = pcall(luagent.deadline, 20, function()
+      assert.same({}, ep:record(core.now(), false, true, false))
+      assert.equal("redis", ep:snapshot().backend)
+      os.execute("kill -STOP " .. redis.pid)
+      local t0 = core.now()
+      ep:record(core.now(), false, true, false)
+      local took = core.now() - t0
+      assert.is_true(took >= 0.15 and took < 0.5, "fell back after the timeout: " .. took)
+      assert.is_true(ep:snapshot().fallback)
+      t0 = core.now()
+      for _ = 1, 50 do ep:record(core.now(), false, true, false) end
+      assert.is_true(core.now() - t0 < 0.1, "no more waiting while Redis is down")
+      assert.equal(51, ep:snapshot().consecutive, "the local state counted them")
+      os.execute("kill -CONT " .. redis.pid)
+      local limit = core.now() + 5
+      while ep:snapshot().backend ~= "redis" and core.now() < limit do
+        luagent.sleep(0.05)
+        ep:record(core.now(), false, true, false)
+      end
+      assert.equal("redis", ep:snapshot().backend)
+    end)
+    log.sink, shared.retry_every = sink, every
+    os.execute("kill -CONT " .. redis.pid)
+    assert(ok, failure)
+    local down = 0
+    for _, l in ipairs(lines) do if l:find("unreachable", 1, true) then down = down + 1 end end
+    assert.equal(1, down)
+  end)
+
   it("shares the retry budget and the cooldown: what one host spends or sets, another sees", function()
     local key = "http://shared-budget/v1"
     local opts = { breaker = false, budget = { max = 10, ratio = 0.1 }, cooldown = {},

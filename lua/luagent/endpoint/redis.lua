@@ -490,7 +490,7 @@ end
 -- nothing only frees a probe's slot, sent without waiting.
 function Shared:record(now, ok, counted, was_probe)
   self:_see("record", now)
-  if self.client.state ~= "up" then return self.fallback:record(now, ok, counted, was_probe) end
+  if not self.client:usable() then return self.fallback:record(now, ok, counted, was_probe) end
   local wp = was_probe == nil and "?" or (was_probe and "1" or "0")
   local args = self:_args(ok and "1" or "0", counted and "1" or "0", wp)
   if not ok and not counted then
