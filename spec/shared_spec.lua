@@ -397,6 +397,24 @@ describe("endpoint state shared through Redis", function()
     assert.equal("redis", luagent.health()["http://a/v1"].backend)
     endpoint.get("http://b/v1", {})
     assert.equal("local", luagent.health()["http://b/v1"].backend)
+    -- LUAGENT_REDIS_URL shares the endpoints of policies that say nothing
+    local script = helpers.tempfile([[
+      local luagent = require "luagent"
+      local srv = assert(require("luagent.mock").start {})
+      local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+      assert(luagent.complete { model = model, messages = { { role = "user", content = "hi" } } })
+      io.write(luagent.health()[model.base_url].backend)
+      srv:close()]], ".lua")
+    local function run_with(url)
+      local out = os.tmpname()
+      os.execute("LUAGENT_REDIS_URL=" .. q(url) .. " " .. q(helpers.bin) .. " run " .. q(script) .. " >" .. q(out) .. " 2>&1")
+      local text = helpers.slurp(out)
+      os.remove(out)
+      return text
+    end
+    assert.equal("redis", run_with(redis.url))
+    assert.matches("LUAGENT_REDIS_URL must be a URL that starts with redis:// %(got 'bogus'%)", run_with("bogus"))
+    os.remove(script)
   end)
 end)
 end)

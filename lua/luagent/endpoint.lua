@@ -109,8 +109,11 @@ function M.get(key, opts)
   if ep then return ep end
   local jitter = check_opts(opts)
   local shared = opts and opts.shared
-  if shared == nil and os.getenv("LUAGENT_REDIS_URL") and os.getenv("LUAGENT_REDIS_URL") ~= "" then
-    shared = { redis = os.getenv("LUAGENT_REDIS_URL") }
+  local env = os.getenv("LUAGENT_REDIS_URL")
+  if shared == nil and env and env ~= "" then
+    local ok, why = require("luagent.endpoint.redis").parse_url(env)
+    if not ok then error(errors.new("usage", "LUAGENT_REDIS_URL must be " .. why .. " (got '" .. env .. "')"), 0) end
+    shared = { redis = env }
   end
   ep = new_local(key, opts, jitter)
   if shared then
