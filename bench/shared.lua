@@ -44,6 +44,14 @@ end
 
 local messages = { { role = "user", content = "hi" } }
 
+-- EVALSHA commands Redis has run so far.
+local function evalshas()
+  local c = assert(core.redis_connect("127.0.0.1", port, 1))
+  local info = assert(c:command(1, "INFO", "commandstats"))
+  c:close()
+  return tonumber(info:match("cmdstat_evalsha:calls=(%d+)") or "0")
+end
+
 -- One round: tasks_n tasks x calls calls, against a fresh mock (its request
 -- log grows); wall seconds.
 local function round(shared)
@@ -71,6 +79,9 @@ end
 
 local times = { local_ = {}, shared = {} }
 round(false) -- warm up: the mock's connections, the code paths
+local before = evalshas()
+round(true)
+print(string.format("shared: %.2f Redis round trips (EVALSHA) per call", (evalshas() - before) / (tasks_n * calls)))
 for r = 1, rounds do
   local a, b -- alternate which goes first, so a drift of the machine cancels
   if r % 2 == 1 then a = round(false) b = round(true) else b = round(true) a = round(false) end

@@ -437,8 +437,10 @@ function Shared:_args(...)
 end
 
 -- Keeps the shared state a reply showed (`v`, see view() in PRELUDE),
--- turning its durations into times on this host's clock at `now`.
-function Shared:_learn(now, v)
+-- turning its durations into times on this host's clock: the loop's, read
+-- when the reply arrived (the caller's `now` is older by the round trip).
+function Shared:_learn(v)
+  local now = core.now()
   local state = v[1]
   self.view = {
     state = state, trips = v[3], failures = v[4], consecutive = v[5], calls = v[6],
@@ -475,7 +477,7 @@ function Shared:admit(is_retry, now)
   end
   local r = self.client:eval("admit", self.rkey, self:_args(is_retry and "1" or "0"))
   if not r then return self.fallback:admit(is_retry, now) end
-  self:_learn(now, r[4])
+  self:_learn(r[4])
   local events = {}
   if r[3] == 1 then events[1] = { type = "circuit_half_open", endpoint = key } end
   if r[1] == "budget" then
@@ -499,7 +501,7 @@ function Shared:record(now, ok, counted, was_probe)
   end
   local r = self.client:eval("record", self.rkey, args)
   if not r then return self.fallback:record(now, ok, counted, was_probe) end
-  self:_learn(now, r[3])
+  self:_learn(r[3])
   local events, key, v = {}, self.key, self.view
   if r[2] == 1 then
     events[#events + 1] = { type = "retry_budget_exhausted", endpoint = key, tokens = v.tokens }
