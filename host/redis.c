@@ -77,7 +77,6 @@ struct cmd {
 struct waiter {
   lg_wait w;         /* first: waiter_cancel casts back */
   cmd *c;            /* NULL once done or detached */
-  int done;
   rval *reply;       /* owned; NULL when the command failed */
   const char *kind;  /* error kind when reply is NULL */
   char err[160];
@@ -163,7 +162,6 @@ static void push_rval(lua_State *L, const rval *v) {
 /* Ends a command's wait with a reply or an error and wakes its task. */
 static void waiter_finish(waiter *w, const redisReply *r, const char *kind, const char *msg) {
   w->c = NULL;
-  w->done = 1;
   if (r) {
     w->reply = malloc(sizeof *w->reply);
     if (!w->reply || rval_copy(w->reply, r) != 0) {
