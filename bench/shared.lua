@@ -77,27 +77,33 @@ local function round(shared)
   return wall
 end
 
-local times = { local_ = {}, shared = {} }
-round(false) -- warm up: the mock's connections, the code paths
-local before = evalshas()
-round(true)
-print(string.format("shared: %.2f Redis round trips (EVALSHA) per call", (evalshas() - before) / (tasks_n * calls)))
-for r = 1, rounds do
-  local a, b -- alternate which goes first, so a drift of the machine cancels
-  if r % 2 == 1 then a = round(false) b = round(true) else b = round(true) a = round(false) end
-  times.local_[r], times.shared[r] = a, b
-  print(string.format("shared: round %d: local %.3f s, redis %.3f s (%d tasks x %d calls)", r, a, b,
-    tasks_n, calls))
+local function main()
+  local times = { local_ = {}, shared = {} }
+  round(false) -- warm up: the mock's connections, the code paths
+  local before = evalshas()
+  round(true)
+  print(string.format("shared: %.2f Redis round trips (EVALSHA) per call", (evalshas() - before) / (tasks_n * calls)))
+  for r = 1, rounds do
+    local a, b -- alternate which goes first, so a drift of the machine cancels
+    if r % 2 == 1 then a = round(false) b = round(true) else b = round(true) a = round(false) end
+    times.local_[r], times.shared[r] = a, b
+    print(string.format("shared: round %d: local %.3f s, redis %.3f s (%d tasks x %d calls)", r, a, b,
+      tasks_n, calls))
+  end
+  local function median(t)
+    table.sort(t)
+    return t[(#t + 1) // 2]
+  end
+  local ml, ms = median(times.local_), median(times.shared)
+  print(string.format("shared: median wall time: local %.3f s, redis %.3f s: redis/local = %.3f (%+.1f %%)",
+    ml, ms, ms / ml, (ms / ml - 1) * 100))
+  local bl, bs = times.local_[1], times.shared[1] -- sorted by median()
+  print(string.format("shared: best wall time:   local %.3f s, redis %.3f s: redis/local = %.3f (%+.1f %%)",
+    bl, bs, bs / bl, (bs / bl - 1) * 100))
 end
-local function median(t)
-  table.sort(t)
-  return t[(#t + 1) // 2]
-end
-local ml, ms = median(times.local_), median(times.shared)
-print(string.format("shared: median wall time: local %.3f s, redis %.3f s: redis/local = %.3f (%+.1f %%)",
-  ml, ms, ms / ml, (ms / ml - 1) * 100))
-local bl, bs = times.local_[1], times.shared[1] -- sorted by median()
-print(string.format("shared: best wall time:   local %.3f s, redis %.3f s: redis/local = %.3f (%+.1f %%)",
-  bl, bs, bs / bl, (bs / bl - 1) * 100))
+
+-- the server goes, whatever happened
+local ok, err = pcall(main)
 endpoint.reset()
 os.execute("kill " .. pid .. "; rm -rf " .. dir)
+if not ok then error(err, 0) end
