@@ -201,6 +201,7 @@ describe("endpoint state shared through Redis", function()
 
   it("4 hosts x 25 agents send about as many requests as 1 host x 100, far fewer than unshared", function()
     local m = start_mock()
+    finally(function() stop_mock(m) end)
     local out = os.tmpname()
     -- agents start 10 ms apart in all three runs; open intervals of 50 ms
     local function env(agents, url)
@@ -229,6 +230,7 @@ describe("endpoint state shared through Redis", function()
 
   it("hands the half-open probe to exactly one host", function()
     local m = start_mock()
+    finally(function() stop_mock(m) end)
     -- trip the shared breaker from here: 5 counted failures, open 0.4 s
     -- (then 4 s after the probe fails: growth 10)
     local key = endpoint.key(m.url .. "/v1")
