@@ -20,9 +20,10 @@
 -- failures accumulate every admission is exact across hosts, and a host
 -- learns of a trip made elsewhere after a success it saw at its next reply
 -- or within M.fresh seconds. A probe's slot
--- released and a cooldown set are sent without waiting. So an attempt costs
--- at most one waited round trip in steady state (two at the edges: the
--- probe, a stale view), and a streamed chunk none.
+-- released and a cooldown set are sent without waiting. So a first attempt
+-- to a healthy provider costs one waited round trip (two at the edges: a
+-- retry, the probe, failures accumulating, a stale view), and a streamed
+-- chunk none.
 --
 -- Redis down or slow: a command that has no reply within `timeout` (0.25 s
 -- by default), or a connection that fails, switches the endpoint to its
