@@ -26,10 +26,11 @@
 -- chunk none.
 --
 -- Redis down or slow: a command that has no reply within `timeout` (0.25 s
--- by default), or a connection that fails, switches the endpoint to its
--- local state at once (the in-process endpoint it wraps), logs one warning,
--- and a daemon task reconnects every M.retry_every seconds; when Redis is
--- back it logs again and the shared state serves from the next attempt.
+-- by default; see host/redis.c), a connection that fails, or an error
+-- reply, switches the endpoint to its local state at once (the in-process
+-- endpoint it wraps) and logs one warning; a daemon task reconnects (at
+-- once, then every M.retry_every seconds), and when Redis is back it logs
+-- again and the shared state serves from the next attempt.
 -- This fails open to local protection, not closed: Redis being unreachable
 -- says nothing about the provider, and refusing every call would make Redis
 -- a single point of failure for the whole fleet, while each host's own
@@ -283,7 +284,8 @@ function Client:up(conn)
 end
 
 -- Unreachable or too slow: local state from now on (said once), and a
--- daemon task that reconnects every M.retry_every seconds until it is back.
+-- daemon task that reconnects at once and then every M.retry_every seconds
+-- until it is back.
 function Client:down(err)
   if self.conn then self.conn:close() self.conn = nil end
   if self.state ~= "down" then
@@ -293,6 +295,7 @@ function Client:down(err)
   self.state = "down"
   if self.retrier or self.closed then return end
   self.retrier = core.spawn(function()
+    join_quietly(self:attempt()) -- at once: Redis may be back already (a restart)
     while not self.conn and not self.closed do
       core.sleep(M.retry_every)
       if not self.closed then join_quietly(self:attempt()) end
@@ -317,21 +320,23 @@ end
 
 -- Runs script `name` on `key` with `args`: its reply, or nil when Redis
 -- failed (the client is then down and the caller uses its local state).
+-- Any failure (no reply in time, a closed connection, an error reply such
+-- as BUSY, LOADING, OOM or READONLY) takes the client down; a script flushed
+-- from the server (NOSCRIPT) is loaded again first.
 function Client:eval(name, key, args)
   if not self:usable() then return nil end
-  local r, err = self.conn:command(self.timeout, "EVALSHA", self.shas[name], 1, key, table.unpack(args))
+  local conn = self.conn -- another task may replace it while this one waits
+  local r, err = conn:command(self.timeout, "EVALSHA", self.shas[name], 1, key, table.unpack(args))
   if r == nil and err.kind == "protocol" and err.message:find("NOSCRIPT", 1, true) then
-    local sha = self.conn:command(self.timeout, "SCRIPT", "LOAD", SCRIPTS[name])
+    local sha
+    sha, err = conn:command(self.timeout, "SCRIPT", "LOAD", SCRIPTS[name])
     if sha then
       self.shas[name] = sha
-      r, err = self.conn:command(self.timeout, "EVALSHA", sha, 1, key, table.unpack(args))
+      r, err = conn:command(self.timeout, "EVALSHA", sha, 1, key, table.unpack(args))
     end
   end
   if r == nil then
-    if err.kind == "protocol" and not err.message:find("BUSY", 1, true) and not err.message:find("LOADING", 1, true) then
-      error("endpoint: redis script '" .. name .. "' failed: " .. tostring(err), 0) -- a bug of ours
-    end
-    if self.state == "up" then self:down(err) end
+    if self.conn == conn then self:down(err) end
     return nil
   end
   return r
