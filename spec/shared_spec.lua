@@ -280,13 +280,26 @@ describe("endpoint state shared through Redis", function()
       assert.equal("redis", backend().backend)
       assert.equal(3, backend().consecutive)
 
-      kill_redis(redis)
-      local slowest = 0
-      for _ = 1, 20 do
-        local err, took = call()
-        assert.equal("http", err.kind) -- the call itself went on
-        if took > slowest then slowest = took end
+      -- 20 tasks keep calling while Redis is killed under them
+      local running, slowest, kinds = true, 0, {}
+      local tasks = {}
+      for i = 1, 20 do
+        tasks[i] = luagent.spawn(function()
+          while running do
+            local err, took = call()
+            kinds[err.kind] = (kinds[err.kind] or 0) + 1
+            if took > slowest then slowest = took end
+            luagent.sleep(0.01)
+          end
+        end)
       end
+      luagent.sleep(0.2)
+      kill_redis(redis)
+      luagent.sleep(0.5)
+      running = false
+      for _, t in ipairs(tasks) do t:join() end -- nobody hangs
+      assert.same({ "http" }, (function() local k = {} for n in pairs(kinds) do k[#k + 1] = n end return k end)(),
+        "every call went on to the provider (503s), none failed on Redis")
       assert.is_true(slowest < 0.2 + 0.3, "fell back within the timeout: " .. slowest)
       local h = backend()
       assert.equal("local", h.backend)
