@@ -4,10 +4,11 @@
  *   r:send(timeout, arg, ...) -> true | nil, err   (queued; reply dropped)
  *   r:connected() -> bool      r:close()  (also __close and __gc)
  *
- * Nothing here blocks: the connect is non-blocking (a numeric address, so no
- * DNS lookup), reads and writes go through uv_poll, and every wait is a task
- * suspended with lg_task_suspend, ended by a reply, a timeout or the task's
- * cancellation.
+ * Nothing here blocks: a host name is looked up on libuv's thread pool
+ * (uv_getaddrinfo), hiredis is handed the numeric address and connects
+ * without blocking, reads and writes go through uv_poll, and every wait is a
+ * task suspended with lg_task_suspend, ended by a reply, a timeout or the
+ * task's cancellation.
  *
  * Timeouts use one real libuv timer per connection (Redis lives in real
  * time, also when the loop's clock is virtual). Replies come in the order
@@ -37,6 +38,7 @@
 #include <errno.h>
 #include <lauxlib.h>
 #include <stdlib.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <string.h>
 #include <uv.h>
@@ -64,6 +66,13 @@ typedef struct cmd cmd;
 typedef struct waiter waiter;
 typedef struct rconn rconn;
 
+/* A name lookup on libuv's thread pool: malloc'd, freed by its callback;
+ * rc is NULL once the connection let go. */
+typedef struct resolve_req {
+  uv_getaddrinfo_t req; /* first: on_resolved casts back */
+  rconn *rc;
+} resolve_req;
+
 /* A command in flight: malloc'd, freed by its reply callback. */
 struct cmd {
   cmd *next;         /* the connection's FIFO of commands in flight */
@@ -90,6 +99,9 @@ struct rconn {
   int connecting;        /* a task waits in redis_connect */
   int cstatus;           /* 0: connected; else why not (see cerr) */
   char cerr[160];
+  struct resolve_req *resolving; /* the name lookup under way, or NULL */
+  int rstatus;           /* the lookup's libuv status */
+  char addr[64];         /* the numeric address the name resolved to */
   lg_wait cw;
   uv_timer_t *timer;     /* malloc'd; freed by its close callback */
   cmd *head, *tail;      /* commands in flight, oldest first */
@@ -270,6 +282,11 @@ static void conn_down(rconn *rc, const char *kind, const char *msg, int quiet) {
     redisAsyncFree(ac); /* runs on_reply(NULL) for each command still queued */
     detach_all(rc, 0);
   }
+  if (rc->resolving) { /* its callback frees it; uv_cancel may be too late */
+    rc->resolving->rc = NULL;
+    uv_cancel((uv_req_t *)&rc->resolving->req);
+    rc->resolving = NULL;
+  }
   if (rc->connecting) {
     rc->connecting = 0;
     if (!rc->cstatus) rc->cstatus = -1;
@@ -398,6 +415,7 @@ static int connect_k(lua_State *L, int status, lua_KContext ctx) {
   if (rc->cstatus != 0 || !rc->connected) {
     const char *kind = strstr(rc->cerr, "timed out") ? "timeout"
                        : strstr(rc->cerr, "refused")  ? "refused"
+                       : strstr(rc->cerr, "resolve")  ? "dns"
                                                       : "transport";
     lua_pushnil(L);
     lg_error_push(L, kind, rc->cerr[0] ? rc->cerr : "redis: connect failed");
@@ -408,20 +426,83 @@ static int connect_k(lua_State *L, int status, lua_KContext ctx) {
   return 1;
 }
 
-/* redis_connect(host, port, timeout) -> conn | nil, err, once connected.
- * host is a numeric IPv4 or IPv6 address or "localhost" (a name would need
- * a blocking DNS lookup). Cancellable. Returns a new "luagent.Redis". */
+/* Starts hiredis's non-blocking connect of rc to the numeric address
+ * `addr`: 0, or -1 with rc->cstatus and rc->cerr set. */
+static int start_connect(rconn *rc, const char *addr, int port) {
+  redisAsyncContext *ac = redisAsyncConnect(addr, port);
+  const char *why = !ac ? "out of memory" : ac->err ? ac->errstr : NULL;
+  if (!why && redisLibuvAttach(ac, lg_loop_uv(rc->loop)) != REDIS_OK) why = "cannot attach to the loop";
+  if (why) {
+    rc->cstatus = -1;
+    snprintf(rc->cerr, sizeof rc->cerr, "redis: connect %s:%d: %s", addr, port, why);
+    if (ac) redisAsyncFree(ac);
+    return -1;
+  }
+  /* an idle connection does not keep the loop alive (nor hide a deadlock) */
+  uv_unref((uv_handle_t *)&((redisLibuvEvents *)ac->ev.data)->handle);
+  ac->data = rc;
+  rc->ac = ac;
+  redisAsyncSetConnectCallback(ac, on_connect);
+  redisAsyncSetDisconnectCallback(ac, on_disconnect);
+  return 0;
+}
+
+/* The lookup ended (or was cancelled): keeps the first address, wakes the
+ * task in redis_connect. Frees the request. */
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res) {
+  resolve_req *r = (resolve_req *)req;
+  rconn *rc = r->rc;
+  if (rc) {
+    lg_loop_activity(rc->loop);
+    rc->resolving = NULL;
+    rc->rstatus = status ? status : UV_EAI_NONAME;
+    for (struct addrinfo *a = res; status == 0 && a; a = a->ai_next) {
+      int ok = a->ai_family == AF_INET
+                   ? uv_ip4_name((struct sockaddr_in *)a->ai_addr, rc->addr, sizeof rc->addr) == 0
+               : a->ai_family == AF_INET6
+                   ? uv_ip6_name((struct sockaddr_in6 *)a->ai_addr, rc->addr, sizeof rc->addr) == 0
+                   : 0;
+      if (ok) {
+        rc->rstatus = 0;
+        break;
+      }
+    }
+    lg_task_wake(&rc->cw);
+  }
+  uv_freeaddrinfo(res);
+  free(r);
+}
+
+/* Continuation of redis_connect after the name lookup: connects to the
+ * address found, or fails (kind dns, or the timeout's). */
+static int resolve_k(lua_State *L, int status, lua_KContext ctx) {
+  rconn *rc = lua_touserdata(L, 4);
+  if (!rc->connecting) return connect_k(L, status, ctx); /* timed out */
+  if (rc->rstatus != 0) {
+    rc->cstatus = -1;
+    snprintf(rc->cerr, sizeof rc->cerr, "redis: cannot resolve '%s': %s", lua_tostring(L, 1),
+             uv_strerror(rc->rstatus));
+    return connect_k(L, status, ctx);
+  }
+  if (start_connect(rc, rc->addr, (int)lua_tointeger(L, 2)) != 0) return connect_k(L, status, ctx);
+  return lg_task_suspend(L, &rc->cw, 0, connect_k);
+}
+
+/* redis_connect(host, port, timeout) -> conn | nil, err, once connected
+ * (or failed, or `timeout` seconds passed). host is a numeric IPv4 or IPv6
+ * address, "localhost", or a name, looked up on libuv's thread pool so the
+ * loop never blocks on DNS. Cancellable. Returns a new "luagent.Redis". */
 static int l_redis_connect(lua_State *L) {
   const char *host = luaL_checkstring(L, 1);
   lua_Integer port = luaL_checkinteger(L, 2);
   double timeout = luaL_checknumber(L, 3);
   luaL_argcheck(L, port > 0 && port <= 65535, 2, "port must be in [1, 65535]");
   luaL_argcheck(L, timeout > 0 && timeout < 1e6, 3, "timeout must be a number of seconds > 0");
+  luaL_argcheck(L, host[0] != '\0', 1, "host must not be empty");
   if (strcmp(host, "localhost") == 0) host = "127.0.0.1";
   struct sockaddr_in6 probe6;
   struct sockaddr_in probe4;
-  if (uv_ip4_addr(host, (int)port, &probe4) != 0 && uv_ip6_addr(host, (int)port, &probe6) != 0)
-    return luaL_error(L, "redis_connect: host '%s' must be a numeric address or localhost", host);
+  int numeric = uv_ip4_addr(host, (int)port, &probe4) == 0 || uv_ip6_addr(host, (int)port, &probe6) == 0;
   lua_settop(L, 3);
   lg_loop *loop = lg_loop_get(L);
   rconn *rc = lua_newuserdatauv(L, sizeof *rc, 0); /* born closed */
@@ -433,31 +514,31 @@ static int l_redis_connect(lua_State *L) {
   if (!rc->timer) return luaL_error(L, "redis_connect: out of memory");
   uv_timer_init(lg_loop_uv(loop), rc->timer);
   rc->timer->data = rc;
-  redisAsyncContext *ac = redisAsyncConnect(host, (int)port);
-  if (!ac) return luaL_error(L, "redis_connect: out of memory");
-  if (ac->err) {
-    lua_pushnil(L);
-    lua_pushfstring(L, "redis: connect %s:%d: %s", host, (int)port, ac->errstr);
-    lg_error_push(L, strstr(ac->errstr, "refused") ? "refused" : "transport", lua_tostring(L, -1));
-    redisAsyncFree(ac);
-    conn_down(rc, "transport", "", 1);
-    return 2;
+  resolve_req *r = NULL;
+  if (!numeric) {
+    r = malloc(sizeof *r);
+    if (!r) return luaL_error(L, "redis_connect: out of memory");
+    r->rc = rc;
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    int rv = uv_getaddrinfo(lg_loop_uv(loop), &r->req, on_resolved, host, NULL, &hints);
+    if (rv != 0) {
+      free(r);
+      rc->cstatus = -1;
+      snprintf(rc->cerr, sizeof rc->cerr, "redis: cannot resolve '%s': %s", host, uv_strerror(rv));
+      return connect_k(L, 0, 0);
+    }
+    rc->resolving = r;
+  } else if (start_connect(rc, host, (int)port) != 0) {
+    return connect_k(L, 0, 0);
   }
-  if (redisLibuvAttach(ac, lg_loop_uv(loop)) != REDIS_OK) {
-    redisAsyncFree(ac);
-    return luaL_error(L, "redis_connect: cannot attach to the loop");
-  }
-  /* an idle connection does not keep the loop alive (nor hide a deadlock) */
-  uv_unref((uv_handle_t *)&((redisLibuvEvents *)ac->ev.data)->handle);
-  ac->data = rc;
-  rc->ac = ac;
-  redisAsyncSetConnectCallback(ac, on_connect);
-  redisAsyncSetDisconnectCallback(ac, on_disconnect);
   rc->connecting = 1;
   lg_loop_busy(loop, 1);
   uv_update_time(lg_loop_uv(loop));
   uv_timer_start(rc->timer, on_timeout, (uint64_t)(timeout * 1000 + 0.5), 0);
-  return lg_task_suspend(L, &rc->cw, 0, connect_k);
+  return lg_task_suspend(L, &rc->cw, 0, r ? resolve_k : connect_k);
 }
 
 /* Collects the arguments from `first` on into argv/lens (strings or

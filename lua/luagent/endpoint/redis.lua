@@ -191,8 +191,8 @@ return 1
 ------------------------------------------------------------------------------
 
 -- "redis://HOST[:PORT][/DB]" -> host, port, db; or nil, why. HOST is a
--- numeric address (IPv6 in brackets) or localhost: a name would need a
--- blocking DNS lookup.
+-- name (looked up without blocking, host/redis.c) or a numeric address
+-- (IPv6 in brackets).
 function M.parse_url(url)
   if type(url) ~= "string" then return nil, "a redis://HOST:PORT/DB URL" end
   local rest = url:match("^redis://(.+)$")
@@ -205,8 +205,8 @@ function M.parse_url(url)
   if not db then return nil, "a URL of the form redis://HOST:PORT/DB" end
   port, db = tonumber(port), tonumber(db ~= "" and db or "0")
   if port < 1 or port > 65535 then return nil, "a port from 1 to 65535" end
-  if host ~= "localhost" and not host:match("^%d+%.%d+%.%d+%.%d+$") and not host:find(":") then
-    return nil, "a numeric address or localhost as host (a name would need a blocking DNS lookup)"
+  if not host:find(":") and not host:match("^[%w][%w%.%-_]*$") then
+    return nil, "a host name or a numeric address as host (got '" .. host .. "')"
   end
   return host, port, db
 end
