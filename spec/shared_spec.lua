@@ -412,6 +412,32 @@ describe("endpoint state shared through Redis", function()
     assert.equal("redis", b:snapshot(core.now()).backend)
   end)
 
+  it("authenticates with the URL's password and never shows it", function()
+    local secured = start_redis(nil, nil, "--requirepass s3cret")
+    finally(function() stop_redis(secured) end)
+    local lines = {}
+    local sink = log.sink
+    log.sink = function(_, line) lines[#lines + 1] = line end
+    finally(function() log.sink = sink end)
+    local good = endpoint.get("http://auth/v1", { shared = { redis = "redis://:s3cret@127.0.0.1:" .. secured.port .. "/3" } })
+    assert.is_true((good:admit(false, core.now())))
+    good:record(core.now(), false, true, false)
+    local h = luagent.health()["http://auth/v1"]
+    assert.equal("redis", h.backend)
+    assert.equal("redis://:***@127.0.0.1:" .. secured.port .. "/3", h.redis)
+    local conn = assert(core.redis_connect("127.0.0.1", secured.port, 1))
+    assert(conn:command(1, "AUTH", "s3cret"))
+    assert(conn:command(1, "SELECT", 3))
+    assert.equal(1, conn:command(1, "EXISTS", "luagent:ep:http://auth/v1"), "written to database 3")
+    conn:close()
+    local bad = endpoint.get("http://noauth/v1", { shared = { redis = "redis://:wrong@127.0.0.1:" .. secured.port .. "/0" } })
+    assert.is_true((bad:admit(false, core.now())))
+    assert.is_true(luagent.health()["http://noauth/v1"].fallback)
+    assert.equal(1, #lines)
+    assert.matches("redis://:%*%*%*@127%.0%.0%.1:%d+/0 unreachable", lines[1])
+    assert.is_nil(table.concat(lines):find("wrong", 1, true))
+  end)
+
   it("is named in health() and validated in policies", function()
     local policy = require "luagent.policy"
     local p = assert(policy.new { shared = { redis = "redis://127.0.0.1:6380/2", prefix = "x:" } })

@@ -112,7 +112,10 @@ function M.get(key, opts)
   local env = os.getenv("LUAGENT_REDIS_URL")
   if shared == nil and env and env ~= "" then
     local ok, why = require("luagent.endpoint.redis").parse_url(env)
-    if not ok then error(errors.new("usage", "LUAGENT_REDIS_URL must be " .. why .. " (got '" .. env .. "')"), 0) end
+    if not ok then
+      local shown = env:gsub("^(redis://[^:/@]*:)[^@]*@", "%1***@") -- no password in a message
+      error(errors.new("usage", "LUAGENT_REDIS_URL must be " .. why .. " (got '" .. shown .. "')"), 0)
+    end
     shared = { redis = env }
   end
   ep = new_local(key, opts, jitter)

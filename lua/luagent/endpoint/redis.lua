@@ -190,13 +190,22 @@ return 1
 -- URLs
 ------------------------------------------------------------------------------
 
--- "redis://HOST[:PORT][/DB]" -> host, port, db; or nil, why. HOST is a
--- name (looked up without blocking, host/redis.c) or a numeric address
--- (IPv6 in brackets).
+-- "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]" -> {host=, port=, db=,
+-- user=, password=, shown=}; or nil, why. HOST is a name (looked up
+-- without blocking, host/redis.c) or a numeric address (IPv6 in brackets);
+-- PORT 6379 and DB 0 when left out. `shown` is the URL with the password
+-- masked, for log lines and health().
 function M.parse_url(url)
   if type(url) ~= "string" then return nil, "a redis://HOST:PORT/DB URL" end
   local rest = url:match("^redis://(.+)$")
   if not rest then return nil, "a URL that starts with redis://" end
+  local cred, after = rest:match("^(.*)@([^@]*)$")
+  local user, password
+  if cred then
+    rest = after
+    user, password = cred:match("^([^:]*):(.*)$")
+    if not user then return nil, "USER:PASSWORD before the @ of the URL" end
+  end
   local host, tail = rest:match("^%[([%x:.]+)%](.*)$")
   if not host then host, tail = rest:match("^([^:/]+)(.*)$") end
   if not host then return nil, "a URL with a host (redis://HOST:PORT/DB)" end
@@ -208,7 +217,9 @@ function M.parse_url(url)
   if not host:find(":") and not host:match("^[%w][%w%.%-_]*$") then
     return nil, "a host name or a numeric address as host (got '" .. host .. "')"
   end
-  return host, port, db
+  local shown = cred and ("redis://" .. user .. ":***@" .. rest) or url
+  return { host = host, port = port, db = db, user = user ~= "" and user or nil,
+           password = password, shown = shown }
 end
 
 ------------------------------------------------------------------------------
@@ -230,9 +241,9 @@ end
 local function client_for(url, timeout)
   local c = clients[url]
   if c then return c end
-  local host, port, db = M.parse_url(url)
-  if not host then error("endpoint: shared.redis must be " .. port .. " (got " .. tostring(url) .. ")", 3) end
-  c = setmetatable({ url = url, host = host, port = port, db = db, timeout = timeout,
+  local u = assert(M.parse_url(url)) -- checked by check_shared
+  c = setmetatable({ url = u.shown, host = u.host, port = u.port, db = u.db, user = u.user,
+                     password = u.password, timeout = timeout,
                      state = "new", conn = nil, shas = {}, trying = nil, retrier = nil }, Client)
   clients[url] = c
   return c
@@ -243,6 +254,15 @@ end
 function Client:connect_once()
   local conn, err = core.redis_connect(self.host, self.port, self.timeout)
   if not conn then return nil, err end
+  if self.password then
+    local ok, e
+    if self.user then
+      ok, e = conn:command(self.timeout, "AUTH", self.user, self.password)
+    else
+      ok, e = conn:command(self.timeout, "AUTH", self.password)
+    end
+    if not ok then conn:close() return nil, e end
+  end
   if self.db ~= 0 then
     local ok, e = conn:command(self.timeout, "SELECT", self.db)
     if not ok then conn:close() return nil, e end
@@ -398,8 +418,8 @@ local function check_shared(shared)
       error("endpoint.get: unknown option 'shared." .. tostring(k) .. "'", 4)
     end
   end
-  local host, why = M.parse_url(shared.redis)
-  if not host then error("endpoint.get: shared.redis must be " .. why, 4) end
+  local ok, why = M.parse_url(shared.redis)
+  if not ok then error("endpoint.get: shared.redis must be " .. why, 4) end
   if shared.prefix ~= nil and type(shared.prefix) ~= "string" then
     error("endpoint.get: shared.prefix must be a string", 4)
   end
