@@ -250,6 +250,7 @@ static int l_waiter_gc(lua_State *L) {
 
 /* ---------------------------------------------------------- connection */
 
+/* Close callback of the timer: its memory is ours. */
 static void timer_closed(uv_handle_t *h) { free(h); }
 
 /* Detaches every command in flight from the connection (and, if `quiet`,
