@@ -414,11 +414,13 @@ describe("endpoint state shared through Redis", function()
 
   it("authenticates with the URL's password and never shows it", function()
     local secured = start_redis(nil, nil, "--requirepass s3cret")
-    finally(function() stop_redis(secured) end)
     local lines = {}
     local sink = log.sink
     log.sink = function(_, line) lines[#lines + 1] = line end
-    finally(function() log.sink = sink end)
+    finally(function() -- one finally per case: busted keeps the last one given
+      log.sink = sink
+      stop_redis(secured)
+    end)
     local good = endpoint.get("http://auth/v1", { shared = { redis = "redis://:s3cret@127.0.0.1:" .. secured.port .. "/3" } })
     assert.is_true((good:admit(false, core.now())))
     good:record(core.now(), false, true, false)
