@@ -4,7 +4,7 @@
 # and $(B)/lua/luagent/core.so (the same core as a Lua C module).
 
 DEBIAN_PACKAGES := lua5.4 liblua5.4-dev libcurl4-openssl-dev libuv1-dev \
-                   lua-cjson lua-busted pkg-config libsqlite3-dev
+                   libhiredis-dev lua-cjson lua-busted pkg-config libsqlite3-dev
 
 SAN ?=
 ifeq ($(SAN),1)
@@ -16,7 +16,7 @@ SANFLAGS :=
 endif
 
 CC      ?= cc
-PKGS    := lua5.4 libuv libcurl sqlite3
+PKGS    := lua5.4 libuv libcurl sqlite3 hiredis
 CFLAGS  ?= -O2 -g
 
 # pkg-config is asked lazily, once, when the first recipe needs the flags:
@@ -26,7 +26,7 @@ CFLAGS  ?= -O2 -g
 lazy = $(eval $(1) := $(2))$($(1))
 LG_CFLAGS = $(call lazy,LG_CFLAGS,-std=c11 -Wall -Wextra -fPIC -D_GNU_SOURCE $(SANFLAGS) \
               $(shell pkg-config --cflags $(PKGS)) $(CFLAGS))
-LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv libcurl sqlite3) -lm)
+LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv libcurl sqlite3 hiredis) -lm)
 LUALIB    = $(call lazy,LUALIB,$(shell pkg-config --libs lua5.4))
 
 CORE_SRC := $(filter-out host/main.c,$(wildcard host/*.c))
@@ -90,8 +90,9 @@ $(B)/lua/luagent/core.so: $(CORE_OBJ) | $(B)/lua/luagent
 
 # The specs also package luagent with luarocks (spec/install_spec.lua). A
 # target-specific value reaches the prerequisites too, so `make test`'s deps
-# installs luarocks while `make run`'s does not.
-test: DEBIAN_PACKAGES += luarocks
+# installs luarocks while `make run`'s does not; redis-server is what the
+# specs of the shared endpoint state start (spec/shared_spec.lua).
+test: DEBIAN_PACKAGES += luarocks redis-server
 
 # Busted runs inside the executable (the binary face), so under SAN=1 the
 # sanitizer runtime is the first thing in the process.

@@ -16,6 +16,7 @@
 #include "process.h"
 #include "sandbox.h"
 #include "sqlite_lua.h"
+#include "redis.h"
 #include "sse.h"
 #include "tcp.h"
 #include "watch.h"
@@ -88,5 +89,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_guard_register(L);
   lg_sandbox_register(L);
   lg_sqlite_register(L);
+  lg_redis_register(L);
   return 1;
 }

@@ -338,9 +338,9 @@ describe("endpoint", function()
       b:set_cooldown(40)
       assert.same({
         a = { state = "open", failures = 2, consecutive = 2, calls = 2, trips = 1, probe_out = false,
-              open_until = 15, tokens = 8, max_tokens = 10 },
+              open_until = 15, tokens = 8, max_tokens = 10, backend = "local" },
         b = { state = "closed", failures = 1, consecutive = 0, calls = 2, trips = 0, probe_out = false,
-              tokens = 9.1, max_tokens = 10, cooldown_until = 40 },
+              tokens = 9.1, max_tokens = 10, cooldown_until = 40, backend = "local" },
       }, endpoint.health(12))
       -- Read at a later time, a's open time is over.
       assert.equal("half_open", endpoint.health(15).a.state)

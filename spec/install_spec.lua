@@ -54,7 +54,7 @@ describe("luarocks make --local", function()
     assert(ok, out)
     -- without make's own variables: under `make test SAN=1` they would carry
     -- SAN=1 into the rock's build, and a plain lua5.4 cannot load that
-    ok, out = sh(string.format("cd %s && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u SAN -u B HOME=%s luarocks --lua-version 5.4 make --local",
+    ok, out = sh(string.format("cd %s && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u MAKEOVERRIDES -u SAN -u B HOME=%s luarocks --lua-version 5.4 make --local",
       h.quote(copy), h.quote(home)))
     assert(ok, out)
     assert.matches("luagent scm%-1 is now installed", out)

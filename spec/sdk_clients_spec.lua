@@ -57,14 +57,7 @@ local function find_sdks()
   return { node = node, versions = versions }
 end
 
--- Whether process `pid` still runs (a zombie does not count).
-local function alive(pid)
-  local f = io.open("/proc/" .. pid .. "/stat", "rb")
-  if not f then return false end
-  local stat = f:read("a")
-  f:close()
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
+local alive = helpers.alive
 
 -- Stops the mock child: TERM, KILL after 3 s; removes its scratch folder.
 local function stop_mock(m)

@@ -190,6 +190,44 @@ describe("luagent sim", function()
     end)
   end)
 
+  describe("hosts", function()
+    it("runs each guarded strategy with its guards shared between the hosts and local to each", function()
+      local breakers = 0
+      local real = core.breaker
+      core.breaker = function(cfg)
+        breakers = breakers + 1
+        return real(cfg)
+      end
+      local ok, result = pcall(sim.run, { scenario = "book", hosts = 4,
+        strategies = { "full_jitter", "full_jitter+breaker" } })
+      core.breaker = real
+      assert(ok, result)
+      local names = {}
+      for i, row in ipairs(result.rows) do names[i] = row.strategy end
+      assert.same({ "full_jitter", "full_jitter+breaker:shared", "full_jitter+breaker:local" }, names)
+      assert.equal(1 + 4, breakers) -- one for every host, then one per host
+      assert.same({ 4, "local" }, { result.rows[3].hosts, result.rows[3].sharing })
+      local text = sim.format_table(result)
+      assert.matches("100 clients on 4 hosts", text)
+      assert.matches("\nfull_jitter%+breaker:local +", text)
+      assert.matches(",4,shared\n", sim.csv(result))
+      local svg = sim.svg(result)
+      check_xml(svg)
+      assert.truthy(svg:find(">full_jitter+breaker:shared<", 1, true))
+      -- clients arriving over time: a shared breaker stops every host's new
+      -- clients once open, local ones each trip on their own
+      result = sim.run { scenario = "book", hosts = 4, clients = 1000, spread = 5,
+                         strategies = { "full_jitter+breaker" } }
+      assert.matches("1000 clients on 4 hosts .* starting over 5 s", sim.format_table(result))
+      local shared_row, local_row = result.rows[1], result.rows[2]
+      assert.is_true(local_row.total > 2 * shared_row.total,
+        string.format("local %d, shared %d", local_row.total, shared_row.total))
+      local o, err = sim.parse_args({ "--hosts", "0" })
+      assert.is_nil(o)
+      assert.matches("%-%-hosts wants a whole number >= 1", err)
+    end)
+  end)
+
   describe("output", function()
     it("prints one table row per strategy with the scenario's parameters", function()
       local text = sim.format_table(book)
@@ -209,7 +247,7 @@ describe("luagent sim", function()
       assert.equal(table.concat(sim.csv_columns, ","), lines[1])
       assert.equal(#book.rows + 1, #lines)
       local r = rows_of(book).full_jitter
-      local want = string.format("book,1,full_jitter,100,5,0.1,%.3f,%d,%d,%d,%d,0,%.4f,%.4f",
+      local want = string.format("book,1,full_jitter,100,5,0.1,%.3f,%d,%d,%d,%d,0,%.4f,%.4f,1,",
         r.mean, r.max, r.total, r.rejected, r.served, r.median, r.worst)
       assert.truthy(lines[4] == want, lines[4] .. " ~= " .. want)
     end)

@@ -74,6 +74,10 @@ options:
                       $LUAGENT_HOME/runs.db, else .luagent/runs.db here)
   -h, --help          show this help
 
+LUAGENT_REDIS_URL=redis://HOST:PORT/DB shares every endpoint's circuit
+breaker, retry budget and cooldown with the other hosts using that Redis
+(a policy's `shared` field overrides it; see policies/README.md).
+
 Exit codes: 0 done; 1 the script raised an error (printed as
 "luagent: FILE:LINE: message" with a traceback); 2 usage error or missing
 file; 130 interrupted (the first Ctrl-C cancels the main task and lets it

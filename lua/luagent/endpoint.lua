@@ -17,11 +17,11 @@
 --
 -- Every method that can change state returns the list of events it caused
 -- (possibly empty), for the caller to put on its event bus:
---   {type="circuit_open", endpoint=, until=<open until>, trips=}
+--   {type="circuit_open", endpoint=, open_until=, trips=}
 --   {type="circuit_half_open", endpoint=}   (the first probe was handed out)
 --   {type="circuit_close", endpoint=}
 --   {type="retry_budget_exhausted", endpoint=, tokens=} (retries just stopped)
---   {type="cooldown", endpoint=, until=}    (the cooldown was extended)
+--   {type="cooldown", endpoint=, cooldown_until=}  (the cooldown was extended)
 --
 -- The methods of an endpoint are its whole interface, so a second backend
 -- (state shared between hosts through a store) can stand in for this one.
@@ -38,6 +38,7 @@ local registry = {} -- key -> endpoint: the per-process state
 local Endpoint = {}
 Endpoint.__index = Endpoint
 Endpoint.__name = "luagent.Endpoint"
+M.Endpoint = Endpoint -- the in-process state's methods (a second backend builds on them)
 
 -- Raises "endpoint.<fn>: <what>", blaming the code `depth` calls above the
 -- function that called misuse (1: its caller).
@@ -65,7 +66,7 @@ local function check_opts(opts)
   if opts == nil then return M.default_jitter end
   if type(opts) ~= "table" then misuse("get", "opts must be a table", 2) end
   for k in pairs(opts) do
-    if k ~= "breaker" and k ~= "budget" and k ~= "cooldown" then
+    if k ~= "breaker" and k ~= "budget" and k ~= "cooldown" and k ~= "shared" then
       misuse("get", "unknown option '" .. tostring(k) .. "'", 2)
     end
   end
@@ -83,18 +84,10 @@ local function check_opts(opts)
   return j
 end
 
--- The endpoint for `key`, created on first use from `opts` ({breaker=<see
--- core.breaker>, budget=<see core.retry_budget>, cooldown={jitter=}}; false
--- for breaker or budget means none); later calls return the same endpoint
--- and ignore `opts`. A bad option raises, naming the field, and registers
--- nothing.
-function M.get(key, opts)
-  if type(key) ~= "string" or key == "" then misuse("get", "key must be a non-empty string", 1) end
-  local ep = registry[key]
-  if ep then return ep end
-  local jitter = check_opts(opts)
+-- The in-process state of `key`: a new endpoint, registered nowhere.
+local function new_local(key, opts, jitter)
   local b, bu = opts and opts.breaker, opts and opts.budget
-  ep = setmetatable({
+  return setmetatable({
     key = key,
     breaker = b ~= false and core.breaker(b) or nil,
     budget = bu ~= false and core.retry_budget(bu) or nil,
@@ -102,6 +95,35 @@ function M.get(key, opts)
     cooldown_until = nil, -- no cooldown yet
     seen = nil,           -- the latest `now` seen
   }, Endpoint)
+end
+
+-- The endpoint for `key`, created on first use from `opts` ({breaker=<see
+-- core.breaker>, budget=<see core.retry_budget>, cooldown={jitter=},
+-- shared={redis=, prefix=, timeout=}}; false for breaker or budget means
+-- none); later calls return the same endpoint and ignore `opts`. With
+-- `shared` (or, when opts.shared is nil, LUAGENT_REDIS_URL set) the state
+-- lives in Redis and is shared with every host using the same server and
+-- prefix (lua/luagent/endpoint/redis.lua); shared = false keeps it local.
+-- A bad option raises, naming the field, and registers nothing.
+function M.get(key, opts)
+  if type(key) ~= "string" or key == "" then misuse("get", "key must be a non-empty string", 1) end
+  local ep = registry[key]
+  if ep then return ep end
+  local jitter = check_opts(opts)
+  local shared = opts and opts.shared
+  local env = os.getenv("LUAGENT_REDIS_URL")
+  if shared == nil and env and env ~= "" then
+    local ok, why = require("luagent.endpoint.redis").parse_url(env)
+    if not ok then
+      local shown = env:gsub("^(redis://[^:/@]*:)[^@]*@", "%1***@") -- no password in a message
+      error(errors.new("usage", "LUAGENT_REDIS_URL must be " .. why .. " (got '" .. shown .. "')"), 0)
+    end
+    shared = { redis = env }
+  end
+  ep = new_local(key, opts, jitter)
+  if shared then
+    ep = require("luagent.endpoint.redis").new(ep, opts, shared)
+  end
   registry[key] = ep
   return ep
 end
@@ -109,6 +131,8 @@ end
 -- Forgets every endpoint (specs; an embedder starting over).
 function M.reset()
   registry = {}
+  local shared = package.loaded["luagent.endpoint.redis"]
+  if shared then shared.reset() end
 end
 
 ------------------------------------------------------------------------------
@@ -131,12 +155,7 @@ function Endpoint:admit(is_retry, now)
   if not self.breaker then return true, false, events end
   local verdict, retry_at, moved = self.breaker:allow(now)
   if moved then events[1] = { type = "circuit_half_open", endpoint = key } end
-  if not verdict then
-    local msg = string.format("circuit open for %s: next probe due in %.3f s (at %.3f)",
-      key, retry_at - now, retry_at)
-    return nil, errors.new("circuit_open", msg,
-      { endpoint = key, retry_at = retry_at, retryable = false }), events
-  end
+  if not verdict then return nil, M.open_error(key, now, retry_at), events end
   return true, verdict == "probe", events
 end
 
@@ -146,11 +165,7 @@ end
 function Endpoint:_budget_refusal(cause)
   if not self.budget or self.budget:allow_retry() then return nil end
   local tokens, max = self.budget:tokens()
-  local msg = string.format("retry budget of %s exhausted: %g of %g tokens, retries need more than %g",
-    self.key, tokens, max, max / 2)
-  if cause ~= nil then msg = msg .. "; the attempt failed with " .. tostring(cause) end
-  return errors.new("retry_budget_exhausted", msg,
-    { endpoint = self.key, tokens = tokens, retryable = false, cause = cause })
+  return M.budget_error(self.key, tokens, max, cause)
 end
 
 -- May a failed attempt be retried, as far as the retry budget goes? (Asked
@@ -161,6 +176,25 @@ function Endpoint:may_retry(cause)
   local refusal = self:_budget_refusal(cause)
   if refusal then return nil, refusal end
   return true
+end
+
+-- The error of a retry the budget of `key` refused (final for the call);
+-- `cause`, the failed attempt's error, is named in the message and kept as
+-- err.cause. Both backends (this one and endpoint/redis.lua) make it here.
+function M.budget_error(key, tokens, max, cause)
+  local msg = string.format("retry budget of %s exhausted: %g of %g tokens, retries need more than %g",
+    key, tokens, max, max / 2)
+  if cause ~= nil then msg = msg .. "; the attempt failed with " .. tostring(cause) end
+  return errors.new("retry_budget_exhausted", msg,
+    { endpoint = key, tokens = tokens, retryable = false, cause = cause })
+end
+
+-- The error of a call the open breaker of `key` refused at `now`, the next
+-- probe being due at `retry_at` (final for the call).
+function M.open_error(key, now, retry_at)
+  local msg = string.format("circuit open for %s: next probe due in %.3f s (at %.3f)",
+    key, retry_at - now, retry_at)
+  return errors.new("circuit_open", msg, { endpoint = key, retry_at = retry_at, retryable = false })
 end
 
 ------------------------------------------------------------------------------
@@ -252,11 +286,28 @@ end
 -- Inspection
 ------------------------------------------------------------------------------
 
+-- This endpoint's row of health(): see M.health. The breaker's state is read
+-- at `now`, or at the latest time the endpoint was given.
+function Endpoint:snapshot(now)
+  local state, c = "none", {}
+  if self.breaker then state, c = self.breaker:state(now or self.seen or -math.huge) end
+  local tokens, max
+  if self.budget then tokens, max = self.budget:tokens() end
+  return {
+    state = state, failures = c.failures, consecutive = c.consecutive,
+    calls = c.calls, trips = c.trips, probe_out = c.probe_out,
+    open_until = c.open_until, tokens = tokens, max_tokens = max,
+    cooldown_until = self.cooldown_until, backend = "local",
+  }
+end
+
 -- A snapshot of every endpoint, as a fresh table the caller owns (state
 -- "none" and no counts without a breaker, no tokens without a budget):
 -- {[key] = {state=, failures=, consecutive=, calls=, trips=, probe_out=,
 --  open_until= (nil while closed), tokens=, max_tokens=, cooldown_until=
---  (nil when none was set)}}. The breaker's state is read at `now`; without
+--  (nil when none was set), backend= ("local", or "redis" while the state
+--  is served by Redis; a Redis endpoint that fell back says "local" and
+--  fallback=true)}}. The breaker's state is read at `now`; without
 -- it, at the latest time each endpoint was given (an open time that ended
 -- since then still reads "open").
 function M.health(now)
@@ -264,18 +315,7 @@ function M.health(now)
     error("endpoint.health: now must be a number or nil", 2)
   end
   local out = {}
-  for key, ep in pairs(registry) do
-    local state, c = "none", {}
-    if ep.breaker then state, c = ep.breaker:state(now or ep.seen or -math.huge) end
-    local tokens, max
-    if ep.budget then tokens, max = ep.budget:tokens() end
-    out[key] = {
-      state = state, failures = c.failures, consecutive = c.consecutive,
-      calls = c.calls, trips = c.trips, probe_out = c.probe_out,
-      open_until = c.open_until, tokens = tokens, max_tokens = max,
-      cooldown_until = ep.cooldown_until,
-    }
-  end
+  for key, ep in pairs(registry) do out[key] = ep:snapshot(now) end
   return out
 end
 

@@ -77,7 +77,8 @@ function M.stream(opts) return require("luagent.retry").stream(opts) end
 function M.complete(opts) return require("luagent.retry").complete(opts) end
 
 -- health([now]) -> {[endpoint] = {state=, failures=, consecutive=, trips=,
--- tokens=, cooldown_until=, open_until=}}: the shared protection state.
+-- tokens=, cooldown_until=, open_until=, backend=}}: the shared protection
+-- state; backend is "local", or "redis" when it is shared between hosts.
 function M.health(now)
   return require("luagent.endpoint").health(now or core.now())
 end

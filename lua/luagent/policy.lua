@@ -194,6 +194,15 @@ local FIELDS = {
   classify = check.hooks, on_retry = check.fn, on_context_overflow = check.overflow,
   breaker = check.table_or_false, budget = check.table_or_false, cooldown = check.table_or_false,
   tool = check.table,
+  shared = check.table_or_false,
+}
+-- shared = {redis = "redis://HOST:PORT/DB", prefix = "luagent:", timeout = 0.25}
+local SHARED_FIELDS = {
+  redis = function(v)
+    local ok, why = require("luagent.endpoint.redis").parse_url(v)
+    return ok ~= nil, why
+  end,
+  prefix = check.string, timeout = check.positive,
 }
 local TOOL_FIELDS = {
   max_retries = check.count, backoff = check.table, timeout = check.positive,
@@ -415,6 +424,12 @@ function M.new(t, source, text)
     end
   end
   if ok then ok, err = check_protection(t, source, text) end
+  if ok and t.shared then
+    ok, err = check_fields(t.shared, SHARED_FIELDS, "shared", source, text)
+    if ok and t.shared.redis == nil then
+      ok, err = nil, invalid(source, text, { "shared" }, "shared.redis is required (a redis://HOST:PORT/DB URL)")
+    end
+  end
   if not ok then return nil, err end
   local D = M.defaults
   local hooks = t.classify
@@ -441,6 +456,8 @@ function M.new(t, source, text)
     budget = fill_protection(t.budget, D.budget),
     cooldown = fill_protection(t.cooldown, D.cooldown),
     tool = M.tool_section(t.tool),
+    shared = t.shared and { redis = t.shared.redis, prefix = t.shared.prefix, timeout = t.shared.timeout }
+      or t.shared, -- nil: LUAGENT_REDIS_URL decides; false: local state only
   }, Policy)
 end
 

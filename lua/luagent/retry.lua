@@ -78,6 +78,7 @@ local function endpoint_for(provider, policy)
   if not (policy.breaker or policy.budget or policy.cooldown) then return nil end
   return endpoint.get(endpoint.key(provider.base_url), {
     breaker = policy.breaker, budget = policy.budget, cooldown = policy.cooldown,
+    shared = policy.shared,
   })
 end
 

@@ -29,6 +29,15 @@ function M.lines(path)
   return out
 end
 
+-- Whether process `pid` still runs (a zombie does not count).
+function M.alive(pid)
+  local f = io.open("/proc/" .. pid .. "/stat", "rb")
+  if not f then return false end
+  local stat = f:read("a")
+  f:close()
+  return stat:match("^%d+ %b() (%a)") ~= "Z"
+end
+
 -- Writes `text` to a fresh temporary file and returns its path.
 function M.tempfile(text, suffix)
   local path = os.tmpname() .. (suffix or "")

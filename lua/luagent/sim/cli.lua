@@ -37,6 +37,13 @@ strategies (wait before retry n; c = min(base × 2^(n-1), cap)):
 A retry refused by the budget, or a call refused by the open breaker, is
 not sent: the client's call fails ("gave up"), as in gRPC and the book.
 
+hosts: with --hosts N the clients are spread over N hosts (luagent
+processes), and each guarded strategy runs twice: ":shared", one budget,
+breaker and cooldown for every host (the endpoint state shared through
+Redis, policy field `shared`), and ":local", one per host. With --spread S
+the clients start over S seconds instead of all at once, which is where a
+shared breaker shows: once open, it stops every host's new clients.
+
 scenarios:
   book  100 clients, 5 calls per 0.1 s window, 10 ms per call, fixed wait
         11 ms, backoff base 0.1 s, cap 1 s. The book reports that a fixed
@@ -56,6 +63,8 @@ options:
   --clients N         number of clients
   --capacity C        calls accepted per window
   --window W          window length, seconds
+  --hosts N           spread the clients over N hosts (default 1)
+  --spread S          start the clients over S seconds (default 0: at once)
   --seed S            seed of the clients' jitter (default 1)
   --strategies LIST   comma-separated names (default: all)
   --csv FILE          also write the table as CSV
@@ -64,11 +73,13 @@ options:
 
 example:
   luagent sim --scenario aws --svg aws.svg
+  luagent sim --hosts 4 --clients 1000 --spread 5 --svg hosts.svg
 ]]
 
 -- Options: name -> the kind of value.
 local FLAGS = {
-  scenario = "string", clients = "count", capacity = "count", window = "seconds",
+  scenario = "string", clients = "count", capacity = "count", window = "seconds", hosts = "count",
+  spread = "seconds",
   seed = "integer", strategies = "list", csv = "string", svg = "string",
 }
 

@@ -43,6 +43,20 @@ U uniform in [0, 1))
                         holds while the cooldown lasts, released with the
                         endpoint's jitter (cooldown.jitter of the time left)
 
+  HOSTS (--hosts N, N > 1): the clients are spread over N hosts (client i
+  on host (i - 1) % N + 1), as when many luagent processes call one
+  provider. The three guarded strategies then run twice: ":shared", one
+  budget, breaker and cooldown for all hosts (what a shared Redis state
+  gives, lua/luagent/endpoint/redis.lua; modelled without its round trip),
+  and ":local", one per host (each process on its own). The other
+  strategies share nothing, so hosts do not change them. Where all clients
+  start at time 0 the first wave goes out before any guard has seen a
+  failure, shared or not; with clients arriving over time (--spread S:
+  client i starts at (i - 1) / N × S, and its times count from its start)
+  a shared breaker, once open, stops every host's new clients, while local
+  ones must each trip on their own:
+    luagent sim --hosts 4 --clients 1000 --spread 5
+
   A retry the budget refuses, or a call the open breaker refuses, is not
   sent: that client's call fails (kinds retry_budget_exhausted and
   circuit_open) and it counts as "gave up". That is what gRPC does with a
@@ -101,7 +115,9 @@ local floor, fmt = math.floor, string.format
 
 -- Built-in scenarios (documented at the top). Fields: clients, capacity
 -- (calls per window), window (s), service (s per call), service_jitter
--- (fraction), fixed_wait (s), base and max (s, the backoff),
+-- (fraction), fixed_wait (s), base and max (s, the backoff), hosts (the
+-- clients are spread over; 1 unless set), spread (s over which the clients
+-- start; 0 unless set),
 -- decorrelated_base (s, default base), horizon (s), budget (core.retry_budget
 -- config), breaker (core.breaker config), retry_after (core.backoff_server_wait
 -- params) and cooldown ({jitter=}, luagent.endpoint's cooldown option).
@@ -222,14 +238,17 @@ local function summarize(name, requests, done_at, gave_up, provider, sc)
 end
 
 -- Runs every client of `sc` with strategy `strat` on the virtual clock,
--- from time 0, and returns the row of the table. Must run inside a task.
-local function run_tasks(sc, strat, seed)
+-- from time 0, and returns the row of the table. `sharing` is "shared"
+-- (one set of guards for all sc.hosts hosts), "local" (one per host) or
+-- nil (one host). Must run inside a task.
+local function run_tasks(sc, strat, seed, sharing)
   local sleep, now, delay = core.sleep, core.now, core.backoff_delay
   local server_wait = core.backoff_server_wait
   local provider = new_provider(sc)
-  local guards = new_guards(sc, strat)
-  local budget, breaker, endpoint = guards.budget, guards.breaker, guards.endpoint
-  local guarded = budget or breaker or endpoint
+  local hosts = sc.hosts or 1
+  local host_guards = {}
+  for h = 1, sharing == "local" and hosts or 1 do host_guards[h] = new_guards(sc, strat) end
+  local guarded = strat.budget or strat.breaker or strat.cooldown
   local N, service, sj, horizon = sc.clients, sc.service, sc.service_jitter or 0, sc.horizon
   local kind, params = strat.backoff, backoff_params(sc, strat)
   local requests, done_at = {}, {}
@@ -243,7 +262,11 @@ local function run_tasks(sc, strat, seed)
   -- at the reply, because the shared state must see each result when it
   -- arrives.
   local function client(i)
+    local guards = host_guards[(i - 1) % #host_guards + 1]
+    local budget, breaker, endpoint = guards.budget, guards.breaker, guards.endpoint
     local rng = core.backoff_rng((seed << 32) + i)
+    local start = (sc.spread or 0) * (i - 1) / N
+    if start > 0 then sleep(start) end
     local n, prev, sent = 0, 0, 0
     while true do
       if endpoint then
@@ -280,7 +303,7 @@ local function run_tasks(sc, strat, seed)
         if endpoint and not ok then endpoint:set_cooldown(t + asked) end
       end
       if ok then
-        done_at[i] = t + took
+        done_at[i] = t + took - start
         break
       end
       n = n + 1
@@ -306,19 +329,22 @@ local function run_tasks(sc, strat, seed)
   local tasks = {}
   for i = 1, N do tasks[i] = core.spawn(client, i) end
   for i = 1, N do tasks[i]:join() end
-  return summarize(strat.name, requests, done_at, gave_up, provider, sc)
+  local row = summarize(strat.name .. (sharing and ":" .. sharing or ""), requests, done_at, gave_up,
+    provider, sc)
+  row.hosts, row.sharing = hosts, sharing
+  return row
 end
 
 -- Runs one strategy on the virtual clock (starting at 0) and restores the
 -- real clock, even on error. Inside a task it runs there; outside, in a
 -- task of its own.
-local function run_one(sc, strat, seed)
+local function run_one(sc, strat, seed, sharing)
   core.clock_virtual(0)
   local ok, row
   if core.current() then
-    ok, row = pcall(run_tasks, sc, strat, seed)
+    ok, row = pcall(run_tasks, sc, strat, seed, sharing)
   else
-    local task = core.spawn(run_tasks, sc, strat, seed)
+    local task = core.spawn(run_tasks, sc, strat, seed, sharing)
     core.run()
     ok, row = pcall(task.join, task)
   end
@@ -334,16 +360,18 @@ local function scenario(opts)
   if not base then error("sim: unknown scenario '" .. tostring(opts.scenario) .. "'", 3) end
   local sc = {}
   for k, v in pairs(base) do sc[k] = v end
-  for _, k in ipairs({ "clients", "capacity", "window", "horizon" }) do
+  for _, k in ipairs({ "clients", "capacity", "window", "horizon", "hosts", "spread" }) do
     if opts[k] ~= nil then sc[k] = opts[k] end
   end
+  sc.hosts = sc.hosts or 1
   return sc
 end
 
--- run{scenario=, clients=, capacity=, window=, horizon=, seed=, strategies=}
--- -> {scenario=<the parameters used>, seed=, rows={<one per strategy>}}.
--- strategies: a list of names (default all); rows keep the table's order.
--- An unknown scenario or strategy raises.
+-- run{scenario=, clients=, capacity=, window=, horizon=, hosts=, spread=,
+-- seed=, strategies=} -> {scenario=<the parameters used>, seed=, rows={<one per
+-- strategy; with hosts > 1, two per guarded strategy: ":shared" then
+-- ":local">}}. strategies: a list of names (default all); rows keep the
+-- table's order. An unknown scenario or strategy raises.
 function M.run(opts)
   opts = opts or {}
   local sc = scenario(opts)
@@ -356,7 +384,13 @@ function M.run(opts)
   local result = { scenario = sc, seed = seed, rows = {} }
   for _, strat in ipairs(M.strategies) do
     if not opts.strategies or wanted[strat.name] then
-      result.rows[#result.rows + 1] = run_one(sc, strat, seed)
+      local guarded = strat.budget or strat.breaker or strat.cooldown
+      if guarded and sc.hosts > 1 then
+        result.rows[#result.rows + 1] = run_one(sc, strat, seed, "shared")
+        result.rows[#result.rows + 1] = run_one(sc, strat, seed, "local")
+      else
+        result.rows[#result.rows + 1] = run_one(sc, strat, seed)
+      end
     end
   end
   return result

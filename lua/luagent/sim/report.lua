@@ -22,9 +22,19 @@ end
 -- One line describing the scenario's parameters.
 local function describe(sc)
   local sj = (sc.service_jitter or 0) > 0 and fmt(" ± %g %%", sc.service_jitter * 100) or ""
-  return fmt("%d clients, %d call%s per %s window, %s per call%s; fixed wait %s, "
-    .. "backoff base %s, cap %s", sc.clients, sc.capacity, sc.capacity == 1 and "" or "s",
+  local hosts = (sc.hosts or 1) > 1 and fmt(" on %d hosts (guards :shared between them or :local to each)",
+    sc.hosts) or ""
+  if (sc.spread or 0) > 0 then hosts = hosts .. fmt(" starting over %s", dur(sc.spread)) end
+  return fmt("%d clients%s, %d call%s per %s window, %s per call%s; fixed wait %s, "
+    .. "backoff base %s, cap %s", sc.clients, hosts, sc.capacity, sc.capacity == 1 and "" or "s",
     dur(sc.window), dur(sc.service), sj, dur(sc.fixed_wait), dur(sc.base), dur(sc.max))
+end
+
+-- The width of the strategy column: 21, or the longest name (":shared").
+function M.name_width(result)
+  local w = 21
+  for _, r in ipairs(result.rows) do w = math.max(w, #r.strategy) end
+  return w
 end
 
 -- The printed comparison table.
@@ -34,11 +44,12 @@ function M.format_table(result)
     fmt("luagent sim: scenario %s, seed %d", sc.name, result.seed),
     describe(sc),
     "",
-    fmt("%-21s %8s %6s %8s %8s %7s %9s %9s", "strategy", "req/cli", "max", "total",
-      "rejected", "gave up", "median s", "worst s"),
+    fmt("%-" .. M.name_width(result) .. "s %8s %6s %8s %8s %7s %9s %9s", "strategy", "req/cli", "max",
+      "total", "rejected", "gave up", "median s", "worst s"),
   }
   for _, r in ipairs(result.rows) do
-    out[#out + 1] = fmt("%-21s %8.1f %6d %8d %8d %7d %9s %9s", r.strategy, r.mean, r.max,
+    out[#out + 1] = fmt("%-" .. M.name_width(result) .. "s %8.1f %6d %8d %8d %7d %9s %9s", r.strategy,
+      r.mean, r.max,
       r.total, r.rejected, r.gave_up, secs(r.median), secs(r.worst))
   end
   return table.concat(out, "\n") .. "\n"
@@ -47,6 +58,7 @@ end
 M.csv_columns = {
   "scenario", "seed", "strategy", "clients", "capacity", "window_s", "requests_mean",
   "requests_max", "requests_total", "rejected", "served", "gave_up", "median_s", "worst_s",
+  "hosts", "sharing",
 }
 
 -- The same data as CSV, one row per strategy (empty cells for no value).
@@ -58,6 +70,7 @@ function M.csv(result)
       sc.name, result.seed, r.strategy, r.clients, sc.capacity, fmt("%g", sc.window),
       fmt("%.3f", r.mean), r.max, r.total, r.rejected, r.served, r.gave_up,
       r.median and fmt("%.4f", r.median) or "", r.worst and fmt("%.4f", r.worst) or "",
+      r.hosts or 1, r.sharing or "",
     }, ",")
   end
   return table.concat(lines, "\n") .. "\n"
@@ -72,7 +85,8 @@ end
 -- strategy's requests per window over time (the waves and idle windows).
 function M.svg(result)
   local rows, sc = result.rows, result.scenario
-  local W, label_w, bar_w, row_h = 1040, 170, 260, 22
+  local label_w = 50 + 7 * M.name_width(result) -- room for "full_jitter+cooldown:shared"
+  local W, bar_w, row_h = 870 + label_w, 260, 22
   local o = {}
   local function add(...) o[#o + 1] = fmt(...) end
   local n = #rows

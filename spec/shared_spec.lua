@@ -1,0 +1,482 @@
+-- The endpoint state shared between hosts through Redis
+-- (lua/luagent/endpoint/redis.lua, host/redis.c), against a real
+-- redis-server started on a free port in a temporary folder and stopped
+-- after; skipped, saying so, when redis-server is not installed (`make
+-- test` installs it). Real time throughout: Redis's clock is the shared
+-- one, so open intervals here are short (tens of milliseconds).
+local luagent = require "luagent"
+local core = require "luagent.core"
+local endpoint = require "luagent.endpoint"
+local shared = require "luagent.endpoint.redis"
+local http = require "luagent.http"
+local log = require "luagent.log"
+local mock = require "luagent.mock"
+local retry = require "luagent.retry"
+local cjson = require "cjson"
+local helpers = require "helpers"
+
+local q = helpers.quote
+
+-- Runs a shell command; its stdout, or nil when it failed.
+local function sh(cmd)
+  local p = io.popen(cmd, "r")
+  local out = p:read("a")
+  if not p:close() then return nil end
+  return out
+end
+
+local redis_server = (sh("command -v redis-server") or ""):match("%S+")
+
+-- A port nobody listens on now (the kernel's pick for port 0).
+local function free_port()
+  local srv = assert(core.tcp_listen("127.0.0.1", 0))
+  local _, port = srv:address()
+  srv:close()
+  return port
+end
+
+local alive = helpers.alive
+
+-- Starts redis-server on `port` (a free one when nil) in folder `dir` (a
+-- new temporary one when nil), with `extra` flags, and waits (at most 5 s) until it answers.
+-- {pid=, port=, dir=, url=}.
+local function start_redis(port, dir, extra)
+  dir = dir or assert(sh("mktemp -d")):gsub("%s+$", "")
+  port = port or free_port()
+  os.execute(table.concat({ q(redis_server), "--port", port, "--bind 127.0.0.1",
+    "--save ''", "--appendonly no", "--dir", q(dir), extra or "", "</dev/null >", q(dir .. "/log"),
+    "2>&1 & echo $! >", q(dir .. "/pid") }, " "))
+  local r = { dir = dir, port = port, url = "redis://127.0.0.1:" .. port .. "/0",
+              pid = math.tointeger(tonumber(helpers.slurp(dir .. "/pid"):match("%d+"))) }
+  local limit = core.now() + 5
+  while core.now() < limit do
+    local conn = core.redis_connect("127.0.0.1", port, 0.5)
+    if conn then conn:close() return r end
+    luagent.sleep(0.02)
+  end
+  error("redis-server did not start: " .. helpers.slurp(dir .. "/log"))
+end
+
+-- Kills redis-server at once (SIGKILL: no goodbye to its clients).
+local function kill_redis(r)
+  os.execute("kill -KILL " .. r.pid .. " 2>/dev/null")
+  local limit = core.now() + 5
+  while alive(r.pid) and core.now() < limit do luagent.sleep(0.01) end
+end
+
+-- Stops redis-server and removes its folder.
+local function stop_redis(r)
+  kill_redis(r)
+  os.execute("rm -rf " .. q(r.dir))
+end
+
+-- Starts `luagent mock --faults 503` as a child (this spec blocks while its
+-- hosts run, so an in-process mock could not answer). {pid=, url=, dir=}.
+local function start_mock()
+  local dir = assert(sh("mktemp -d")):gsub("%s+$", "")
+  os.execute(q(helpers.bin) .. " mock --listen 127.0.0.1:0 --faults 503 </dev/null >"
+    .. q(dir .. "/log") .. " 2>&1 & echo $! >" .. q(dir .. "/pid"))
+  local m = { dir = dir, pid = math.tointeger(tonumber(helpers.slurp(dir .. "/pid"):match("%d+"))) }
+  local limit = core.now() + 10
+  while core.now() < limit do
+    m.url = helpers.slurp(dir .. "/log"):match("listening on (http://%S+)")
+    if m.url then return m end
+    luagent.sleep(0.02)
+  end
+  error("luagent mock did not start: " .. helpers.slurp(dir .. "/log"))
+end
+
+-- The POST requests the mock child received.
+local function mock_requests(m)
+  local r = assert(http.fetch { url = m.url .. "/__luagent/requests", timeout = { total = 10 } })
+  local n = 0
+  for _, e in ipairs(cjson.decode(r.body)) do if e.method == "POST" then n = n + 1 end end
+  return n
+end
+
+local function stop_mock(m)
+  os.execute("kill -KILL " .. m.pid .. " 2>/dev/null")
+  os.execute("rm -rf " .. q(m.dir))
+end
+
+-- Runs `hosts` luagent processes of spec/fixtures/shared_host.lua at once
+-- (env: a table of extra variables) and waits for all; the sums of what
+-- they printed, and the list of each host's {requests=, half_open=}.
+local function run_hosts(hosts, env)
+  local words = {}
+  env.START_AT = string.format("%.3f", core.now() + 1) -- room for the processes to start
+  for h = 1, hosts do
+    local vars = { "HOSTS=" .. hosts, "HOST=" .. h }
+    for k, v in pairs(env) do vars[#vars + 1] = k .. "=" .. q(v) end
+    words[#words + 1] = "env " .. table.concat(vars, " ") .. " timeout 60 " .. q(helpers.bin)
+      .. " run spec/fixtures/shared_host.lua > " .. q(env.OUT .. "." .. h) .. " 2>&1 &"
+  end
+  os.execute("(" .. table.concat(words, " ") .. " wait)")
+  local sum, each = { requests = 0, half_open = 0 }, {}
+  for h = 1, hosts do
+    local out = helpers.slurp(env.OUT .. "." .. h)
+    os.remove(env.OUT .. "." .. h)
+    local r, half = out:match("requests=(%d+) half_open=(%d+)")
+    assert(r, "host " .. h .. " printed: " .. out)
+    each[h] = { requests = tonumber(r), half_open = tonumber(half) }
+    sum.requests = sum.requests + tonumber(r)
+    sum.half_open = sum.half_open + tonumber(half)
+  end
+  return sum, each
+end
+
+describe("Redis", function()
+  if not redis_server then
+    pending("redis-server is not installed (Debian package redis-server; `make test` installs it): skipped")
+    return
+  end
+
+describe("core.redis_connect", function()
+  local redis
+  before_each(function()
+    luagent.clock.real()
+    redis = start_redis(nil, nil, "--enable-debug-command local")
+  end)
+  after_each(function() stop_redis(redis) end)
+
+  it("connects, sends commands, pipelines many tasks' commands and closes idempotently", function()
+    local r = assert(core.redis_connect("localhost", redis.port, 1))
+    assert.is_true(r:connected())
+    assert.equal("PONG", r:command(1, "PING"))
+    assert.equal("OK", r:command(1, "SET", "k", 42))
+    assert.equal("42", r:command(1, "GET", "k"))
+    assert.is_false(r:command(1, "GET", "missing"))
+    assert.same({ 1, "x", { 2 } }, r:command(1, "EVAL", "return {1, 'x', {2}}", 0))
+    local _, err = r:command(1, "NOSUCHCOMMAND")
+    assert.equal("protocol", err.kind)
+    assert.matches("unknown command", err.message)
+    assert.is_true(r:send(1, "SET", "sent", "yes"))
+    assert.equal("yes", r:command(1, "GET", "sent"))
+    local tasks = {}
+    for i = 1, 200 do tasks[i] = luagent.spawn(function() return r:command(1, "INCR", "n") end) end
+    local sum = 0
+    for i = 1, 200 do sum = sum + tasks[i]:join() end
+    assert.equal(200 * 201 / 2, sum)
+    r:close()
+    r:close()
+    assert.is_false(r:connected())
+    _, err = r:command(1, "PING")
+    assert.equal("transport", err.kind)
+  end)
+
+  it("times out a silent server, fails refused connects, and lets a cancelled command go", function()
+    local r = assert(core.redis_connect("127.0.0.1", redis.port, 1))
+    local t0 = core.now()
+    local _, err = r:command(0.1, "DEBUG", "SLEEP", "0.5")
+    assert.equal("timeout", err.kind)
+    assert.is_true(core.now() - t0 < 0.4, "no waiting for the reply")
+    assert.is_false(r:connected())
+    local _, cerr = core.redis_connect("127.0.0.1", free_port(), 0.5)
+    assert.equal("refused", cerr.kind)
+    -- a name is looked up off the loop: other tasks run meanwhile
+    local ticks, ticking = 0, true
+    local ticker = luagent.spawn(function() while ticking do ticks = ticks + 1 luagent.sleep(0.001) end end)
+    t0 = core.now()
+    local none, derr = core.redis_connect("no-such-host.invalid", redis.port, 1)
+    ticking = false
+    ticker:join()
+    assert.is_nil(none)
+    assert.is_true(derr.kind == "dns" or derr.kind == "timeout", tostring(derr))
+    assert.is_true(core.now() - t0 < 1.5)
+    assert.is_true(ticks > 0, "the loop kept running during the lookup")
+    local name = (sh("hostname") or ""):match("%S+")
+    local addr = name and (sh("getent hosts " .. q(name)) or ""):match("^(%S+)")
+    if addr == "127.0.0.1" then -- the name resolves to where the server listens
+      local byname = assert(core.redis_connect(name, redis.port, 1))
+      assert.equal("PONG", byname:command(1, "PING"))
+      byname:close()
+    end
+    luagent.sleep(0.5) -- the server is awake again
+    local r2 = assert(core.redis_connect("127.0.0.1", redis.port, 1))
+    local t = luagent.spawn(function() return r2:command(5, "DEBUG", "SLEEP", "0.2") end)
+    luagent.sleep(0.05)
+    t:cancel()
+    assert.has_error(function() t:join() end)
+    assert.equal("PONG", r2:command(1, "PING")) -- the dropped reply did not confuse the next
+    r2 = nil
+    collectgarbage() -- __gc of an open connection
+  end)
+end)
+
+describe("endpoint state shared through Redis", function()
+  local redis
+  before_each(function()
+    luagent.clock.real()
+    endpoint.reset()
+    redis = start_redis()
+  end)
+  after_each(function()
+    endpoint.reset()
+    stop_redis(redis)
+  end)
+
+  it("4 hosts x 25 agents send about as many requests as 1 host x 100, far fewer than unshared", function()
+    local m = start_mock()
+    finally(function() stop_mock(m) end)
+    local out = os.tmpname()
+    -- agents start 20 ms apart in all three runs; open intervals of 200 ms
+    -- (long beside a round trip to Redis, also under SAN=1 on a busy
+    -- machine, where 100 ms put the shared run up to 12 % under)
+    local function env(agents, url)
+      return { MOCK_URL = m.url, SECONDS_RUN = "5", STAGGER = "0.02", OPEN_FOR = "0.2", OUT = out,
+               AGENTS = agents, REDIS_URL = url }
+    end
+    local base = mock_requests(m)
+    run_hosts(1, env("100"))
+    local one = mock_requests(m) - base
+    base = mock_requests(m)
+    run_hosts(4, env("25", redis.url))
+    local shared4 = mock_requests(m) - base
+    base = mock_requests(m)
+    run_hosts(4, env("25"))
+    local unshared4 = mock_requests(m) - base
+    stop_mock(m)
+    os.remove(out)
+    io.stderr:write(string.format("\n[shared_spec] requests: 1x100 %d, 4x25 shared %d, 4x25 unshared %d\n",
+      one, shared4, unshared4))
+    assert.is_true(one > 10, "the single host made its probes: " .. one)
+    assert.is_true(math.abs(shared4 - one) <= 0.1 * one,
+      string.format("shared %d within 10 %% of one host's %d", shared4, one))
+    assert.is_true(unshared4 >= 2 * shared4,
+      string.format("unshared %d well above shared %d", unshared4, shared4))
+  end)
+
+  it("hands the half-open probe to exactly one host", function()
+    local m = start_mock()
+    finally(function() stop_mock(m) end)
+    -- trip the shared breaker from here: 5 counted failures, open 0.4 s
+    -- (then 4 s after the probe fails: growth 10)
+    local key = endpoint.key(m.url .. "/v1")
+    local ep = endpoint.get(key, { breaker = { consecutive = 5, open_for = 0.4, growth = 10, open_max = 30 },
+                                   budget = false, shared = { redis = redis.url } })
+    for _ = 1, 5 do
+      assert.is_true((ep:admit(false, core.now())))
+      ep:record(core.now(), false, true, false)
+    end
+    assert.equal("open", ep:snapshot(core.now()).state)
+    assert.equal("redis", ep:snapshot(core.now()).backend)
+    local out = os.tmpname()
+    local sum, each = run_hosts(4, { MOCK_URL = m.url, SECONDS_RUN = "1.2", STAGGER = "0", OPEN_FOR = "0.4",
+                                     GROWTH = "10", OUT = out, AGENTS = "10", REDIS_URL = redis.url })
+    local requests = mock_requests(m)
+    stop_mock(m)
+    os.remove(out)
+    local probing = 0
+    for _, h in ipairs(each) do if h.requests > 0 then probing = probing + 1 end end
+    io.stderr:write(string.format("[shared_spec] half-open: %d probe request(s) from %d host(s) of 4\n",
+      requests, probing))
+    assert.equal(1, requests, "one request reached the provider")
+    assert.equal(1, sum.requests)
+    assert.equal(1, probing, "from one host")
+    assert.equal(1, sum.half_open, "one host saw the breaker half-open")
+  end)
+
+  it("falls back to local state within the timeout when Redis dies, and returns when it is back", function()
+    local lines = {}
+    local sink, every = log.sink, shared.retry_every
+    log.sink = function(_, line) lines[#lines + 1] = line end
+    retry.log = function() end
+    shared.retry_every = 0.05
+    local srv = assert(mock.start { faults = "503" })
+    local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    local policy = { max_retries = 0, budget = false, cooldown = false,
+                     breaker = { consecutive = 1000, window = 0 }, shared = { redis = redis.url, timeout = 0.2 } }
+    local function call()
+      local t0 = core.now()
+      local _, err = luagent.complete { model = model, messages = { { role = "user", content = "hi" } }, policy = policy }
+      return err, core.now() - t0
+    end
+    local function backend() return luagent.health()[srv.url .. "/v1"] end
+    local ok, failure = pcall(luagent.deadline, 20, function()
+      for _ = 1, 3 do call() end
+      assert.equal("redis", backend().backend)
+      assert.equal(3, backend().consecutive)
+
+      -- 20 tasks keep calling while Redis is killed under them
+      local running, slowest, kinds = true, 0, {}
+      local tasks = {}
+      for i = 1, 20 do
+        tasks[i] = luagent.spawn(function()
+          while running do
+            local err, took = call()
+            kinds[err.kind] = (kinds[err.kind] or 0) + 1
+            if took > slowest then slowest = took end
+            luagent.sleep(0.01)
+          end
+        end)
+      end
+      luagent.sleep(0.2)
+      kill_redis(redis)
+      luagent.sleep(0.5)
+      running = false
+      for _, t in ipairs(tasks) do t:join() end -- nobody hangs
+      assert.same({ "http" }, (function() local k = {} for n in pairs(kinds) do k[#k + 1] = n end return k end)(),
+        "every call went on to the provider (503s), none failed on Redis")
+      assert.is_true(slowest < 0.2 + 0.3, "fell back within the timeout: " .. slowest)
+      local h = backend()
+      assert.equal("local", h.backend)
+      assert.is_true(h.fallback)
+      local down = 0
+      for _, l in ipairs(lines) do if l:find("unreachable", 1, true) then down = down + 1 end end
+      assert.equal(1, down, "said once: " .. table.concat(lines, " | "))
+
+      redis = start_redis(redis.port, redis.dir)
+      local limit = core.now() + 5
+      while backend().backend ~= "redis" and core.now() < limit do
+        call()
+        luagent.sleep(0.05)
+      end
+      assert.equal("redis", backend().backend)
+      local back = 0
+      for _, l in ipairs(lines) do if l:find("is back", 1, true) then back = back + 1 end end
+      assert.equal(1, back)
+      -- the next call's transitions go to the new server
+      call()
+      local conn = assert(core.redis_connect("127.0.0.1", redis.port, 1))
+      local fields = assert(conn:command(1, "HGETALL", "luagent:ep:" .. srv.url .. "/v1"))
+      conn:close()
+      assert.is_true(#fields > 0)
+    end)
+    log.sink, shared.retry_every = sink, every
+    retry.log = function(line) io.stderr:write(line, "\n") end
+    srv:close()
+    assert(ok, failure)
+  end)
+
+  it("falls back within the timeout when Redis stops answering (SIGSTOP), and returns after SIGCONT", function()
+    local sink, every = log.sink, shared.retry_every
+    local lines = {}
+    log.sink = function(_, line) lines[#lines + 1] = line end
+    shared.retry_every = 0.05
+    local opts = { breaker = { consecutive = 1000, window = 0 }, budget = false,
+                   shared = { redis = redis.url, timeout = 0.2 } }
+    local ep = endpoint.get("http://stopped/v1", opts)
+    local ok, failure = pcall(luagent.deadline, 20, function()
+      assert.same({}, ep:record(core.now(), false, true, false))
+      assert.equal("redis", ep:snapshot().backend)
+      os.execute("kill -STOP " .. redis.pid)
+      local t0 = core.now()
+      ep:record(core.now(), false, true, false)
+      local took = core.now() - t0
+      assert.is_true(took >= 0.15 and took < 0.5, "fell back after the timeout: " .. took)
+      assert.is_true(ep:snapshot().fallback)
+      t0 = core.now()
+      for _ = 1, 50 do ep:record(core.now(), false, true, false) end
+      assert.is_true(core.now() - t0 < 0.1, "no more waiting while Redis is down")
+      assert.equal(51, ep:snapshot().consecutive, "the local state counted them")
+      os.execute("kill -CONT " .. redis.pid)
+      local limit = core.now() + 5
+      while ep:snapshot().backend ~= "redis" and core.now() < limit do
+        luagent.sleep(0.05)
+        ep:record(core.now(), false, true, false)
+      end
+      assert.equal("redis", ep:snapshot().backend)
+    end)
+    log.sink, shared.retry_every = sink, every
+    os.execute("kill -CONT " .. redis.pid)
+    assert(ok, failure)
+    local down = 0
+    for _, l in ipairs(lines) do if l:find("unreachable", 1, true) then down = down + 1 end end
+    assert.equal(1, down)
+  end)
+
+  it("shares the retry budget and the cooldown: what one host spends or sets, another sees", function()
+    local key = "http://shared-budget/v1"
+    local opts = { breaker = false, budget = { max = 10, ratio = 0.1 }, cooldown = {},
+                   shared = { redis = redis.url } }
+    local local_a, local_b = endpoint.get("a-local", opts), endpoint.get("b-local", opts)
+    local_a.key, local_b.key = key, key
+    local a = shared.new(local_a, opts, opts.shared) -- two hosts' endpoints for one key
+    local b = shared.new(local_b, opts, opts.shared)
+    local now = core.now()
+    assert.is_true((b:admit(true, now)), "full budget: a retry may go")
+    for _ = 1, 4 do a:record(now, false, true, false) end
+    assert.is_true((b:admit(true, now)), "6 tokens of 10 left: still more than half")
+    local evs = a:record(now, false, true, false)
+    assert.same({ { type = "retry_budget_exhausted", endpoint = key, tokens = 5 } }, evs)
+    local ok, err = b:admit(true, now)
+    assert.is_nil(ok)
+    assert.equal("retry_budget_exhausted", err.kind)
+    assert.is_nil((b:may_retry()))
+    assert.is_true((b:admit(false, now)), "a first attempt needs no budget")
+    -- a cooldown set by a: b holds once a reply has shown it
+    assert.equal(0, b:cooldown_wait(core.now(), 0))
+    a:set_cooldown(core.now() + 5)
+    b:record(core.now(), true, true, false)
+    local hold = b:cooldown_wait(core.now(), 0)
+    assert.is_true(hold > 4.9 and hold <= 5.05, "b holds for a's cooldown: " .. hold)
+    assert.equal("redis", b:snapshot(core.now()).backend)
+  end)
+
+  it("authenticates with the URL's password and never shows it", function()
+    local secured = start_redis(nil, nil, "--requirepass s3cret")
+    local lines = {}
+    local sink = log.sink
+    log.sink = function(_, line) lines[#lines + 1] = line end
+    finally(function() -- one finally per case: busted keeps the last one given
+      log.sink = sink
+      stop_redis(secured)
+    end)
+    local good = endpoint.get("http://auth/v1", { shared = { redis = "redis://:s3cret@127.0.0.1:" .. secured.port .. "/3" } })
+    assert.is_true((good:admit(false, core.now())))
+    good:record(core.now(), false, true, false)
+    local h = luagent.health()["http://auth/v1"]
+    assert.equal("redis", h.backend)
+    assert.equal("redis://:***@127.0.0.1:" .. secured.port .. "/3", h.redis)
+    local conn = assert(core.redis_connect("127.0.0.1", secured.port, 1))
+    assert(conn:command(1, "AUTH", "s3cret"))
+    assert(conn:command(1, "SELECT", 3))
+    assert.equal(1, conn:command(1, "EXISTS", "luagent:ep:http://auth/v1"), "written to database 3")
+    conn:close()
+    local bad = endpoint.get("http://noauth/v1", { shared = { redis = "redis://:wrong@127.0.0.1:" .. secured.port .. "/0" } })
+    assert.is_true((bad:admit(false, core.now())))
+    assert.is_true(luagent.health()["http://noauth/v1"].fallback)
+    assert.equal(1, #lines)
+    assert.matches("redis://:%*%*%*@127%.0%.0%.1:%d+/0 unreachable", lines[1])
+    assert.is_nil(table.concat(lines):find("wrong", 1, true))
+  end)
+
+  it("is named in health() and validated in policies", function()
+    local policy = require "luagent.policy"
+    local p = assert(policy.new { shared = { redis = "redis://127.0.0.1:6380/2", prefix = "x:" } })
+    assert.same({ redis = "redis://127.0.0.1:6380/2", prefix = "x:" }, p.shared)
+    local _, err = policy.new { shared = { redis = "http://x" } }
+    assert.matches("shared.redis must be a URL that starts with redis://", err.message)
+    assert.truthy(policy.new { shared = { redis = "redis://db.example.com:6379/0" } })
+    _, err = policy.new { shared = { redis = "redis://db example/0" } }
+    assert.matches("a host name or a numeric address as host", err.message)
+    _, err = policy.new { shared = { prefix = "x" } }
+    assert.matches("shared.redis is required", err.message)
+    _, err = policy.new { shared = { redis = "redis://127.0.0.1/0", port = 1 } }
+    assert.matches("unknown field 'shared.port'", err.message)
+    local ep = endpoint.get("http://a/v1", { shared = { redis = redis.url } })
+    assert.is_true((ep:admit(false, core.now())))
+    assert.equal("redis", luagent.health()["http://a/v1"].backend)
+    endpoint.get("http://b/v1", {})
+    assert.equal("local", luagent.health()["http://b/v1"].backend)
+    -- LUAGENT_REDIS_URL shares the endpoints of policies that say nothing
+    local script = helpers.tempfile([[
+      local luagent = require "luagent"
+      local srv = assert(require("luagent.mock").start {})
+      local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+      assert(luagent.complete { model = model, messages = { { role = "user", content = "hi" } } })
+      io.write(luagent.health()[model.base_url].backend)
+      srv:close()]], ".lua")
+    local function run_with(url)
+      local out = os.tmpname()
+      os.execute("LUAGENT_REDIS_URL=" .. q(url) .. " " .. q(helpers.bin) .. " run " .. q(script) .. " >" .. q(out) .. " 2>&1")
+      local text = helpers.slurp(out)
+      os.remove(out)
+      return text
+    end
+    assert.equal("redis", run_with(redis.url))
+    assert.matches("LUAGENT_REDIS_URL must be a URL that starts with redis:// %(got 'bogus'%)", run_with("bogus"))
+    os.remove(script)
+  end)
+end)
+end)
