@@ -44,6 +44,7 @@
 #include <uv.h>
 
 #include "core.h"
+#include "errors.h"
 #include "loop.h"
 
 #define REDIS_MT "luagent.Redis"
@@ -87,7 +88,7 @@ struct waiter {
   lg_wait w;         /* first: waiter_cancel casts back */
   cmd *c;            /* NULL once done or detached */
   rval *reply;       /* owned; NULL when the command failed */
-  const char *kind;  /* error kind when reply is NULL */
+  lg_error_kind kind; /* error kind when reply is NULL */
   char err[160];
 };
 
@@ -106,7 +107,8 @@ struct rconn {
   uv_timer_t *timer;     /* malloc'd; freed by its close callback */
   cmd *head, *tail;      /* commands in flight, oldest first */
   uint64_t progress;     /* uv_now() of the last reply read or bytes written */
-  const char *fail_kind; /* why the connection is going down (for its commands) */
+  int failing;            /* the connection is going down: fail_kind says why */
+  lg_error_kind fail_kind;
   char fail_msg[160];
 };
 
@@ -172,14 +174,14 @@ static void push_rval(lua_State *L, const rval *v) {
 /* ------------------------------------------------------------ commands */
 
 /* Ends a command's wait with a reply or an error and wakes its task. */
-static void waiter_finish(waiter *w, const redisReply *r, const char *kind, const char *msg) {
+static void waiter_finish(waiter *w, const redisReply *r, lg_error_kind kind, const char *msg) {
   w->c = NULL;
   if (r) {
     w->reply = malloc(sizeof *w->reply);
     if (!w->reply || rval_copy(w->reply, r) != 0) {
       free(w->reply);
       w->reply = NULL;
-      kind = "transport";
+      kind = LG_ERR_TRANSPORT;
       msg = "redis: out of memory copying a reply";
     }
   }
@@ -218,8 +220,9 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
     lg_loop_activity(rc->loop);
   }
   if (c->w) {
-    const char *kind = "transport", *msg = "redis: connection closed";
-    if (rc && rc->fail_kind) {
+    lg_error_kind kind = LG_ERR_TRANSPORT;
+    const char *msg = "redis: connection closed";
+    if (rc && rc->failing) {
       kind = rc->fail_kind;
       msg = rc->fail_msg;
     } else if (ac && ac->err) {
@@ -271,11 +274,12 @@ static void detach_all(rconn *rc, int quiet) {
  * callbacks then report `kind`/`msg` to their waiters, or nothing when
  * `quiet`), stops the timer. Idempotent. Never called from inside a hiredis
  * callback. */
-static void conn_down(rconn *rc, const char *kind, const char *msg, int quiet) {
+static void conn_down(rconn *rc, lg_error_kind kind, const char *msg, int quiet) {
   if (rc->ac) {
     redisAsyncContext *ac = rc->ac;
     rc->ac = NULL;
     rc->connected = 0;
+    rc->failing = 1;
     rc->fail_kind = kind;
     snprintf(rc->fail_msg, sizeof rc->fail_msg, "%s", msg);
     ac->data = NULL; /* on_connect and on_disconnect: not ours any more */
@@ -327,7 +331,7 @@ static void on_timeout(uv_timer_t *t) {
       getsockopt(rc->ac->c.fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 && soerr) {
     char msg[160];
     snprintf(msg, sizeof msg, "redis: connect: %s", strerror(soerr));
-    conn_down(rc, soerr == ECONNREFUSED ? "refused" : "transport", msg, 0);
+    conn_down(rc, soerr == ECONNREFUSED ? LG_ERR_REFUSED : LG_ERR_TRANSPORT, msg, 0);
     return;
   }
   if (!rc->connecting && rc->ac) {
@@ -347,7 +351,7 @@ static void on_timeout(uv_timer_t *t) {
       return;
     }
   }
-  conn_down(rc, "timeout", rc->connecting ? "redis: connect timed out" : "redis: command timed out", 0);
+  conn_down(rc, LG_ERR_TIMEOUT, rc->connecting ? "redis: connect timed out" : "redis: command timed out", 0);
 }
 
 /* Arms the timer for the oldest command in flight; stops it when none. */
@@ -402,7 +406,7 @@ static void connect_cancel(lg_wait *w) {
   if (!rc->connecting) return;
   rc->connecting = 0;
   lg_loop_busy(rc->loop, -1);
-  conn_down(rc, "cancelled", "redis: connect cancelled", 1);
+  conn_down(rc, LG_ERR_CANCELLED, "redis: connect cancelled", 1);
 }
 
 /* The connection at argument 1. */
@@ -414,10 +418,10 @@ static int connect_k(lua_State *L, int status, lua_KContext ctx) {
   (void)ctx;
   rconn *rc = lua_touserdata(L, 4);
   if (rc->cstatus != 0 || !rc->connected) {
-    const char *kind = strstr(rc->cerr, "timed out") ? "timeout"
-                       : strstr(rc->cerr, "refused")  ? "refused"
-                       : strstr(rc->cerr, "resolve")  ? "dns"
-                                                      : "transport";
+    lg_error_kind kind = strstr(rc->cerr, "timed out") ? LG_ERR_TIMEOUT
+                         : strstr(rc->cerr, "refused")  ? LG_ERR_REFUSED
+                         : strstr(rc->cerr, "resolve")  ? LG_ERR_DNS
+                                                        : LG_ERR_TRANSPORT;
     lua_pushnil(L);
     lg_error_push(L, kind, rc->cerr[0] ? rc->cerr : "redis: connect failed");
     conn_down(rc, kind, rc->cerr, 1);
@@ -583,18 +587,18 @@ static int queue_cmd(rconn *rc, waiter *w, double timeout, int argc, const char 
 }
 
 /* Continuation of command: the reply, nil, err (an error reply has kind
- * "redis"), or nil, err for a connection that failed. */
+ * protocol), or nil, err for a connection that failed. */
 static int command_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   waiter *w = lua_touserdata(L, (int)ctx);
   if (!w->reply) {
     lua_pushnil(L);
-    lg_error_push(L, w->kind ? w->kind : "transport", w->err);
+    lg_error_push(L, w->kind, w->err);
     return 2;
   }
   if (w->reply->type == REDIS_REPLY_ERROR) {
     lua_pushnil(L);
-    lg_error_push(L, "protocol", w->reply->str);
+    lg_error_push(L, LG_ERR_PROTOCOL, w->reply->str);
     return 2;
   }
   push_rval(L, w->reply);
@@ -619,7 +623,7 @@ static rconn *take_args(lua_State *L, cmd_args *a) {
   a->argc = collect_args(L, 3, a->argv, a->lens);
   if (rc->ac && rc->connected) return rc;
   lua_pushnil(L);
-  lg_error_push(L, "transport", rc->fail_msg[0] ? rc->fail_msg : "redis: connection closed");
+  lg_error_push(L, LG_ERR_TRANSPORT, rc->fail_msg[0] ? rc->fail_msg : "redis: connection closed");
   return NULL;
 }
 
@@ -663,13 +667,13 @@ static int l_connected(lua_State *L) {
 
 /* r:close(), __close: commands in flight fail with "connection closed". */
 static int l_close(lua_State *L) {
-  conn_down(check_conn(L), "transport", "redis: connection closed", 0);
+  conn_down(check_conn(L), LG_ERR_TRANSPORT, "redis: connection closed", 0);
   return 0;
 }
 
 /* __gc: the same close, waking nobody (the state may be closing). */
 static int l_gc(lua_State *L) {
-  conn_down(lua_touserdata(L, 1), "transport", "redis: connection closed", 1);
+  conn_down(lua_touserdata(L, 1), LG_ERR_TRANSPORT, "redis: connection closed", 1);
   return 0;
 }
 
