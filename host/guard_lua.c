@@ -2,7 +2,8 @@
  *   core.breaker{consecutive=5, ratio=0.5, window=20, min_calls=10,
  *                open_for=5, open_max=60, growth=2, probe_timeout=30}
  *       -> "luagent.Breaker"
- *     b:allow(now)  -> "allow" | "probe" | false, retry_at, "half_open" | nil
+ *     b:allow(now)  -> "allow" | "probe", nil, "half_open" | nil, or when
+ *                      refused nil, err (kind circuit_open, err.retry_at)
  *     b:record(now, ok, was_probe) -> "open" | "half_open" | "close" | nil
  *     b:release()   -- the probe ended with nothing learned: free its slot
  *     b:state(now)  -> "closed" | "open" | "half_open", {failures=,
@@ -13,6 +14,7 @@
  * A bad config value raises, naming the field; so do wrong argument types.
  * Nothing here fails at run time. The userdata hold no resources (no __gc). */
 #include "core.h"
+#include "errors.h"
 #include "guard.h"
 
 #include "breaker.h"
@@ -21,6 +23,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #define BREAKER_MT "luagent.Breaker"
@@ -149,8 +152,13 @@ static int l_breaker_allow(lua_State *L) {
     push_transition(L, moved);
     return 3;
   }
-  lua_pushboolean(L, 0);
+  /* refused: nil and a record, as every luagent refusal */
+  lua_pushnil(L);
+  char msg[96];
+  snprintf(msg, sizeof msg, "circuit open: next probe due at %.3f", retry_at);
+  lg_error_push(L, LG_ERR_CIRCUIT_OPEN, msg);
   lua_pushnumber(L, retry_at);
+  lua_setfield(L, -2, "retry_at");
   return 2;
 }
 

@@ -27,6 +27,15 @@ local function with_probe_out(cfg, t)
   return b
 end
 
+-- A refusal as {verdict, retry_at}, checking its shape: nil and a record of
+-- kind circuit_open.
+local function refused(verdict, err)
+  if verdict then return { verdict } end
+  assert.equal("circuit_open", err.kind)
+  assert.matches("^circuit open: next probe due at ", err.message)
+  return { nil, err.retry_at }
+end
+
 describe("breaker", function()
   it("starts closed with empty counts and lets calls through", function()
     local b = core.breaker()
@@ -99,7 +108,7 @@ describe("breaker", function()
       local b = consecutive(2, { open_for = 5 })
       fail(b, 10, 2)
       for _, t in ipairs { 10, 12.5, 14.999 } do
-        assert.same({ false, 15 }, { b:allow(t) })
+        assert.same({ nil, 15 }, refused(b:allow(t)))
       end
       assert.equal("open", (b:state(14.999)))
     end)
@@ -140,7 +149,7 @@ describe("breaker", function()
       fail(b, 0, 2)
       assert.same({ "probe", nil, "half_open" }, { b:allow(5) })
       for i = 1, 50 do
-        assert.same({ false, 35 }, { b:allow(5 + i / 10) })
+        assert.same({ nil, 35 }, refused(b:allow(5 + i / 10)))
       end
       local state, c = b:state(10)
       assert.equal("half_open", state)
@@ -156,7 +165,7 @@ describe("breaker", function()
       assert.equal("allow", b:allow(6))
       -- The next trip opens for the base time again.
       fail(b, 7, 2)
-      assert.same({ false, 12 }, { b:allow(7) })
+      assert.same({ nil, 12 }, refused(b:allow(7)))
     end)
 
     it("reopens, for longer, on the probe's failure", function()
@@ -165,7 +174,7 @@ describe("breaker", function()
       local state, c = b:state(6)
       assert.equal("open", state)
       assert.same({ 2, 16 }, { c.trips, c.open_until }) -- 5 * 2
-      assert.same({ false, 16 }, { b:allow(6) })
+      assert.same({ nil, 16 }, refused(b:allow(6)))
     end)
 
     it("ignores results that are not the probe's", function()
@@ -173,14 +182,14 @@ describe("breaker", function()
       assert.is_nil(b:record(6, true))
       assert.is_nil(b:record(6, false))
       assert.equal("half_open", (b:state(6)))
-      assert.same({ false, 35 }, { b:allow(6) })
+      assert.same({ nil, 35 }, refused(b:allow(6)))
     end)
 
     it("hands out another probe once the probe is older than probe_timeout", function()
       local b = with_probe_out(cfg, 5) -- its caller was cancelled: no report
-      assert.same({ false, 35 }, { b:allow(34.999) })
+      assert.same({ nil, 35 }, refused(b:allow(34.999)))
       assert.same({ "probe", nil, nil }, { b:allow(35) }) -- no new transition
-      assert.same({ false, 65 }, { b:allow(36) })
+      assert.same({ nil, 65 }, refused(b:allow(36)))
       -- The late first probe still counts as a probe.
       assert.equal("close", b:record(40, true, true))
     end)
@@ -189,7 +198,7 @@ describe("breaker", function()
       local b = with_probe_out(cfg, 5)
       b:release()
       assert.equal("probe", (b:allow(6)))
-      assert.same({ false, 36 }, { b:allow(6) })
+      assert.same({ nil, 36 }, refused(b:allow(6)))
     end)
   end)
 

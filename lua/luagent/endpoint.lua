@@ -153,9 +153,9 @@ function Endpoint:admit(is_retry, now)
   local refusal = is_retry and self:_budget_refusal()
   if refusal then return nil, refusal, events end
   if not self.breaker then return true, false, events end
-  local verdict, retry_at, moved = self.breaker:allow(now)
+  local verdict, refused, moved = self.breaker:allow(now)
   if moved then events[1] = { type = "circuit_half_open", endpoint = key } end
-  if not verdict then return nil, M.open_error(key, now, retry_at), events end
+  if not verdict then return nil, M.open_error(key, now, refused.retry_at), events end
   return true, verdict == "probe", events
 end
 
