@@ -6,7 +6,6 @@
 local luagent = require "luagent"
 local core = require "luagent.core"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 local journal = require "luagent.journal"
 local store_mod = require "luagent.journal.sqlite"
 
@@ -206,7 +205,6 @@ end)
 describe("a durable agent", function()
   local srv, p, store
   before_each(function()
-    retry.log = function() end
     luagent.clock.virtual()
     p = tempdb()
     store = assert(journal.open(p))
@@ -215,8 +213,8 @@ describe("a durable agent", function()
     if srv then srv:close() srv = nil end
     store:close()
     cleanup(p)
-    journal.current_run, journal.all_agents = nil, false
-    retry.log = function(line) io.stderr:write(line, "\n") end
+    journal.use(nil)
+    require("luagent.config").set { durable = false }
     luagent.clock.real()
   end)
 
@@ -256,7 +254,7 @@ describe("a durable agent", function()
 
   it("journals its steps and, run again with the run id, replays them without a request or a tool run", function()
     start_mock()
-    journal.current_run = assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true }))
+    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
     local id = journal.current_run.id
     runs_of_note, keys = 0, {}
     local evs, last = drain(agent(), "go")
@@ -270,7 +268,7 @@ describe("a durable agent", function()
     assert.equal("done", rec.status)
     assert.equal(5, #rec.steps)
     -- the same script again under the same run id: all from the journal
-    journal.current_run = assert(journal.resume(store, id))
+    journal.use(assert(journal.resume(store, id)))
     local evs2, last2 = drain(agent(), "go")
     assert.equal("finished", last2.messages[#last2.messages].content)
     assert.same(last.usage, last2.usage)
@@ -288,7 +286,7 @@ describe("a durable agent", function()
     -- a started call of an idempotent tool runs again, with the same key
     assert(store:append(id, { pos = "d#1/1/t2/c1", kind = "call", status = "started", name = "note",
       call_id = "call_mockk1", data = { arguments = '{"n":1}' } }))
-    journal.current_run = assert(journal.resume(store, id))
+    journal.use(assert(journal.resume(store, id)))
     keys = {}
     local _, last3 = drain(agent(), "go")
     assert.equal("stop", last3.stop_reason, tostring(last3.error))
@@ -299,7 +297,7 @@ describe("a durable agent", function()
 
   it("stops, without running the tool, when the journal cannot record the call's start", function()
     start_mock()
-    journal.current_run = assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true }))
+    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
     local append = store.append
     store.append = function(st, id, step)
       if step.kind == "call" then
@@ -320,7 +318,7 @@ describe("a durable agent", function()
 
   it("asks an unflagged tool's check about a call that started and never finished; a failing check stops the run", function()
     start_mock()
-    journal.current_run = assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true }))
+    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
     local id = journal.current_run.id
     local ran, answer = 0, nil
     local pay = { name = "note", description = "Pays",
@@ -342,7 +340,7 @@ describe("a durable agent", function()
     assert(store:append(id, { pos = "d#1/1/t1/c1", kind = "call", status = "started", name = "note",
       call_id = "call_mockk0", data = { arguments = '{"n":0}' } }))
     answer = "boom"
-    journal.current_run = assert(journal.resume(store, id))
+    journal.use(assert(journal.resume(store, id)))
     _, last = drain(payer(), "go")
     assert.equal("error", last.stop_reason)
     assert.equal("outcome_unknown", last.error.kind)
@@ -350,7 +348,7 @@ describe("a durable agent", function()
     assert.equal(2, ran)
     -- the check finds it happened (with the result the later turns saw)
     answer = "paid 0"
-    journal.current_run = assert(journal.resume(store, id))
+    journal.use(assert(journal.resume(store, id)))
     local evs
     evs, last = drain(payer(), "go")
     assert.equal("stop", last.stop_reason, tostring(last.error))

@@ -11,7 +11,6 @@ local shared = require "luagent.endpoint.redis"
 local http = require "luagent.http"
 local log = require "luagent.log"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
 local cjson = require "cjson"
 local helpers = require "helpers"
 
@@ -280,7 +279,6 @@ describe("endpoint state shared through Redis", function()
     local lines = {}
     local sink, every = log.sink, shared.retry_every
     log.sink = function(_, line) lines[#lines + 1] = line end
-    retry.log = function() end
     shared.retry_every = 0.05
     local srv = assert(mock.start { faults = "503" })
     local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
@@ -343,7 +341,6 @@ describe("endpoint state shared through Redis", function()
       assert.is_true(#fields > 0)
     end)
     log.sink, shared.retry_every = sink, every
-    retry.log = function(line) io.stderr:write(line, "\n") end
     srv:close()
     assert(ok, failure)
   end)

@@ -321,10 +321,7 @@ end
 -- nil; nil, err when the journal cannot be opened.
 function Agent:journal_begin()
   local durable = self.durable
-  if durable == nil then
-    local j = package.loaded["luagent.journal"]
-    durable = j and j.all_agents or false
-  end
+  if durable == nil then durable = require("luagent.config").get("durable") or false end
   if not durable then return nil end
   if not self.binder then
     local b, err = require("luagent.journal").bind(self)

@@ -2,6 +2,7 @@
 -- 1 the script failed, 2 usage error (unknown command or flag, missing file),
 -- 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 local core = require "luagent.core"
+local config = require "luagent.config"
 
 local M = {}
 
@@ -189,7 +190,6 @@ end
 -- mock, recording, event output, the default policy. Returns a cleanup
 -- function, or nil and an exit code after reporting the problem.
 local function prepare(opts, file)
-  local config = require "luagent.config"
   local events = require "luagent.events"
   local seed = opts.seed and math.tointeger(tonumber(opts.seed))
   if opts.log then config.set { log_level = opts.log } end
@@ -369,15 +369,14 @@ function M.run(args)
     local list = {}
     for j = 1, #script_args do list[j] = script_args[j] end
     -- --journal alone: the run starts with the first durable agent
-    journal.file, journal.run_info = opts.journal, { script = file, args = list, options = recorded,
-      cwd = os.getenv("PWD") }
+    config.set { journal_file = opts.journal or false, durable = opts.durable or false,
+      run_info = { script = file, args = list, options = recorded, cwd = os.getenv("PWD") } }
     if opts.durable then
       local run, err = journal.current()
       if not run then
         say("luagent: %s", tostring(err))
         return 1
       end
-      journal.all_agents = true
     end
   end
   return execute(opts, file, chunk, script_args)
@@ -416,7 +415,8 @@ function M.resume(args)
   if not chunk then return code end
   local script_args = { [0] = rec.script, [-1] = args[0] }
   for j, a in ipairs(rec.args or {}) do script_args[j] = a end
-  journal.current_run, journal.all_agents = run, rec.options and rec.options.durable or false
+  journal.use(run)
+  config.set { durable = rec.options and rec.options.durable or false }
   say("luagent: resuming run %s (%s; %d step(s) in the journal%s)", id, rec.script, #rec.steps,
     rec.status == "done" and "; it had finished: every step replays" or "")
   return execute(opts, rec.script, chunk, script_args)

@@ -20,6 +20,11 @@
 --               read as luagent.options; {} elsewhere
 --   log_level   the threshold of the library's own lines (lua/luagent/log.lua)
 --   log_sink    where those lines go: function(level, line)
+--   durable     every agent of the script is durable (`--durable`)
+--   journal_file the run journal's file (`--journal FILE`); nil: the
+--               default (lua/luagent/journal.lua, path)
+--   run_info    what a durable run records of itself: {script=, args=,
+--               options=, cwd=}; nil: the script and arguments of _G.arg
 local M = {}
 
 local settings = { policy = "default", options = {} }
@@ -36,6 +41,9 @@ local CHECKS = {
   options = function(v) return type(v) == "table", "a table" end,
   log_level = function(v) return require("luagent.log").LEVELS[v] ~= nil, "debug, info, warn, error or off" end,
   log_sink = function(v) return type(v) == "function", "a function(level, line)" end,
+  durable = function(v) return type(v) == "boolean", "true or false" end,
+  journal_file = function(v) return type(v) == "string", "a file name" end,
+  run_info = function(v) return type(v) == "table" and type(v.script) == "string", "a table {script=, args=, options=, cwd=}" end,
 }
 
 -- Settings that belong to another module's state: how to read and set them.

@@ -32,18 +32,19 @@
 -- (the SQLite store commits in a thread of its own); they never hold the loop.
 local errors = require "luagent.errors"
 local json = require "luagent.json"
+local config = require "luagent.config"
 
 local M = {}
 
 -- The durable run of this process (set by `luagent run --durable`,
--- `luagent resume`, or the first durable agent), and whether every agent
--- of the script is durable (--durable).
+-- `luagent resume`, or the first durable agent). Which file and what the
+-- run records come from the configuration (lua/luagent/config.lua:
+-- journal_file, run_info, durable).
 M.current_run = nil
-M.all_agents = false
--- Set by `luagent run --durable/--journal`: the journal file, and the
--- script, arguments and options the run records ({script=, args=,
--- options=, cwd=}); nil: the default journal and _G.arg.
-M.file, M.run_info = nil, nil
+
+-- use(run): makes `run` the durable run of this process (`luagent resume`
+-- does; nil forgets it).
+function M.use(run) M.current_run = run end
 
 ------------------------------------------------------------------------------
 -- Where the journal is
@@ -137,9 +138,9 @@ end
 function M.current()
   if M.current_run then return M.current_run end
   if M.open_error then return nil, M.open_error end
-  local store, err = M.open(M.file)
+  local store, err = M.open(config.get("journal_file"))
   if store then
-    local info = M.run_info
+    local info = config.get("run_info")
     if not info then
       local args = {}
       for i, a in ipairs(_G.arg or {}) do args[i] = a end
