@@ -136,6 +136,12 @@ function M.dir(path, opts)
   return require("luagent.tools.dir").open(path, opts)
 end
 
+-- mcp{command = {argv...} | url = "http://...", ...} -> a tool set of the
+-- tools of an MCP server, re-listed when they change (lua/luagent/mcp/).
+function M.mcp(opts)
+  return require("luagent.mcp").open(opts)
+end
+
 ------------------------------------------------------------------------------
 -- Running one call
 ------------------------------------------------------------------------------

@@ -1,0 +1,85 @@
+-- The stdio transport of MCP: the server is a child process (its own
+-- process group) speaking newline-delimited JSON-RPC on stdin/stdout; what
+-- it writes to stderr is kept (its latest bytes) to explain its failures.
+-- A line longer than max_message ends the connection with a clear error.
+local core = require "luagent.core"
+local errors = require "luagent.errors"
+
+local M = {}
+
+local Stdio = {}
+Stdio.__index = Stdio
+
+-- new{command={argv...}, env=, cwd=, max_message=, name=} -> transport.
+function M.new(opts)
+  return setmetatable({ command = opts.command, env = opts.env, cwd = opts.cwd,
+    max_message = opts.max_message, name = opts.name }, Stdio)
+end
+
+-- start() -> true | nil, err: spawns the server.
+function Stdio:start()
+  local proc, err = core.process_spawn(self.command, { stream = true, env = self.env, cwd = self.cwd,
+    max_output = self.max_message, grace = 1 })
+  if not proc then return nil, err end
+  self.proc = proc
+  return true
+end
+
+-- send(text) -> true | nil, err: one message, as one line.
+function Stdio:send(text)
+  if not self.proc then return nil, errors.new("eof", self.name .. " is not running") end
+  return self.proc:write(text .. "\n")
+end
+
+-- The tail of the server's stderr, one line, for messages ("" if none).
+function Stdio:stderr_tail()
+  if not self.proc then return self.last_stderr or "" end
+  local ok, s = pcall(self.proc.stderr, self.proc)
+  s = ok and s or ""
+  s = s:gsub("%s+$", ""):sub(-300):gsub("\n", " | ")
+  return s
+end
+
+-- run(deliver) -> err: hands every line of stdout to deliver(line) until
+-- the server ends, deliver refuses a line, or a line is too long; returns
+-- why the connection ended (a record).
+function Stdio:run(deliver)
+  local proc = self.proc
+  while true do
+    local line, err = proc:read_line()
+    if not line then
+      if err then
+        err.message = string.format("%s wrote a message longer than %d bytes (max_message); the connection is dropped",
+          self.name, self.max_message)
+        return err
+      end
+      break
+    end
+    local ok, derr = deliver(line)
+    if not ok then return derr end
+  end
+  -- stdout ended: the server exits (or closed it); say how
+  proc:kill(0.5)
+  local ok, r = pcall(proc.wait, proc)
+  local how = ok and (r.signal and ("was killed by signal " .. r.signal) or ("exited with code " .. tostring(r.code)))
+    or "closed its stdout"
+  local tail = self:stderr_tail()
+  return errors.new("eof", string.format("%s %s%s", self.name, how, tail ~= "" and (" (stderr: " .. tail .. ")") or ""),
+    { died = true, exit_code = ok and r.code or nil, signal = ok and r.signal or nil })
+end
+
+-- kill(): stops the server at once (its whole process group); run() returns.
+function Stdio:kill()
+  if self.proc then self.proc:kill(0) end
+end
+
+-- close(): lets the server go (killed if still running).
+function Stdio:close()
+  if self.proc then
+    self.last_stderr = self:stderr_tail()
+    self.proc:close()
+    self.proc = nil
+  end
+end
+
+return M
