@@ -44,25 +44,18 @@ function M.item(c)
 end
 
 -- text(result) -> the text of a tools/call result: its content items, one
--- after another, then its structuredContent as JSON unless a text item
--- already carries the same JSON.
+-- after another; its structuredContent as JSON when no item is text (the
+-- spec asks servers to repeat structured content in a text item, so the
+-- text is not given twice).
 function M.text(result)
-  local parts, texts = {}, {}
+  local parts, has_text = {}, false
   local content = type(result.content) == "table" and result.content or {}
   for _, c in ipairs(content) do
     parts[#parts + 1] = M.item(c)
-    if type(c) == "table" and c.type == "text" then texts[#texts + 1] = c.text end
+    if type(c) == "table" and c.type == "text" then has_text = true end
   end
   local sc = result.structuredContent
-  if sc ~= nil and sc ~= json.null then
-    local encoded = json.encode(sc)
-    local same = false
-    for _, t in ipairs(texts) do
-      local v = type(t) == "string" and json.decode(t)
-      if v ~= nil and json.encode(v) == encoded then same = true break end
-    end
-    if not same then parts[#parts + 1] = encoded end
-  end
+  if sc ~= nil and sc ~= json.null and not has_text then parts[#parts + 1] = json.encode(sc) end
   return table.concat(parts, "\n")
 end
 

@@ -47,7 +47,6 @@ local Set = {}
 Set.__index = Set
 Set.__name = "luagent.McpToolSet"
 Set.record = dir.Set.record
-Set.events_since = dir.Set.events_since
 Set.snapshot = dir.Set.snapshot
 Set.version = dir.Set.version
 
@@ -126,6 +125,7 @@ local function fix_schema(s, depth)
   for _, k in ipairs({ "required", "enum" }) do
     if type(s[k]) == "table" and next(s[k]) == nil then s[k] = json.array() end
   end
+  if s.type == "array" and type(s.default) == "table" and next(s.default) == nil then s.default = json.array() end
   for _, k in ipairs({ "properties", "patternProperties", "$defs", "definitions" }) do
     if type(s[k]) == "table" then
       for _, sub in pairs(s[k]) do fix_schema(sub, depth + 1) end
@@ -228,21 +228,39 @@ function Set:relist()
   if self.relisting then self.relist_again = true return end
   self.relisting = true
   local task = core.spawn(function()
-    repeat
-      self.relist_again = false
-      local session = self.session
-      if self.state ~= "ready" or not session then break end
-      local map, err = self:list(session)
-      if map then
-        dir.publish(self, map)
-      else
-        self:record { type = "tools_reload_failed", file = self.label, server = self.label,
-          message = self.label .. ": re-listing the tools failed: " .. tostring(err) }
-      end
-    until not self.relist_again
+    local ok, err = pcall(function()
+      repeat
+        self.relist_again = false
+        local session = self.session
+        if self.state ~= "ready" or not session then break end
+        local map, lerr = self:list(session)
+        if map then
+          dir.publish(self, map)
+        else
+          self:record { type = "tools_reload_failed", file = self.label, server = self.label,
+            message = self.label .. ": re-listing the tools failed: " .. tostring(lerr) }
+        end
+      until not self.relist_again
+    end)
     self.relisting = false
+    local ws = self.relist_waiters
+    self.relist_waiters = {}
+    for _, w in ipairs(ws) do w.notify() end
+    if not ok then error(err, 0) end
   end)
   task:set_daemon(true)
+end
+
+-- events_since(cursor) -> events, cursor: as a folder set's; a re-list
+-- under way (a list_changed came) is waited for, so the turn that starts
+-- next sees the list the server announced.
+function Set:events_since(cursor)
+  while self.relisting do
+    local s = queue.signal()
+    self.relist_waiters[#self.relist_waiters + 1] = s
+    s.wait()
+  end
+  return dir.Set.events_since(self, cursor)
 end
 
 ------------------------------------------------------------------------------
@@ -477,7 +495,7 @@ function M.open(o)
     request_timeout = o.request_timeout or d.request_timeout,
     ping_interval = o.ping_interval == nil and d.ping_interval or o.ping_interval,
     ping_timeout = o.ping_timeout or d.ping_timeout, restart = restart,
-    snap = { version = 0, tools = {}, names = {} }, log = {}, seq = 0, waiters = {},
+    snap = { version = 0, tools = {}, names = {} }, log = {}, seq = 0, waiters = {}, relist_waiters = {},
     state = "starting", restarts = 0, opened = false,
   }, Set)
   self.task = core.spawn(function() self:supervise() end)

@@ -58,11 +58,17 @@ function Stdio:run(deliver)
     local ok, derr = deliver(line)
     if not ok then return derr end
   end
-  -- stdout ended: the server exits (or closed it); say how
-  proc:kill(0.5)
-  local ok, r = pcall(proc.wait, proc)
-  local how = ok and (r.signal and ("was killed by signal " .. r.signal) or ("exited with code " .. tostring(r.code)))
-    or "closed its stdout"
+  -- stdout ended: the server exits (or closed it): say how, stopping it
+  -- if it is still there a second later
+  local ok, r = pcall(require("luagent").deadline, 1, proc.wait, proc)
+  local how
+  if ok then
+    how = r.signal and ("was killed by signal " .. r.signal) or ("exited with code " .. tostring(r.code))
+  else
+    if errors.is_cancel(r) then error(r, 0) end
+    pcall(proc.wait, proc) -- stopped by the deadline: wait for its group to go
+    how = "closed its stdout"
+  end
   local tail = self:stderr_tail()
   return errors.new("eof", string.format("%s %s%s", self.name, how, tail ~= "" and (" (stderr: " .. tail .. ")") or ""),
     { died = true, exit_code = ok and r.code or nil, signal = ok and r.signal or nil })
