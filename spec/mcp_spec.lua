@@ -399,6 +399,11 @@ describe("a server killed mid-call", function()
 end)
 
 describe("a broken server", function()
+  after_each(function()
+    -- nothing of a closed or failed set is left on the loop
+    assert.equal(0, luagent.stats().timers)
+  end)
+
   it("writing garbage on stdout gives a clear error", function()
     local set, err = luagent.tools.mcp { command = { "sh", "-c", "echo hello world; while read -r l; do :; done" },
       name = "garbage" }

@@ -436,9 +436,13 @@ function Set:cycle()
     self:wake_all()
   end)
   hs:set_daemon(true)
-  local why = t:run(function(line) return session:deliver(line) end)
+  local ok, why = pcall(t.run, t, function(line) return session:deliver(line) end)
   hs:cancel("connection ended")
   if self.ping_task then self.ping_task:cancel("connection ended") self.ping_task = nil end
+  if not ok then -- the set closed (or a bug): what this connection started ends here
+    session:fail(errors.new("tool_error", self.label .. ": the tool set is closed", { died = true }))
+    error(why, 0)
+  end
   why = self.cause or session.dead or why
   session:fail(errors.new("tool_error", string.format("%s stopped while the call ran: %s", self.label,
     tostring(why and why.message or why)), { died = true, cause = why }))
@@ -520,12 +524,18 @@ function Set:status()
     restarts = self.restarts, last_error = self.last_error }
 end
 
--- Stops the server and the supervisor. The last snapshot stays; its tools
--- fail with "closed".
+-- Stops the server and the supervisor (waiting for it to end). The last
+-- snapshot stays; its tools fail with "closed".
 function Set:close()
   if self.closed then return end
   self.closed = true
-  if self.task then self.task:cancel("tool set closed") self.task = nil end
+  local task = self.task
+  self.task = nil
+  if task then
+    task:cancel("tool set closed")
+    if task ~= core.current() then pcall(task.join, task) end -- its connection's tasks end with it
+  end
+  if self.ping_task then self.ping_task:cancel("tool set closed") self.ping_task = nil end
   if self.session then
     self.session:fail(errors.new("tool_error", self.label .. ": the tool set is closed", { died = true }))
   end
