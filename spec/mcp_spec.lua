@@ -464,3 +464,52 @@ describe("a broken server", function()
       "tools.mcp: url must be an http:// or https:// address")
   end)
 end)
+
+describe("luagent mcp list", function()
+  local helpers = require "helpers"
+  local dir
+  before_each(function()
+    dir = tempdir()
+    write(dir .. "/read_slow", "called before\n")
+  end)
+  after_each(function() os.execute("rm -rf '" .. dir .. "'") end)
+
+  it("prints a server's tools with their flags and hints", function()
+    local r = helpers.run("mcp", "list", "--name", "fake", "--", FAKE[1], FAKE[2], dir)
+    assert.equal(0, r.code, r.stderr)
+    assert.equal("fake 1, MCP 2025-11-25, 2 tools; hints not trusted (--trust, or trust_hints in a policy, uses them)\n"
+      .. "TOOL        FLAGS                  HINTS\n"
+      .. "read_slow   -                      read-only open-world\n"
+      .. "write_slow  -                      destructive open-world\n", r.stdout)
+    r = helpers.run("mcp", "list", "--trust", "--", FAKE[1], FAKE[2], dir)
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("hints trusted\n", r.stdout)
+    assert.matches("\nread_slow   read_only              read%-only open%-world\n", r.stdout)
+  end)
+
+  it("takes trust and overrides from a policy file", function()
+    local policy = helpers.tempfile('return { tool = { trust_hints = { "fake" }, '
+      .. 'overrides = { write_slow = { idempotent = true } } } }', ".lua")
+    local r = helpers.run("mcp", "list", "--name", "fake", "--policy", policy, "--", FAKE[1], FAKE[2], dir)
+    os.remove(policy)
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("\nread_slow   read_only              read%-only open%-world\n", r.stdout)
+    assert.matches("\nwrite_slow  idempotent             destructive open%-world\n", r.stdout)
+  end)
+
+  it("exits 1 with the server's error, 2 for usage, 0 for --help", function()
+    local r = helpers.run("mcp", "list", "--name", "bad", "--", "sh", "-c", "echo nope; while read -r l; do :; done")
+    assert.equal(1, r.code)
+    assert.equal('luagent mcp: bad wrote "nope": not JSON-RPC (not a JSON object); the connection is dropped\n',
+      r.stderr)
+    r = helpers.run("mcp", "list")
+    assert.equal(2, r.code)
+    assert.matches("give a server", r.stderr)
+    r = helpers.run("mcp", "list", "--colour", "--", "x")
+    assert.equal(2, r.code)
+    assert.matches("unknown flag or argument '%-%-colour'", r.stderr)
+    r = helpers.run("mcp", "--help")
+    assert.equal(0, r.code)
+    assert.matches("usage: luagent mcp list", r.stdout)
+  end)
+end)

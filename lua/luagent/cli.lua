@@ -15,7 +15,8 @@ commands:
   run FILE.lua [args...]   run a Lua script as the main task
   mock [options]           serve the mock provider (luagent mock --help)
   sim [options]            the contention simulation (luagent help sim)
-  help [TOPIC]             show help: run, faults, sim
+  mcp list -- CMD [ARGS]   an MCP server's tools and their flags (luagent help mcp)
+  help [TOPIC]             show help: run, faults, sim, mcp
 
 options:
   -h, --help               show this help
@@ -300,6 +301,7 @@ local COMMANDS = {
   help = function(args) return help(args[1]) end,
   mock = function(args) return require("luagent.mock").main(args) end,
   sim = function(args) return require("luagent.sim").main(args) end,
+  mcp = function(args) return require("luagent.mcp.cli").main(args) end,
 }
 
 -- main(argv, root) -> exit code. argv[0] is the program, argv[1] the command.

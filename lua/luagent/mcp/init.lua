@@ -138,8 +138,9 @@ local function fix_schema(s, depth)
   return s
 end
 
--- Whether the policy trusts the hints of the server called `label`.
-local function trusted(policy, label)
+-- trusted(policy, label): whether the tool policy trusts the hints of the
+-- server called `label`.
+function M.trusted(policy, label)
   local t = policy.trust_hints
   if t == true then return true end
   if type(t) == "table" then
@@ -155,7 +156,7 @@ function M.flags(ann, name, policy, label)
   ann = type(ann) == "table" and ann or {}
   local hints = { read_only = ann.readOnlyHint == true, idempotent = ann.idempotentHint == true,
     destructive = ann.destructiveHint ~= false, open_world = ann.openWorldHint ~= false }
-  local trust = trusted(policy, label)
+  local trust = M.trusted(policy, label)
   local ro, idem = trust and hints.read_only, trust and hints.idempotent
   local o = (policy.overrides or {})[name]
   if o then
