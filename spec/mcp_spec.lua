@@ -398,6 +398,68 @@ describe("a server killed mid-call", function()
   end)
 end)
 
+describe("the protocol with a small server", function()
+  local dir
+  before_each(function()
+    dir = tempdir()
+    write(dir .. "/read_slow", "called before\n")
+  end)
+  after_each(function() os.execute("rm -rf '" .. dir .. "'") end)
+
+  local function fake(env, extra)
+    local o = { command = { FAKE[1], FAKE[2], dir }, name = "fake", env = env }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return luagent.tools.mcp(o)
+  end
+
+  it("accepts an older version the server answers with, and refuses one it does not speak", function()
+    local set = assert(fake { FAKE_VERSION = "2024-11-05" })
+    assert.equal("2024-11-05", set:status().protocol)
+    set:close()
+    local bad, err = fake { FAKE_VERSION = "1999-01-01" }
+    assert.is_nil(bad)
+    assert.equal("protocol", err.kind)
+    assert.equal("fake speaks MCP 1999-01-01; luagent speaks 2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25",
+      err.message)
+  end)
+
+  it("reads every page of tools/list", function()
+    local set = assert(fake({ FAKE_PAGED = "1" }, { prefix = "f_" }))
+    local sent = record_sent(set)
+    assert.same({ "f_garble", "f_read_slow", "f_write_slow" }, set:snapshot().names)
+    assert.equal("read_slow", set:snapshot().tools.f_read_slow.mcp.name)
+    set:close()
+    assert.same({}, sent) -- the pages were read in the handshake
+  end)
+
+  it("drops the connection when the server answers a call with garbage, and restarts it", function()
+    local set = assert(fake(nil, { restart = { strategy = "fixed", base = 0.01 } }))
+    local r, err = set:call("garble", {}, {})
+    assert.is_nil(r)
+    assert.is_true(err.died)
+    assert.equal('garble got no answer: fake stopped while the call ran: fake wrote "oops not json": '
+      .. "not JSON-RPC (not a JSON object); the connection is dropped", err.message)
+    local deadline = luagent.now() + 5
+    while set:status().state ~= "ready" and luagent.now() < deadline do luagent.sleep(0.005) end
+    assert.equal("read_slow done", set:call("read_slow", {}, {}))
+    assert.equal(1, set:status().restarts)
+    set:close()
+  end)
+
+  it("restarts a server that stops answering pings; the read-only call in flight is retried", function()
+    os.remove(dir .. "/read_slow") -- the first call hangs the server
+    local set = assert(fake(nil, { ping_interval = 0.05, ping_timeout = 0.2, tool_policy = { trust_hints = true },
+      restart = { strategy = "fixed", base = 0.01 } }))
+    local out = tools.execute(set:snapshot().tools.read_slow, call("c", "read_slow"),
+      { policy = require("luagent.policy").tool_section(TOOL_POLICY) })
+    assert.equal("read_slow done", out.content)
+    assert.equal(2, out.attempts)
+    assert.equal(1, set:status().restarts)
+    assert.equal("fake did not answer a ping within 0.2 s", set:status().last_error.message)
+    set:close()
+  end)
+end)
+
 describe("a broken server", function()
   after_each(function()
     -- nothing of a closed or failed set is left on the loop
@@ -477,8 +539,9 @@ describe("luagent mcp list", function()
   it("prints a server's tools with their flags and hints", function()
     local r = helpers.run("mcp", "list", "--name", "fake", "--", FAKE[1], FAKE[2], dir)
     assert.equal(0, r.code, r.stderr)
-    assert.equal("fake 1, MCP 2025-11-25, 2 tools; hints not trusted (--trust, or trust_hints in a policy, uses them)\n"
+    assert.equal("fake 1, MCP 2025-11-25, 3 tools; hints not trusted (--trust, or trust_hints in a policy, uses them)\n"
       .. "TOOL        FLAGS                  HINTS\n"
+      .. "garble      -                      destructive open-world\n"
       .. "read_slow   -                      read-only open-world\n"
       .. "write_slow  -                      destructive open-world\n", r.stdout)
     r = helpers.run("mcp", "list", "--trust", "--", FAKE[1], FAKE[2], dir)
