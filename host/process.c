@@ -44,6 +44,7 @@ struct lg_process {
   int open;             /* libuv handles not yet closed */
   int pid, exited, term_signal, killed, finished, released;
   int stream, in_open;  /* stream mode; stdin still takes writes */
+  int discard;          /* stream mode, killed: stdout is read and dropped */
   long long exit_status;
   void (*done)(void *arg);
   void (*data)(void *arg);
@@ -124,6 +125,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *out) {
   capture *c = (capture *)h;
   lg_process *p = h->data;
   (void)suggested;
+  if (p->stream && c == &p->out && p->discard) {
+    *out = uv_buf_init(c->scratch, sizeof c->scratch);
+    return;
+  }
   if (p->stream && c->len >= p->max_output) {
     if (c == &p->out) {
       *out = uv_buf_init(NULL, 0); /* UV_ENOBUFS: on_read pauses reading */
@@ -289,6 +294,14 @@ void lg_process_info_get(const lg_process *p, lg_process_info *info) {
 void lg_process_kill(lg_process *p, double grace) {
   if (p->finished) return;
   p->killed = 1;
+  if (p->stream && !p->discard) {
+    /* nobody wants a killed peer's output: read it away so its end comes */
+    p->discard = 1;
+    if (p->out.full && !p->out.eof) {
+      p->out.full = 0;
+      uv_read_start((uv_stream_t *)&p->out.pipe, on_alloc, on_read);
+    }
+  }
   if (grace <= 0) {
     signal_group(p, SIGKILL);
     return;

@@ -52,7 +52,8 @@ void lg_process_info_get(const lg_process *p, lg_process_info *info);
 
 /* Sends SIGTERM to the child's whole process group, then SIGKILL after
  * `grace` seconds on the loop's clock if it has not finished (grace <= 0:
- * SIGKILL at once). No-op once finished. */
+ * SIGKILL at once). In stream mode stdout is read and dropped from then on
+ * (so a paused stdout reaches its end). No-op once finished. */
 void lg_process_kill(lg_process *p, double grace);
 
 /* Stream mode: queues `len` bytes (copied) for the child's stdin. 0, or

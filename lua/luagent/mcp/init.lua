@@ -445,6 +445,7 @@ function Set:cycle()
     error(why, 0)
   end
   why = self.cause or session.dead or why
+  self.state, self.last_error = "down", why
   session:fail(errors.new("tool_error", string.format("%s stopped while the call ran: %s", self.label,
     tostring(why and why.message or why)), { died = true, cause = why }))
   t:close()
@@ -458,8 +459,7 @@ function Set:supervise()
   while not self.closed do
     local why = self:cycle()
     if self.closed then break end
-    self.last_error = why
-    self.state = "down"
+    self.state, self.last_error = "down", why
     self:wake_all()
     if not self.opened then break end
     self.failures = (self.failures or 0) + 1

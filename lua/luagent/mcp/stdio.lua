@@ -36,8 +36,7 @@ function Stdio:stderr_tail()
   if not self.proc then return self.last_stderr or "" end
   local ok, s = pcall(self.proc.stderr, self.proc)
   s = ok and s or ""
-  s = s:gsub("%s+$", ""):sub(-300):gsub("\n", " | ")
-  return s
+  return (s:gsub("%s+$", ""):sub(-300):gsub("\n", " | "))
 end
 
 -- run(deliver) -> err: hands every line of stdout to deliver(line) until
@@ -79,13 +78,17 @@ function Stdio:kill()
   if self.proc then self.proc:kill(0) end
 end
 
--- close(): lets the server go (killed if still running).
+-- close(): stops the server (its group killed) and waits, at most a few
+-- seconds, until it is gone.
 function Stdio:close()
-  if self.proc then
-    self.last_stderr = self:stderr_tail()
-    self.proc:close()
-    self.proc = nil
-  end
+  local proc = self.proc
+  if not proc then return end
+  self.last_stderr = self:stderr_tail()
+  self.proc = nil
+  proc:kill(0)
+  local waited, err = pcall(require("luagent").deadline, 5, proc.wait, proc)
+  proc:close()
+  if not waited and errors.is_cancel(err) then error(err, 0) end
 end
 
 return M
