@@ -12,6 +12,7 @@ local retry = require "luagent.retry"
 local tools = require "luagent.tools"
 local json = require "luagent.json"
 local peers = require "peers"
+local helpers = require "helpers"
 
 local ROOT = os.getenv("PWD") or "."
 local NODE_PATH = ROOT .. "/.peers/node_modules"
@@ -21,6 +22,19 @@ local everything, why_everything = peers.find("@modelcontextprotocol/server-ever
 local filesystem, why_filesystem = peers.find("@modelcontextprotocol/server-filesystem", "mcp-server-filesystem")
 
 local srv
+
+-- Marks the enclosing describe pending (and returns true) without `peer`.
+local function skipped(peer, why)
+  if peer then return false end
+  pending("not installed: run `make peers` (needs node and npm): " .. why)
+  return true
+end
+
+-- Waits (real time, at most 5 s) until the set's state is `state`.
+local function wait_state(set, state)
+  local deadline = luagent.now() + 5
+  while set:status().state ~= state and luagent.now() < deadline do luagent.sleep(0.005) end
+end
 
 -- A mock whose replies are `replies[n]` for request n (a function of the
 -- request view, or a content table); past the list it answers "done".
@@ -40,18 +54,7 @@ local function call(id, name, args) return { id = id, name = name, arguments = a
 
 local TOOL_POLICY = { max_retries = 2, backoff = { strategy = "fixed", base = 0.05 }, timeout = 20, grace = 0.2 }
 
--- Runs a prompt; returns every event and the agent_end event.
-local function drain(a, text)
-  local evs = {}
-  for ev in a:prompt(text or "go") do evs[#evs + 1] = ev end
-  return evs, evs[#evs]
-end
-
-local function of_type(evs, t)
-  local out = {}
-  for _, e in ipairs(evs) do if e.type == t then out[#out + 1] = e end end
-  return out
-end
+local drain, of_type = helpers.drain, helpers.of_type
 
 local function offered(view, name)
   for _, t in ipairs(view.tools) do if t.name == name then return true end end
@@ -78,6 +81,19 @@ local function exists(path)
   return f ~= nil
 end
 
+-- Gives the enclosing describe a fresh folder for the fake server in each
+-- test, with read_slow marked as called (so it answers at once); returns
+-- the function that gives the folder.
+local function fake_dir()
+  local dir
+  before_each(function()
+    dir = tempdir()
+    write(dir .. "/read_slow", "called before\n")
+  end)
+  after_each(function() os.execute("rm -rf '" .. dir .. "'") end)
+  return function() return dir end
+end
+
 -- Records what the client sends through the set's transport.
 local function record_sent(set)
   local sent, t = {}, set.transport
@@ -96,10 +112,7 @@ after_each(function()
 end)
 
 describe("an MCP tool set on server-everything (stdio)", function()
-  if not everything then
-    pending("server-everything not installed: run `make peers` (needs node and npm): " .. why_everything)
-    return
-  end
+  if skipped(everything, why_everything) then return end
   local cmd = { everything.node, everything.bin }
 
   it("does the handshake, lists the tools and reports them as a tools_changed event", function()
@@ -219,10 +232,7 @@ describe("an MCP tool set on server-everything (stdio)", function()
 end)
 
 describe("an MCP tool set over Streamable HTTP (server-everything)", function()
-  if not everything then
-    pending("server-everything not installed: run `make peers` (needs node and npm): " .. why_everything)
-    return
-  end
+  if skipped(everything, why_everything) then return end
   local server
   lazy_setup(function()
     local err
@@ -259,10 +269,7 @@ describe("an MCP tool set over Streamable HTTP (server-everything)", function()
 end)
 
 describe("list_changed", function()
-  if not everything then
-    pending("node peers not installed: run `make peers` (needs node and npm): " .. why_everything)
-    return
-  end
+  if skipped(everything, why_everything) then return end
 
   it("is picked up while an agent runs: the next turn has the new tool", function()
     local set = assert(luagent.tools.mcp { command = { everything.node, "spec/fixtures/mcp/changing_server.cjs" },
@@ -293,10 +300,7 @@ describe("list_changed", function()
 end)
 
 describe("an agent with server-filesystem's tools", function()
-  if not filesystem then
-    pending("server-filesystem not installed: run `make peers` (needs node and npm): " .. why_filesystem)
-    return
-  end
+  if skipped(filesystem, why_filesystem) then return end
 
   it("answers a question about files in a folder", function()
     local dir = tempdir()
@@ -379,16 +383,14 @@ describe("a server killed mid-call", function()
     assert.matches("write_slow .*died without a result", last.error.message)
     assert.equal(0, #of_type(evs, "tool_retry"))
     -- the server came back: its tools work again
-    local deadline = luagent.now() + 5
-    while set:status().state ~= "ready" and luagent.now() < deadline do luagent.sleep(0.01) end
+    wait_state(set, "ready")
     assert.equal("write_slow done", set:call("write_slow", {}, {}))
   end)
 
   it("fails fast while the server is down", function()
     set.restart = { strategy = "fixed", base = 30, max = 30, multiplier = 2, jitter = 0 }
     os.execute("kill -9 -" .. set.transport.proc:pid())
-    local deadline = luagent.now() + 5
-    while set:status().state ~= "down" and luagent.now() < deadline do luagent.sleep(0.01) end
+    wait_state(set, "down")
     local t0 = luagent.now()
     local r, err = set:call("read_slow", {}, {})
     assert.is_nil(r)
@@ -399,15 +401,10 @@ describe("a server killed mid-call", function()
 end)
 
 describe("the protocol with a small server", function()
-  local dir
-  before_each(function()
-    dir = tempdir()
-    write(dir .. "/read_slow", "called before\n")
-  end)
-  after_each(function() os.execute("rm -rf '" .. dir .. "'") end)
+  local dir = fake_dir()
 
   local function fake(env, extra)
-    local o = { command = { FAKE[1], FAKE[2], dir }, name = "fake", env = env }
+    local o = { command = { FAKE[1], FAKE[2], dir() }, name = "fake", env = env }
     for k, v in pairs(extra or {}) do o[k] = v end
     return luagent.tools.mcp(o)
   end
@@ -439,15 +436,14 @@ describe("the protocol with a small server", function()
     assert.is_true(err.died)
     assert.equal('garble got no answer: fake stopped while the call ran: fake wrote "oops not json": '
       .. "not JSON-RPC (not a JSON object); the connection is dropped", err.message)
-    local deadline = luagent.now() + 5
-    while set:status().state ~= "ready" and luagent.now() < deadline do luagent.sleep(0.005) end
+    wait_state(set, "ready")
     assert.equal("read_slow done", set:call("read_slow", {}, {}))
     assert.equal(1, set:status().restarts)
     set:close()
   end)
 
   it("restarts a server that stops answering pings; the read-only call in flight is retried", function()
-    os.remove(dir .. "/read_slow") -- the first call hangs the server
+    os.remove(dir() .. "/read_slow") -- the first call hangs the server
     local set = assert(fake(nil, { ping_interval = 0.05, ping_timeout = 0.2, tool_policy = { trust_hints = true },
       restart = { strategy = "fixed", base = 0.01 } }))
     local out = tools.execute(set:snapshot().tools.read_slow, call("c", "read_slow"),
@@ -528,23 +524,17 @@ describe("a broken server", function()
 end)
 
 describe("luagent mcp list", function()
-  local helpers = require "helpers"
-  local dir
-  before_each(function()
-    dir = tempdir()
-    write(dir .. "/read_slow", "called before\n")
-  end)
-  after_each(function() os.execute("rm -rf '" .. dir .. "'") end)
+  local dir = fake_dir()
 
   it("prints a server's tools with their flags and hints", function()
-    local r = helpers.run("mcp", "list", "--name", "fake", "--", FAKE[1], FAKE[2], dir)
+    local r = helpers.run("mcp", "list", "--name", "fake", "--", FAKE[1], FAKE[2], dir())
     assert.equal(0, r.code, r.stderr)
     assert.equal("fake 1, MCP 2025-11-25, 3 tools; hints not trusted (--trust, or trust_hints in a policy, uses them)\n"
       .. "TOOL        FLAGS                  HINTS\n"
       .. "garble      -                      destructive open-world\n"
       .. "read_slow   -                      read-only open-world\n"
       .. "write_slow  -                      destructive open-world\n", r.stdout)
-    r = helpers.run("mcp", "list", "--trust", "--", FAKE[1], FAKE[2], dir)
+    r = helpers.run("mcp", "list", "--trust", "--", FAKE[1], FAKE[2], dir())
     assert.equal(0, r.code, r.stderr)
     assert.matches("hints trusted\n", r.stdout)
     assert.matches("\nread_slow   read_only              read%-only open%-world\n", r.stdout)
@@ -553,7 +543,7 @@ describe("luagent mcp list", function()
   it("takes trust and overrides from a policy file", function()
     local policy = helpers.tempfile('return { tool = { trust_hints = { "fake" }, '
       .. 'overrides = { write_slow = { idempotent = true } } } }', ".lua")
-    local r = helpers.run("mcp", "list", "--name", "fake", "--policy", policy, "--", FAKE[1], FAKE[2], dir)
+    local r = helpers.run("mcp", "list", "--name", "fake", "--policy", policy, "--", FAKE[1], FAKE[2], dir())
     os.remove(policy)
     assert.equal(0, r.code, r.stderr)
     assert.matches("\nread_slow   read_only              read%-only open%-world\n", r.stdout)
@@ -570,7 +560,10 @@ describe("luagent mcp list", function()
     assert.matches("give a server", r.stderr)
     r = helpers.run("mcp", "list", "--colour", "--", "x")
     assert.equal(2, r.code)
-    assert.matches("unknown flag or argument '%-%-colour'", r.stderr)
+    assert.matches("list: unknown flag '%-%-colour'", r.stderr)
+    r = helpers.run("mcp", "list", "node", "server.js")
+    assert.equal(2, r.code)
+    assert.matches("list: the command comes after %-%-, not 'node'", r.stderr)
     r = helpers.run("mcp", "--help")
     assert.equal(0, r.code)
     assert.matches("usage: luagent mcp list", r.stdout)

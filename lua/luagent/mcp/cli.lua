@@ -17,30 +17,14 @@ end
 -- Flags of `mcp list`: name -> true when it takes a value.
 local FLAGS = { url = true, name = true, policy = true, timeout = true, trust = false }
 
--- Parses list's options; returns opts, or nil and a message.
+-- Parses list's options (from args[i]); returns opts, or nil and a message.
 local function parse(args, i)
-  local opts = {}
-  while args[i] do
-    local a = args[i]
-    if a == "--" then
-      opts.command = {}
-      for j = i + 1, #args do opts.command[#opts.command + 1] = args[j] end
-      break
-    end
-    if a == "-h" or a == "--help" then opts.help = true return opts end
-    local name, value = a:match("^%-%-([%w%-]+)=(.*)$")
-    name = name or a:match("^%-%-([%w%-]+)$")
-    local takes = name and FLAGS[name]
-    if takes == nil then return nil, string.format("list: unknown flag or argument '%s' (the command comes after --)", a) end
-    if takes and value == nil then
-      i = i + 1
-      value = args[i]
-      if value == nil then return nil, string.format("list: flag '%s' needs a value", a) end
-    elseif not takes and value ~= nil then
-      return nil, string.format("list: flag '--%s' takes no value", name)
-    end
-    opts[name] = takes and value or true
-    i = i + 1
+  local opts, at = require("luagent.cli").parse_flags(args, FLAGS, "list", i)
+  if not opts or opts.help then return opts, at end
+  if args[at] then
+    if args[at - 1] ~= "--" then return nil, string.format("list: the command comes after --, not '%s'", args[at]) end
+    opts.command = {}
+    for j = at, #args do opts.command[#opts.command + 1] = args[j] end
   end
   if opts.timeout and not (tonumber(opts.timeout) and tonumber(opts.timeout) > 0) then
     return nil, string.format("list: --timeout wants seconds > 0, not '%s'", opts.timeout)
