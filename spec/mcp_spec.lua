@@ -334,6 +334,26 @@ describe("an agent with server-filesystem's tools", function()
   end)
 end)
 
+describe("server-filesystem given its folder as a root", function()
+  if skipped(filesystem, why_filesystem) then return end
+
+  it("asks the client for roots/list and serves the folder it is given", function()
+    local dir = tempdir()
+    write(dir .. "/note.txt", "from a root\n")
+    local set = assert(luagent.tools.mcp { command = { filesystem.node, filesystem.bin }, roots = { dir } })
+    local deadline = luagent.now() + 5
+    local text
+    repeat -- the server asks for the roots once initialized
+      text = set:call("list_allowed_directories", {}, {})
+      if not text:find(dir, 1, true) then luagent.sleep(0.02) end
+    until text:find(dir, 1, true) or luagent.now() > deadline
+    assert.matches(dir:gsub("%p", "%%%0"), text)
+    assert.equal("from a root\n", set:call("read_text_file", { path = dir .. "/note.txt" }, {}))
+    set:close()
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+end)
+
 describe("a server killed mid-call", function()
   local dir, set
   before_each(function()
@@ -481,12 +501,22 @@ describe("a broken server", function()
 
   it("never answering initialize gives a clear error with its stderr", function()
     local t0 = luagent.now()
-    local set, err = luagent.tools.mcp { command = { "sh", "-c", "echo waiting forever >&2; while read -r l; do :; done" },
+    local got = os.tmpname()
+    local set, err = luagent.tools.mcp { command = { "sh", "-c", 'echo waiting forever >&2; cat >"$0"', got },
       name = "silent", init_timeout = 0.3 }
     assert.is_nil(set)
     assert.is_true(luagent.now() - t0 < 3)
     assert.equal("timeout", err.kind)
     assert.equal("silent did not answer initialize within 0.3 s (stderr: waiting forever)", err.message)
+    -- it was asked once, and (as the spec says) initialize is never cancelled
+    local f = assert(io.open(got))
+    local lines = {}
+    for line in f:lines() do lines[#lines + 1] = json.decode(line) end
+    f:close()
+    os.remove(got)
+    assert.equal(1, #lines)
+    assert.equal("initialize", lines[1].method)
+    assert.equal("2025-11-25", lines[1].params.protocolVersion)
   end)
 
   it("that does not exist gives a clear error", function()

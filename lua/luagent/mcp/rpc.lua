@@ -65,7 +65,8 @@ function Session:fail(err)
 end
 
 -- request(method, params [, {timeout=, on_progress=, daemon=}]) -> result |
--- nil, err (daemon: the caller is a daemon task).
+-- nil, err (daemon: the caller is a daemon task). An initialize given up
+-- on is not announced: the spec forbids cancelling it.
 -- The error is a record: the server's JSON-RPC error (kind `tool_error`,
 -- `rpc_code`), the session's end, or `timeout` (which = "mcp"). A
 -- cancellation of the caller sends notifications/cancelled and is raised.
@@ -96,11 +97,11 @@ function Session:request(method, params, opts)
   self.progress[id] = nil
   if not ok then
     local timed_out = errors.is(err) and err.kind == "timeout" and err.which == "deadline"
-    if self.pending[id] then
-      self.pending[id] = nil
+    if self.pending[id] and method ~= "initialize" then
       self:notify("notifications/cancelled", { requestId = id, reason = timed_out and "timed out"
         or ("cancelled: " .. tostring(type(err) == "table" and err.reason or err)) })
     end
+    self.pending[id] = nil
     if not timed_out then error(err, 0) end
     return nil, errors.new("timeout", string.format("%s did not answer %s within %g s", self.name, method,
       opts.timeout), { which = "mcp", seconds = opts.timeout })
