@@ -52,7 +52,10 @@ describe("luarocks make --local", function()
     -- build from a copy of the tracked tree, so the checkout's build/ is untouched
     local ok, out = sh(string.format("cd %s && git ls-files -z | xargs -0 cp --parents -t %s", h.quote(root), h.quote(copy)))
     assert(ok, out)
-    ok, out = sh(string.format("cd %s && HOME=%s luarocks --lua-version 5.4 make --local", h.quote(copy), h.quote(home)))
+    -- a plain build (`make test SAN=1` passes SAN=1 down, in SAN and MAKEFLAGS): a
+    -- plain lua5.4 cannot load a core built for ASan
+    ok, out = sh(string.format("cd %s && env -u SAN -u MAKEFLAGS -u MFLAGS -u MAKELEVEL HOME=%s luarocks --lua-version 5.4 make --local",
+      h.quote(copy), h.quote(home)))
     assert(ok, out)
     assert.matches("luagent scm%-1 is now installed", out)
     ok, out = sh(string.format([[cd / && eval "$(HOME=%s luarocks --lua-version 5.4 path)" && lua5.4 -e '
