@@ -14,8 +14,6 @@ local json = require "luagent.json"
 local peers = require "peers"
 local helpers = require "helpers"
 
-local ROOT = os.getenv("PWD") or "."
-local NODE_PATH = ROOT .. "/.peers/node_modules"
 local FAKE = { "lua5.4", "spec/fixtures/mcp/fake_server.lua" }
 
 local everything, why_everything = peers.find("@modelcontextprotocol/server-everything", "mcp-server-everything")
@@ -261,6 +259,22 @@ describe("an MCP tool set over Streamable HTTP (server-everything)", function()
     assert.matches("termination request for session " .. id:gsub("%-", "%%-"), server:log())
   end)
 
+  it("hears list_changed on the session's GET stream", function()
+    local changing = assert(peers.start { node = everything.node, script = "spec/fixtures/mcp/changing_server.cjs",
+      args = { "http", "{port}" }, ready = "/mcp" })
+    local set = assert(luagent.tools.mcp { url = changing.url .. "/mcp", name = "changing" })
+    assert.same({ "add_tool" }, set:snapshot().names)
+    assert.equal("extra_tool added", set:call("add_tool", {}, {}))
+    -- the notice comes on the GET stream, on its own time
+    local deadline = luagent.now() + 5
+    while #set:snapshot().names < 2 and luagent.now() < deadline do luagent.sleep(0.01) end
+    assert.same({ "add_tool", "extra_tool" }, set:snapshot().names)
+    assert.same({ "extra_tool" }, set:events_since(nil)[2].added)
+    assert.equal("extra says hi", set:call("extra_tool", { word = "hi" }, {}))
+    set:close()
+    changing:stop()
+  end)
+
   it("fails with a clear error when nothing listens", function()
     local set, err = luagent.tools.mcp { url = "http://127.0.0.1:9/mcp", name = "nowhere" }
     assert.is_nil(set)
@@ -273,7 +287,7 @@ describe("list_changed", function()
 
   it("is picked up while an agent runs: the next turn has the new tool", function()
     local set = assert(luagent.tools.mcp { command = { everything.node, "spec/fixtures/mcp/changing_server.cjs" },
-      env = { NODE_PATH = NODE_PATH }, name = "changing" })
+      name = "changing" })
     start_mock {
       function(view)
         assert.is_false(offered(view, "extra_tool"))

@@ -79,6 +79,18 @@ local function read_reply(self, resp, deliver)
   return deliver(body)
 end
 
+-- Reads a reply whole, delivering its messages: true | nil, err (a cut
+-- stream, or a message deliver refused). Cancellation is raised.
+function Http:read(resp)
+  local ok, res, err = pcall(read_reply, self, resp, self.deliver)
+  resp:close()
+  if not ok then
+    if errors.is_cancel(res) or not errors.is(res) then error(res, 0) end
+    return nil, res
+  end
+  return res, err
+end
+
 -- send(text) -> true | nil, err: POSTs one message and delivers the reply's
 -- messages (so it returns once a request's response came). A refused
 -- connection, a 5xx or a lost session (404) breaks the connection.
@@ -96,12 +108,8 @@ function Http:send(text)
     return self:fail(err)
   end
   self.session_id = resp.headers["mcp-session-id"] or self.session_id
-  local ok, rerr = pcall(read_reply, self, resp, self.deliver)
-  resp:close()
-  if not ok then
-    if errors.is_cancel(rerr) or not errors.is(rerr) then error(rerr, 0) end
-    return self:fail(rerr)
-  end
+  local ok, rerr = self:read(resp)
+  if not ok then return self:fail(rerr) end
   return true
 end
 
@@ -116,9 +124,8 @@ function Http:run(deliver)
         headers = self:headers("text/event-stream"), timeout = { connect = 10 },
         sse = { max_line = self.max_message, max_event = self.max_message } }
       if resp then
-        local ok, err = pcall(read_reply, self, resp, deliver)
-        resp:close()
-        if not ok and (errors.is_cancel(err) or not errors.is(err)) then error(err, 0) end
+        local ok, err = self:read(resp)
+        if not ok and err.kind == "protocol" then self:fail(err) end -- garbage: drop the connection
         if not self.broken then core.sleep(0.5) end -- the server ended it: open another
       else
         self.no_get = true -- none offered (405) or refused: wait for the connection to break
