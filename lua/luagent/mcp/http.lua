@@ -4,7 +4,9 @@
 -- before the response). The session id the server gives at initialize is
 -- sent back on every later message, with the negotiated protocol version.
 -- A GET stream, when the server offers one, brings the notifications it
--- sends on its own (tools/list_changed). DELETE ends the session.
+-- sends on its own (tools/list_changed); each time one opens, on_stream()
+-- is called (what the server sent while none was open is lost). DELETE
+-- ends the session.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local http = require "luagent.http"
@@ -124,6 +126,7 @@ function Http:run(deliver)
         headers = self:headers("text/event-stream"), timeout = { connect = 10 },
         sse = { max_line = self.max_message, max_event = self.max_message } }
       if resp then
+        if self.on_stream then self.on_stream() end
         local ok, err = self:read(resp)
         if not ok and err.kind == "protocol" then self:fail(err) end -- garbage: drop the connection
         if not self.broken then core.sleep(0.5) end -- the server ended it: open another

@@ -252,6 +252,11 @@ function Set:relist()
   task:set_daemon(true)
 end
 
+-- The server said its list changed: re-list now, or after the handshake.
+function Set:list_changed()
+  if self.state == "ready" then self:relist() else self.relist_pending = true end
+end
+
 -- events_since(cursor) -> events, cursor: as a folder set's; a re-list
 -- under way (a list_changed came) is waited for, so the turn that starts
 -- next sees the list the server announced.
@@ -418,10 +423,10 @@ function Set:cycle()
   local session = rpc.new { name = self.label, send = function(text) return t:send(text) end,
     on_request = function(method, params) return self:on_request(method, params) end,
     on_notification = function(method)
-      if method == "notifications/tools/list_changed" then
-        if self.state == "ready" then self:relist() else self.relist_pending = true end
-      end
+      if method == "notifications/tools/list_changed" then self:list_changed() end
     end }
+  -- a notice sent while no GET stream was open is lost: one is re-listed for
+  t.on_stream = function() self:list_changed() end
   self.session = session
   local hs = core.spawn(function()
     local hok, herr = self:handshake(session)
