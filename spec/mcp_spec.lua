@@ -217,6 +217,27 @@ describe("an MCP tool set on server-everything (stdio)", function()
     set:close()
   end)
 
+  it("cancels the call in flight with notifications/cancelled when the agent is aborted", function()
+    local set = assert(luagent.tools.mcp { command = cmd })
+    local sent = record_sent(set)
+    start_mock { { tools = { call("1", "trigger-long-running-operation", { duration = 30, steps = 30 }) } } }
+    local a = luagent.agent { model = model(), tools = set, tool_policy = TOOL_POLICY }
+    local last
+    for ev in a:prompt("go") do
+      if ev.type == "tool_execution_start" then a:abort("user stop") end
+      last = ev
+    end
+    assert.equal("aborted", last.stop_reason)
+    local cancelled
+    for _, m in ipairs(sent) do if m.method == "notifications/cancelled" then cancelled = m end end
+    assert.is_truthy(cancelled, "no notifications/cancelled sent")
+    assert.equal("cancelled by the client", cancelled.params.reason)
+    for _, m in ipairs(sent) do
+      if m.method == "tools/call" then assert.equal(m.id, cancelled.params.requestId) end
+    end
+    set:close()
+  end)
+
   it("passes progress notifications on as tool_execution_update", function()
     local set = assert(luagent.tools.mcp { command = cmd })
     local updates = {}
@@ -555,6 +576,19 @@ describe("a broken server", function()
     assert.is_nil(set)
     assert.equal("eof", err.kind)
     assert.equal("closer closed its stdout (stderr: bye)", err.message)
+  end)
+
+  it("rejects bad trust_hints and overrides in a tool policy, naming the field", function()
+    local policy = require "luagent.policy"
+    local _, err = policy.check_tool_section({ trust_hints = "yes" })
+    assert.equal('tool_policy: trust_hints must be true, false, or a list of MCP server names (got "yes")', err.message)
+    _, err = policy.check_tool_section({ overrides = { echo = { read_only = "no" } } })
+    assert.matches("^tool_policy: overrides must be a table {tool_name = {read_only = true|false, "
+      .. "idempotent = true|false}}", err.message)
+    _, err = policy.check_tool_section({ overrides = { echo = { retries = 1 } } })
+    assert.matches("^tool_policy: overrides must be", err.message)
+    assert.has_error(function() luagent.tools.mcp { command = FAKE, tool_policy = { trust_hints = 1 } } end,
+      "tools.mcp tool_policy: trust_hints must be true, false, or a list of MCP server names (got 1)")
   end)
 
   it("raises for bad options, naming them", function()

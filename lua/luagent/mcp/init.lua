@@ -102,7 +102,7 @@ local function tool_policy(o)
   if o.tool_policy ~= nil then
     local err
     t, err = policies.check_tool_section(o.tool_policy, "tools.mcp tool_policy")
-    if not t then error(tostring(err), 4) end
+    if not t then error(err.message, 4) end
   end
   return agent.Agent.current_tool_policy({ tool_policy = t, policy = o.policy })
 end

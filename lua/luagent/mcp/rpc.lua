@@ -98,8 +98,8 @@ function Session:request(method, params, opts)
   if not ok then
     local timed_out = errors.is(err) and err.kind == "timeout" and err.which == "deadline"
     if self.pending[id] and method ~= "initialize" then
-      self:notify("notifications/cancelled", { requestId = id, reason = timed_out and "timed out"
-        or ("cancelled: " .. tostring(type(err) == "table" and err.reason or err)) })
+      local why = type(err) == "table" and type(err.reason) == "string" and err.reason or "cancelled by the client"
+      self:notify("notifications/cancelled", { requestId = id, reason = timed_out and "timed out" or why })
     end
     self.pending[id] = nil
     if not timed_out then error(err, 0) end
