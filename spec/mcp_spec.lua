@@ -497,6 +497,22 @@ describe("the protocol with a small server", function()
     set:close()
   end)
 
+  it("restarts a server that keeps exiting with growing backoff", function()
+    local set = assert(fake({ FAKE_EXIT_AFTER_LIST = "1" }, { restart = { strategy = "exponential", base = 0.01,
+      multiplier = 2, jitter = 0, max = 10 } }))
+    local deadline = luagent.now() + 10
+    while set:status().restarts < 4 and luagent.now() < deadline do luagent.sleep(0.01) end
+    set:close()
+    local waits = {}
+    for _, e in ipairs(set:events_since(nil)) do
+      if e.type == "tools_reload_failed" then
+        assert.matches("^fake: fake exited with code 3 %(stderr: fake server started%); restarting in", e.message)
+        waits[#waits + 1] = e.message:match("restarting in (%S+) s$")
+      end
+    end
+    assert.same({ "0.01", "0.02", "0.04", "0.08" }, { table.unpack(waits, 1, 4) })
+  end)
+
   it("restarts a server that stops answering pings; the read-only call in flight is retried", function()
     os.remove(dir() .. "/read_slow") -- the first call hangs the server
     local set = assert(fake(nil, { ping_interval = 0.05, ping_timeout = 0.2, tool_policy = { trust_hints = true },

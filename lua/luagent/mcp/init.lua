@@ -33,6 +33,7 @@ local M = {}
 M.PROTOCOL = "2025-11-25"
 M.SUPPORTED = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true, ["2024-11-05"] = true }
 M.MAX_PAGES = 1000
+M.STABLE = 30 -- seconds up after which a restart's backoff starts over
 
 M.defaults = {
   init_timeout = 10,         -- seconds for the handshake and the first list
@@ -418,8 +419,8 @@ function Set:cycle()
   local t = self.transport
   self.state, self.cause = "starting", nil
   self:wake_all()
-  local ok, err = t:start()
-  if not ok then return err end
+  local started, err = t:start()
+  if not started then return err end
   local session = rpc.new { name = self.label, send = function(text) return t:send(text) end,
     on_request = function(method, params) return self:on_request(method, params) end,
     on_notification = function(method)
@@ -431,8 +432,7 @@ function Set:cycle()
   local hs = core.spawn(function()
     local hok, herr = self:handshake(session)
     if hok then
-      self.state = "ready"
-      self.failures = 0
+      self.state, self.ready_at = "ready", core.now()
       if self.ping_interval then self.ping_task = self:pinger(session) end
       if self.relist_pending then self.relist_pending = false self:relist() end
     else
@@ -467,6 +467,9 @@ function Set:supervise()
     self.state, self.last_error = "down", why
     self:wake_all()
     if not self.opened then break end
+    -- a connection that lasted starts the backoff over; a crash loop does not
+    if self.ready_at and core.now() - self.ready_at >= M.STABLE then self.failures = 0 end
+    self.ready_at = nil
     self.failures = (self.failures or 0) + 1
     self.restarts = self.restarts + 1
     local b = self.restart
