@@ -17,6 +17,10 @@
 -- idempotentHint -> idempotent; absent: false, as the MCP spec says) only
 -- when the tool policy trusts this server's hints (trust_hints); the
 -- policy's overrides per tool name win (policies/README.md).
+--
+-- Servers are real processes or sockets: under the virtual clock the
+-- handshake's and pings' time limits may pass before a server had the
+-- real time to answer, so MCP sets want the real clock.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local json = require "luagent.json"
