@@ -59,7 +59,7 @@ help:
 	@echo "make fuzz       fuzz the SSE parser (libFuzzer, 1,000,000 inputs)"
 	@echo "make install    install into PREFIX (default /usr/local)"
 	@echo "                (luarocks make: the Lua library and luagent.core, see the rockspec)"
-	@echo "make peers      npm-install the test peers (aimock, openai, @anthropic-ai/sdk) into .peers/"
+	@echo "make peers      npm-install the test peers (aimock, openai, @anthropic-ai/sdk, MCP servers) into .peers/"
 
 # Installs only what is missing; a no-op (one dpkg-query) when all is there.
 deps:

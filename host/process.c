@@ -8,7 +8,11 @@
  *
  * Every child is started detached (setsid), so it leads a new process group
  * whose id is its pid; a kill goes to the whole group (-pid), grandchildren
- * included. While a child runs it counts as busy for the virtual clock. */
+ * included. While a child runs it counts as busy for the virtual clock.
+ *
+ * Stream mode keeps stdin open (each write a malloc'd request freed by its
+ * callback) and hands stdout out as it comes: the owner peeks and takes;
+ * reading pauses (UV_ENOBUFS from on_alloc) while max_output bytes wait. */
 #include "process.h"
 
 #include <signal.h>
@@ -24,6 +28,7 @@ typedef struct {
   size_t len, cap;
   size_t dropped;
   int eof;
+  int full;             /* stream stdout: reading paused, the buffer is full */
   char scratch[4096];   /* receives bytes past the cap, which are only counted */
 } capture;
 
@@ -38,10 +43,19 @@ struct lg_process {
   size_t input_len, max_output;
   int open;             /* libuv handles not yet closed */
   int pid, exited, term_signal, killed, finished, released;
+  int stream, in_open;  /* stream mode; stdin still takes writes */
+  int discard;          /* stream mode, killed: stdout is read and dropped */
   long long exit_status;
   void (*done)(void *arg);
+  void (*data)(void *arg);
   void *arg;
 };
+
+/* One queued write to a stream child's stdin; freed by its callback. */
+typedef struct {
+  uv_write_t req;
+  char bytes[];
+} write_req;
 
 /* Frees p once its owner released it and libuv closed every handle. */
 static void maybe_free(lg_process *p) {
@@ -82,6 +96,18 @@ static void check_finished(lg_process *p) {
   if (p->done && !p->released) p->done(p->arg);
 }
 
+/* Closes a stream child's stdin (once); queued writes end cancelled. */
+static void close_stdin(lg_process *p) {
+  if (!p->in_open) return;
+  p->in_open = 0;
+  close_handle((uv_handle_t *)&p->in);
+}
+
+/* Tells a stream owner that stdout changed (bytes, pause or end). */
+static void notify_data(lg_process *p) {
+  if (p->data && !p->released) p->data(p->arg);
+}
+
 /* The child exited (reaped by libuv): records how, closes the handle. */
 static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
   lg_process *p = h->data;
@@ -89,6 +115,7 @@ static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
   p->exit_status = (long long)status;
   p->term_signal = sig;
   close_handle((uv_handle_t *)h);
+  close_stdin(p);
   check_finished(p);
 }
 
@@ -98,6 +125,21 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *out) {
   capture *c = (capture *)h;
   lg_process *p = h->data;
   (void)suggested;
+  if (p->stream && c == &p->out && p->discard) {
+    *out = uv_buf_init(c->scratch, sizeof c->scratch);
+    return;
+  }
+  if (p->stream && c->len >= p->max_output) {
+    if (c == &p->out) {
+      *out = uv_buf_init(NULL, 0); /* UV_ENOBUFS: on_read pauses reading */
+      return;
+    }
+    /* stderr keeps its latest bytes: the older half goes */
+    size_t drop = c->len - c->len / 2;
+    memmove(c->data, c->data + drop, c->len - drop);
+    c->len -= drop;
+    c->dropped += drop;
+  }
   if (c->len >= p->max_output) {
     *out = uv_buf_init(c->scratch, sizeof c->scratch);
     return;
@@ -123,14 +165,23 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   lg_process *p = s->data;
   if (nread == 0) return;
   lg_loop_activity(p->loop);
+  int out = p->stream && c == &p->out;
   if (nread > 0) {
     if (c->data && buf->base >= c->data && buf->base < c->data + c->cap) c->len += (size_t)nread;
     else c->dropped += (size_t)nread;
+    if (out) notify_data(p);
+    return;
+  }
+  if (nread == UV_ENOBUFS && out) {
+    uv_read_stop(s);
+    c->full = 1;
+    notify_data(p);
     return;
   }
   c->eof = 1;
   uv_read_stop(s);
   close_handle((uv_handle_t *)s);
+  if (out) notify_data(p);
   check_finished(p);
 }
 
@@ -154,6 +205,8 @@ int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) 
   p->loop = loop;
   p->max_output = o->max_output;
   p->done = o->done;
+  p->data = o->data;
+  p->stream = o->stream;
   p->arg = o->arg;
   p->grace.fire = grace_fire;
   if (o->input) {
@@ -171,7 +224,7 @@ int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) 
   uv_pipe_init(uv, &p->err.pipe, 0);
   p->out.pipe.data = p->err.pipe.data = p;
   p->open = 2;
-  if (o->input) {
+  if (o->input || o->stream) {
     uv_pipe_init(uv, &p->in, 0);
     p->in.data = p;
     p->open++;
@@ -190,6 +243,7 @@ int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) 
   opts.file = o->argv[0];
   opts.args = (char **)o->argv;
   opts.cwd = o->cwd;
+  opts.env = (char **)o->env;
   opts.flags = UV_PROCESS_DETACHED;
   opts.stdio_count = 3;
   opts.stdio = stdio;
@@ -201,14 +255,17 @@ int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) 
     close_handle((uv_handle_t *)&p->proc);
     close_handle((uv_handle_t *)&p->out.pipe);
     close_handle((uv_handle_t *)&p->err.pipe);
-    if (o->input) close_handle((uv_handle_t *)&p->in);
+    if (o->input || o->stream) close_handle((uv_handle_t *)&p->in);
     return rc;
   }
   p->pid = p->proc.pid;
   lg_loop_busy(loop, 1);
   uv_read_start((uv_stream_t *)&p->out.pipe, on_alloc, on_read);
   uv_read_start((uv_stream_t *)&p->err.pipe, on_alloc, on_read);
-  if (o->input) {
+  if (o->stream) {
+    p->in_open = 1;
+    if (o->input && o->input_len > 0) lg_process_write(p, o->input, o->input_len);
+  } else if (o->input) {
     uv_buf_t b = uv_buf_init(p->input, (unsigned)p->input_len);
     p->wreq.data = p;
     if (p->input_len == 0 || uv_write(&p->wreq, (uv_stream_t *)&p->in, &b, 1, on_write) != 0)
@@ -237,6 +294,14 @@ void lg_process_info_get(const lg_process *p, lg_process_info *info) {
 void lg_process_kill(lg_process *p, double grace) {
   if (p->finished) return;
   p->killed = 1;
+  if (p->stream && !p->discard) {
+    /* nobody wants a killed peer's output: read it away so its end comes */
+    p->discard = 1;
+    if (p->out.full && !p->out.eof) {
+      p->out.full = 0;
+      uv_read_start((uv_stream_t *)&p->out.pipe, on_alloc, on_read);
+    }
+  }
   if (grace <= 0) {
     signal_group(p, SIGKILL);
     return;
@@ -245,14 +310,65 @@ void lg_process_kill(lg_process *p, double grace) {
   if (!lg_timer_armed(&p->grace)) lg_loop_timer_start(p->loop, &p->grace, grace);
 }
 
+/* A stream write is done (or cancelled because stdin closed): frees it. */
+static void on_stream_write(uv_write_t *req, int status) {
+  (void)status;
+  free(req);
+}
+
+int lg_process_write(lg_process *p, const char *data, size_t len) {
+  if (!p->stream || !p->in_open) return UV_EPIPE;
+  if (len == 0) return 0;
+  if (len > (unsigned)-1 / 2) return UV_E2BIG;
+  write_req *w = malloc(sizeof *w + len);
+  if (!w) return UV_ENOMEM;
+  memcpy(w->bytes, data, len);
+  uv_buf_t b = uv_buf_init(w->bytes, (unsigned)len);
+  int rc = uv_write(&w->req, (uv_stream_t *)&p->in, &b, 1, on_stream_write);
+  if (rc != 0) free(w);
+  return rc;
+}
+
+void lg_process_close_stdin(lg_process *p) { close_stdin(p); }
+
+const char *lg_process_peek(const lg_process *p, size_t *len, int *eof, int *full) {
+  *len = p->out.len;
+  *eof = p->out.eof;
+  *full = p->out.full;
+  return p->out.data ? p->out.data : "";
+}
+
+void lg_process_take(lg_process *p, size_t n) {
+  capture *c = &p->out;
+  if (n > c->len) n = c->len;
+  memmove(c->data, c->data + n, c->len - n);
+  c->len -= n;
+  if (c->full && c->len < p->max_output && !c->eof) {
+    c->full = 0;
+    uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
+  }
+}
+
 void lg_process_release(lg_process *p) {
   if (!p || p->released) return;
   p->released = 1;
   p->done = NULL;
+  p->data = NULL;
   lg_loop_timer_stop(p->loop, &p->grace);
   if (!p->finished) {
     p->killed = 1;
     signal_group(p, SIGKILL);
+  }
+  if (p->stream) {
+    /* a paused stdout would never reach its end: nobody reads any more */
+    close_stdin(p);
+    for (capture *c = &p->out; c; c = c == &p->out ? &p->err : NULL) {
+      if (c->eof) continue;
+      c->eof = 1;
+      uv_read_stop((uv_stream_t *)&c->pipe);
+      close_handle((uv_handle_t *)&c->pipe);
+    }
+    check_finished(p);
   }
   maybe_free(p);
 }

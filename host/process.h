@@ -1,6 +1,8 @@
 /* Child processes on the loop (libuv): argv without a shell, stdin from a
  * buffer, stdout and stderr captured up to a cap, each child the leader of
- * its own process group so that a kill reaches everything it started. */
+ * its own process group so that a kill reaches everything it started.
+ * In stream mode (a long-lived server) stdin stays open for writes and
+ * stdout is consumed as it arrives, with at most max_output bytes held. */
 #ifndef LG_PROCESS_H
 #define LG_PROCESS_H
 
@@ -18,6 +20,11 @@ typedef struct {
   size_t max_output;         /* bytes kept per stream; the rest is counted, dropped */
   void (*done)(void *arg);   /* called once, from a libuv callback, when finished */
   void *arg;
+  const char *const *env;    /* NAME=value list, NULL-terminated; NULL: inherit ours */
+  int stream;                /* stdin stays open (lg_process_write); stdout is read with
+                              * lg_process_peek/take, reading pauses while max_output
+                              * bytes wait; stderr keeps its latest max_output bytes */
+  void (*data)(void *arg);   /* stream: stdout bytes arrived, paused full, or ended */
 } lg_process_opts;
 
 /* What a finished (or still running) process gave. */
@@ -45,8 +52,25 @@ void lg_process_info_get(const lg_process *p, lg_process_info *info);
 
 /* Sends SIGTERM to the child's whole process group, then SIGKILL after
  * `grace` seconds on the loop's clock if it has not finished (grace <= 0:
- * SIGKILL at once). No-op once finished. */
+ * SIGKILL at once). In stream mode stdout is read and dropped from then on
+ * (so a paused stdout reaches its end). No-op once finished. */
 void lg_process_kill(lg_process *p, double grace);
+
+/* Stream mode: queues `len` bytes (copied) for the child's stdin. 0, or
+ * UV_EPIPE once stdin is closed (or the child exited), or a libuv code. */
+int lg_process_write(lg_process *p, const char *data, size_t len);
+
+/* Stream mode: closes the child's stdin (it reads end of file). Idempotent. */
+void lg_process_close_stdin(lg_process *p);
+
+/* Stream mode: the stdout bytes not yet taken (valid until the next take,
+ * loop turn or release); *eof once stdout ended, *full while reading is
+ * paused because max_output bytes wait. */
+const char *lg_process_peek(const lg_process *p, size_t *len, int *eof, int *full);
+
+/* Stream mode: drops the first n bytes of stdout (n <= what peek gave) and
+ * resumes reading if it was paused. */
+void lg_process_take(lg_process *p, size_t n);
 
 /* The owner lets go: no more `done` call; a child still running has its
  * group killed (SIGKILL). Memory is freed once libuv closed every handle. */

@@ -2,7 +2,11 @@
  * "luagent.Process" with wait, kill, pid, close. wait() suspends the task
  * until the child exited and its output ended; cancelling the waiting task
  * kills the child's whole process group (SIGTERM, then SIGKILL after the
- * grace period). Collecting or closing a running process kills its group. */
+ * grace period). Collecting or closing a running process kills its group.
+ * With opts.stream the process is a long-lived peer: write() and
+ * close_stdin() feed its stdin, read_line() suspends for the next line of
+ * its stdout (cancelling a read only stops the read), stderr() shows the
+ * latest bytes of its stderr. */
 #include <lauxlib.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -17,11 +21,16 @@
 #define DEFAULT_MAX_OUTPUT (1024 * 1024)
 #define DEFAULT_GRACE 2.0
 #define MAX_ARGS 4096
+#define MAX_ENV 4096
+
+extern char **environ;
 
 typedef struct {
   lg_process *p;  /* NULL once closed */
   lg_wait w;
   int waiting;    /* a task waits in wait() */
+  lg_wait rw;
+  int reading;    /* a task waits in read_line() */
   double grace;   /* seconds between SIGTERM and SIGKILL */
 } proc_ud;
 
@@ -31,6 +40,20 @@ static void proc_done(void *arg) {
   if (!u->waiting) return;
   u->waiting = 0;
   lg_task_wake(&u->w);
+}
+
+/* `data` of a stream process: wakes the task waiting in read_line(). */
+static void proc_data(void *arg) {
+  proc_ud *u = arg;
+  if (!u->reading) return;
+  u->reading = 0;
+  lg_task_wake(&u->rw);
+}
+
+/* Cancel hook of read_line(): only the read stops; the child runs on. */
+static void read_cancel(lg_wait *w) {
+  proc_ud *u = (proc_ud *)((char *)w - offsetof(proc_ud, rw));
+  u->reading = 0;
 }
 
 /* Cancel hook of wait(): the waiting task was cancelled (or timed out), so
@@ -52,6 +75,10 @@ static int l_proc_close(lua_State *L) {
   if (u->waiting) {
     u->waiting = 0;
     lg_task_wake(&u->w);
+  }
+  if (u->reading) {
+    u->reading = 0;
+    lg_task_wake(&u->rw);
   }
   return 0;
 }
@@ -134,6 +161,138 @@ static int l_proc_finished(lua_State *L) {
   return 1;
 }
 
+/* proc:write(bytes) -> true | nil, err (kind "eof" once stdin is closed).
+ * Stream mode; the bytes are queued, never waited for. */
+static int l_proc_write(lua_State *L) {
+  proc_ud *u = check_open(L, "write");
+  size_t len;
+  const char *s = luaL_checklstring(L, 2, &len);
+  int rc = lg_process_write(u->p, s, len);
+  if (rc == 0) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lg_process_info in;
+  lg_process_info_get(u->p, &in);
+  lua_pushnil(L);
+  lua_pushfstring(L, "write to process %d: %s", in.pid,
+                  rc == UV_EPIPE ? "its stdin is closed" : uv_strerror(rc));
+  lg_error_push(L, rc == UV_EPIPE ? "eof" : "process", lua_tostring(L, -1));
+  lua_remove(L, -2);
+  return 2;
+}
+
+/* proc:close_stdin(): the child reads end of file. Stream mode. */
+static int l_proc_close_stdin(lua_State *L) {
+  proc_ud *u = check_open(L, "close_stdin");
+  lg_process_close_stdin(u->p);
+  return 0;
+}
+
+/* Continuation of read_line(): a whole line once there, else suspends. */
+static int read_line_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  proc_ud *u = check_open(L, "read_line");
+  size_t len;
+  int eof, full;
+  const char *b = lg_process_peek(u->p, &len, &eof, &full);
+  const char *nl = len ? memchr(b, '\n', len) : NULL;
+  if (nl || (eof && len > 0)) {
+    size_t n = nl ? (size_t)(nl - b) : len;
+    size_t keep = n > 0 && b[n - 1] == '\r' ? n - 1 : n;
+    lua_pushlstring(L, b, keep);
+    lg_process_take(u->p, nl ? n + 1 : n);
+    return 1;
+  }
+  if (eof) {
+    lua_pushnil(L);
+    return 1;
+  }
+  if (full) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "read_line: a line of stdout is longer than %d bytes (max_output)", (int)len);
+    lg_error_push(L, "protocol", lua_tostring(L, -1));
+    lua_remove(L, -2);
+    return 2;
+  }
+  if (u->reading) return luaL_error(L, "read_line: another task is already reading");
+  u->reading = 1;
+  return lg_task_suspend(L, &u->rw, 0, read_line_k);
+}
+
+/* proc:read_line() -> the next line of stdout without its line end; at the
+ * end of stdout a last unterminated line, then nil; nil and a `protocol`
+ * error when a line does not fit in max_output bytes. Stream mode. */
+static int l_proc_read_line(lua_State *L) {
+  proc_ud *u = check_open(L, "read_line");
+  (void)u;
+  lua_settop(L, 1);
+  return read_line_k(L, LUA_OK, 0);
+}
+
+/* proc:stderr() -> what the child wrote to stderr so far (in stream mode
+ * its latest bytes). */
+static int l_proc_stderr(lua_State *L) {
+  proc_ud *u = check_open(L, "stderr");
+  lg_process_info in;
+  lg_process_info_get(u->p, &in);
+  lua_pushlstring(L, in.err, in.err_len);
+  return 1;
+}
+
+/* Builds the child's environment from the table opts.env (NAME = value, or
+ * false to leave NAME out) laid over ours: a NULL-terminated list in a
+ * userdata left on the stack, its strings anchored in a table pushed
+ * below it. NULL (nothing pushed) when opts.env is absent. */
+static const char **build_env(lua_State *L) {
+  if (lua_type(L, 2) != LUA_TTABLE) return NULL;
+  lua_getfield(L, 2, "env");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  if (lua_type(L, -1) != LUA_TTABLE) luaL_error(L, "process_spawn: opts.env must be a table");
+  int env = lua_gettop(L);
+  lua_newtable(L); /* NAME -> "NAME=value", ours first, then the overrides */
+  int merged = env + 1;
+  for (char **e = environ; *e; e++) {
+    const char *eq = strchr(*e, '=');
+    if (!eq) continue;
+    lua_pushlstring(L, *e, (size_t)(eq - *e));
+    lua_pushstring(L, *e);
+    lua_rawset(L, merged);
+  }
+  lua_pushnil(L);
+  while (lua_next(L, env)) {
+    if (lua_type(L, -2) != LUA_TSTRING || (lua_type(L, -1) != LUA_TSTRING && !(lua_isboolean(L, -1) && !lua_toboolean(L, -1))))
+      luaL_error(L, "process_spawn: opts.env must map names to strings (or false)");
+    const char *k = lua_tostring(L, -2);
+    if (!*k || strchr(k, '=')) luaL_error(L, "process_spawn: opts.env: bad variable name '%s'", k);
+    lua_pushvalue(L, -2);
+    if (lua_isstring(L, -2)) lua_pushfstring(L, "%s=%s", k, lua_tostring(L, -2));
+    else lua_pushnil(L);
+    lua_rawset(L, merged);
+    lua_pop(L, 1);
+  }
+  int n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, merged)) {
+    n++;
+    lua_pop(L, 1);
+  }
+  if (n > MAX_ENV) luaL_error(L, "process_spawn: opts.env: more than %d variables", MAX_ENV);
+  const char **list = lua_newuserdatauv(L, sizeof(char *) * (size_t)(n + 1), 0);
+  int i = 0;
+  lua_pushnil(L);
+  while (lua_next(L, merged)) {
+    list[i++] = lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  list[i] = NULL;
+  return list;
+}
+
 /* Reads an optional number field of the options table at index 2. */
 static double opt_number(lua_State *L, const char *k, double def) {
   if (lua_type(L, 2) != LUA_TTABLE) return def;
@@ -159,8 +318,10 @@ static const char *opt_string(lua_State *L, const char *k, size_t *len) {
 
 /* process_spawn(argv, [opts]) -> process | nil, err. argv is a list of
  * strings (no shell; argv[1] is looked up in PATH); opts: stdin (string),
- * cwd, max_output (bytes kept per stream, default 1 MiB), grace (seconds
- * between SIGTERM and SIGKILL, default 2). Returns a new "luagent.Process". */
+ * cwd, env (NAME = value or false, over ours), max_output (bytes kept per
+ * stream, default 1 MiB; in stream mode the longest stdout line), grace
+ * (seconds between SIGTERM and SIGKILL, default 2), stream (keep stdin
+ * open; read stdout by lines). Returns a new "luagent.Process". */
 static int l_process_spawn(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
@@ -180,6 +341,13 @@ static int l_process_spawn(lua_State *L) {
   o.argv = argv;
   o.input = opt_string(L, "stdin", &o.input_len);
   o.cwd = opt_string(L, "cwd", NULL);
+  o.env = build_env(L);
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    lua_getfield(L, 2, "stream");
+    o.stream = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  if (o.stream) o.data = proc_data;
   double max_output = opt_number(L, "max_output", DEFAULT_MAX_OUTPUT);
   double grace = opt_number(L, "grace", DEFAULT_GRACE);
   if (!(max_output >= 0) || max_output > 1e12) return luaL_error(L, "process_spawn: opts.max_output must be >= 0");
@@ -189,6 +357,7 @@ static int l_process_spawn(lua_State *L) {
   proc_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
   memset(u, 0, sizeof *u);
   u->w.cancel = wait_cancel;
+  u->rw.cancel = read_cancel;
   u->grace = grace;
   luaL_setmetatable(L, PROC_MT);
   o.arg = u;
@@ -209,7 +378,10 @@ static int l_process_spawn(lua_State *L) {
 void lg_process_register(lua_State *L) {
   static const luaL_Reg methods[] = {{"wait", l_proc_wait},         {"kill", l_proc_kill},
                                      {"pid", l_proc_pid},           {"finished", l_proc_finished},
-                                     {"close", l_proc_close},       {NULL, NULL}};
+                                     {"close", l_proc_close},       {"write", l_proc_write},
+                                     {"close_stdin", l_proc_close_stdin},
+                                     {"read_line", l_proc_read_line}, {"stderr", l_proc_stderr},
+                                     {NULL, NULL}};
   lg_class_new(L, PROC_MT, methods, l_proc_close, l_proc_close);
   lua_pushcfunction(L, l_process_spawn);
   lua_setfield(L, -2, "process_spawn");

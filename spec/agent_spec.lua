@@ -5,6 +5,7 @@
 local luagent = require "luagent"
 local mock = require "luagent.mock"
 local events = require "luagent.events"
+local helpers = require "helpers"
 
 local srv, requests_seen
 
@@ -36,18 +37,7 @@ local function agent(opts)
   return luagent.agent(opts)
 end
 
--- Runs a prompt; returns every event, and the agent_end event.
-local function drain(a, text)
-  local evs = {}
-  for ev in a:prompt(text or "go") do evs[#evs + 1] = ev end
-  return evs, evs[#evs]
-end
-
-local function of_type(evs, t)
-  local out = {}
-  for _, e in ipairs(evs) do if e.type == t then out[#out + 1] = e end end
-  return out
-end
+local drain, of_type = helpers.drain, helpers.of_type
 
 local AGENT_EVENTS = { agent_start = true, turn_start = true, turn_end = true, agent_end = true,
   tool_execution_start = true, tool_execution_update = true, tool_execution_end = true, tool_retry = true,

@@ -132,3 +132,60 @@ describe("killing a process group", function()
     assert.equal(9, q:wait().signal)
   end)
 end)
+
+describe("a stream process (a long-lived peer)", function()
+  it("takes writes on its open stdin and gives its stdout line by line", function()
+    local p = assert(core.process_spawn({ "sh", "-c", 'while read -r l; do echo "got $l"; done; printf tail' },
+      { stream = true }))
+    assert.is_true(p:write("one\ntwo\r\n"))
+    assert.equal("got one", p:read_line())
+    assert.equal("got two", p:read_line()) -- "\r\n" ends a line too
+    assert.is_true(p:write("three\n"))
+    assert.equal("got three", p:read_line())
+    p:close_stdin()
+    assert.equal("tail", p:read_line()) -- a last line without its end
+    assert.is_nil(p:read_line())
+    assert.equal(0, p:wait().code)
+    local ok, err = p:write("late\n")
+    assert.is_nil(ok)
+    assert.equal("eof", err.kind)
+    p:close()
+  end)
+
+  it("keeps the latest bytes of stderr and sets the child's environment", function()
+    local p = assert(core.process_spawn({ "sh", "-c",
+      'for i in 1 2 3 4 5 6 7 8 9; do echo "line $i of stderr" >&2; done; echo "$LG_A|${HOME-unset}"; read -r x' },
+      { stream = true, max_output = 40, env = { LG_A = "set here", HOME = false } }))
+    assert.equal("set here|unset", p:read_line())
+    local err = p:stderr()
+    assert.is_true(#err <= 40)
+    assert.matches("line 9 of stderr\n$", err)
+    p:close()
+  end)
+
+  it("refuses a line longer than max_output, and a cancelled read leaves the child running", function()
+    local p = assert(core.process_spawn({ "sh", "-c", "head -c 300 /dev/zero | tr '\\0' x; echo; sleep 30" },
+      { stream = true, max_output = 100 }))
+    local line, err = p:read_line()
+    assert.is_nil(line)
+    assert.equal("protocol", err.kind)
+    assert.equal("read_line: a line of stdout is longer than 100 bytes (max_output)", err.message)
+    p:close()
+
+    local q = assert(core.process_spawn({ "sh", "-c", "read -r x; echo $x" }, { stream = true }))
+    local ok, e = pcall(luagent.deadline, 0.05, q.read_line, q)
+    assert.is_false(ok)
+    assert.equal("timeout", e.kind)
+    assert.is_false(q:finished())
+    q:write("still here\n")
+    assert.equal("still here", q:read_line())
+    q:close()
+  end)
+
+  it("raises for a bad env", function()
+    assert.has_error(function() core.process_spawn({ "true" }, { env = { A = 1 } }) end,
+      "process_spawn: opts.env must map names to strings (or false)")
+    assert.has_error(function() core.process_spawn({ "true" }, { env = { ["A=B"] = "x" } }) end,
+      "process_spawn: opts.env: bad variable name 'A=B'")
+  end)
+end)

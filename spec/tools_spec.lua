@@ -90,6 +90,7 @@ describe("the policy's tool section", function()
   it("defaults every field", function()
     local p = assert(policy.new {})
     assert.same({ max_retries = 2, timeout = 60, grace = 2, max_result_bytes = 65536,
+      trust_hints = false, overrides = {},
       backoff = { strategy = "full_jitter", base = 0.5, max = 10, multiplier = 2, jitter = 0 } }, p.tool)
   end)
 

@@ -33,45 +33,7 @@ Agent.__index = Agent
 Agent.__name = "luagent.Agent"
 M.Agent = Agent
 
-------------------------------------------------------------------------------
--- A wake-up between tasks
-------------------------------------------------------------------------------
-
-local WAKE = setmetatable({}, { __tostring = function() return "wake" end })
-
--- signal() -> {wait=, notify=}: wait() suspends the caller until notify()
--- (at once if notified since the last wait). The waiter parks on a pair of
--- tasks joining each other: no timer (the virtual clock does not jump for
--- it) and no file descriptor; notify() cancels one of the pair.
-local function signal()
-  local s = { pending = false }
-  function s.notify()
-    s.pending = true
-    local w = s.waiter
-    if w then
-      s.waiter = nil
-      w:cancel(WAKE)
-    end
-  end
-  function s.wait()
-    if s.pending then
-      s.pending = false
-      return
-    end
-    local other
-    local w = core.spawn(function() pcall(function() other:join() end) end)
-    other = core.spawn(function() pcall(w.join, w) end)
-    s.waiter = w
-    local ok, err = pcall(w.join, w)
-    s.pending = false
-    if not ok and not (type(err) == "table" and err.reason == WAKE) then
-      if s.waiter == w then s.waiter = nil end
-      w:cancel(WAKE)
-      error(err, 0) -- the waiting task itself was cancelled
-    end
-  end
-  return s
-end
+local signal = queue.signal
 
 ------------------------------------------------------------------------------
 -- Creating an agent

@@ -18,7 +18,8 @@ commands:
   sim [options]            the contention simulation (luagent help sim)
   resume RUN_ID            continue a durable run where it stopped
   runs [show|resolve|gc]   list, inspect, settle and delete durable runs
-  help [TOPIC]             show help: run, resume, runs, faults, sim
+  mcp list -- CMD [ARGS]   an MCP server's tools and their flags (luagent help mcp)
+  help [TOPIC]             show help: run, resume, runs, faults, sim, mcp
 
 options:
   -h, --help               show this help
@@ -141,27 +142,38 @@ local RUN_FLAGS = {
   mock = false, ["retry-safe"] = false, fast = false, ["virtual-clock"] = false, durable = false,
 }
 
--- Parses run's options; returns opts, index of FILE, or nil, message.
-local function parse_run_args(args)
-  local opts, i = {}, 1
+-- parse_flags(args, flags, cmd [, i]) -> opts, index of the first argument
+-- that is not a flag (after "--" when given), or nil, message. `flags`
+-- maps a name to true when it takes a value; -h/--help sets opts.help.
+-- Shared by the commands (`cmd` names the one in messages).
+function M.parse_flags(args, flags, cmd, i)
+  local opts = {}
+  i = i or 1
   while args[i] and args[i]:sub(1, 1) == "-" and args[i] ~= "-" do
     local a = args[i]
     if a == "--" then return opts, i + 1 end
     if a == "-h" or a == "--help" then opts.help = true return opts, i end
     local name, value = a:match("^%-%-([%w%-]+)=(.*)$")
     name = name or a:match("^%-%-([%w%-]+)$")
-    local takes = name and RUN_FLAGS[name]
-    if takes == nil then return nil, string.format("run: unknown flag '%s'", a) end
+    local takes = name and flags[name]
+    if takes == nil then return nil, string.format("%s: unknown flag '%s'", cmd, a) end
     if takes and value == nil then
       i = i + 1
       value = args[i]
-      if value == nil then return nil, string.format("run: flag '%s' needs a value", a) end
+      if value == nil then return nil, string.format("%s: flag '%s' needs a value", cmd, a) end
     elseif not takes and value ~= nil then
-      return nil, string.format("run: flag '--%s' takes no value", name)
+      return nil, string.format("%s: flag '--%s' takes no value", cmd, name)
     end
     opts[name] = takes and value or true
     i = i + 1
   end
+  return opts, i
+end
+
+-- Parses run's options; returns opts, index of FILE, or nil, message.
+local function parse_run_args(args)
+  local opts, i = M.parse_flags(args, RUN_FLAGS, "run")
+  if not opts or opts.help then return opts, i end
   if opts.events then
     local dest = opts.events == "jsonl" and "-" or opts.events:match("^jsonl:(.+)$")
     if not dest then
@@ -448,6 +460,7 @@ local COMMANDS = {
   sim = function(args) return require("luagent.sim").main(args) end,
   resume = function(args) return M.resume(args) end,
   runs = function(args) return require("luagent.journal.cli").main(args, say, usage_error) end,
+  mcp = function(args) return require("luagent.mcp.cli").main(args) end,
 }
 
 -- main(argv, root) -> exit code. argv[0] is the program, argv[1] the command.

@@ -52,6 +52,8 @@ M.defaults = {
     timeout = 60,
     grace = 2,
     max_result_bytes = 64 * 1024,
+    -- MCP tool annotations (lua/luagent/mcp/): whose hints become flags
+    trust_hints = false,
   },
 }
 
@@ -177,6 +179,26 @@ local check = {
     return type(v) == "function" or compact.strategies[v] ~= nil,
       "a function or the name of a shipped strategy (" .. table.concat(names, ", ") .. ")"
   end,
+  trust = function(v)
+    local ok = type(v) == "boolean"
+    if type(v) == "table" then
+      ok = #v > 0
+      for k, name in pairs(v) do
+        if math.type(k) ~= "integer" or type(name) ~= "string" then ok = false end
+      end
+    end
+    return ok, "true, false, or a list of MCP server names"
+  end,
+  overrides = function(v)
+    local ok = type(v) == "table"
+    for name, f in pairs(ok and v or {}) do
+      if type(name) ~= "string" or type(f) ~= "table" then ok = false break end
+      for k, x in pairs(f) do
+        if (k ~= "read_only" and k ~= "idempotent") or type(x) ~= "boolean" then ok = false end
+      end
+    end
+    return ok, "a table {tool_name = {read_only = true|false, idempotent = true|false}}"
+  end,
   over_max = function(v)
     return v == "give_up" or v == "cap" or v == "backoff", '"give_up", "cap" or "backoff"'
   end,
@@ -207,6 +229,7 @@ local SHARED_FIELDS = {
 local TOOL_FIELDS = {
   max_retries = check.count, backoff = check.table, timeout = check.positive,
   grace = check.seconds, max_result_bytes = check.count,
+  trust_hints = check.trust, overrides = check.overrides,
 }
 local BACKOFF_FIELDS = {
   strategy = check.strategy, base = check.seconds, max = check.seconds,
@@ -345,6 +368,8 @@ function M.tool_section(t)
     timeout = pick(t.timeout, d.timeout),
     grace = pick(t.grace, d.grace),
     max_result_bytes = pick(t.max_result_bytes, d.max_result_bytes),
+    trust_hints = pick(t.trust_hints, d.trust_hints),
+    overrides = t.overrides or {},
   }
 end
 

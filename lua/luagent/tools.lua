@@ -1,6 +1,7 @@
 -- Tools: what they are (a table, checked here), how one call runs (the
 -- runner: argument check, timeout, retries by safety flags, result bound),
--- and tool sets (a static list, or a watched folder: lua/luagent/tools/dir.lua).
+-- and tool sets (a static list, a watched folder: lua/luagent/tools/dir.lua,
+-- or an MCP server's tools: lua/luagent/mcp/).
 --
 -- A tool is {name=, description=, params=<JSON Schema>, read_only=,
 -- idempotent=, timeout=, run=function(args, ctx) | command={argv...}}.
@@ -137,6 +138,12 @@ end
 -- and reloaded when they change (lua/luagent/tools/dir.lua).
 function M.dir(path, opts)
   return require("luagent.tools.dir").open(path, opts)
+end
+
+-- mcp{command = {argv...} | url = "http://...", ...} -> a tool set of the
+-- tools of an MCP server, re-listed when they change (lua/luagent/mcp/).
+function M.mcp(opts)
+  return require("luagent.mcp").open(opts)
 end
 
 ------------------------------------------------------------------------------

@@ -70,4 +70,18 @@ function M.run_script(source, ...)
   return r
 end
 
+-- drain(agent, text) -> every event of a prompt's run, and its agent_end.
+function M.drain(a, text)
+  local evs = {}
+  for ev in a:prompt(text or "go") do evs[#evs + 1] = ev end
+  return evs, evs[#evs]
+end
+
+-- of_type(events, type) -> the events of that type, in order.
+function M.of_type(evs, t)
+  local out = {}
+  for _, e in ipairs(evs) do if e.type == t then out[#out + 1] = e end end
+  return out
+end
+
 return M

@@ -195,6 +195,15 @@ function Set:rescan()
     end
     st.previous = st.tools
   end
+  M.publish(self, map)
+  return failed
+end
+
+-- publish(set, map): the set's new tools {name = tool}; when any was added,
+-- removed or replaced (a tool that did not change keeps its table), a new
+-- snapshot replaces the old one whole and a tools_changed event is logged.
+-- Shared by every tool set that changes (folders, MCP servers).
+function M.publish(self, map)
   local added, removed, changed_names = {}, {}, {}
   local old = self.snap.tools
   for name, t in pairs(map) do
@@ -212,7 +221,6 @@ function Set:rescan()
                   changed = json.array(changed_names),
                   version = self.snap.version }
   end
-  return failed
 end
 
 -- Watches the folder (a daemon task): after a change, waits for
