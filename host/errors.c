@@ -12,6 +12,7 @@ static const char *const kind_names[LG_ERR_NKINDS] = {
     [LG_ERR_PROTOCOL] = "protocol",   [LG_ERR_TRANSPORT] = "transport",
     [LG_ERR_REFUSED] = "refused",     [LG_ERR_RESET] = "reset",
     [LG_ERR_DNS] = "dns",
+    [LG_ERR_EOF] = "eof",
     [LG_ERR_CIRCUIT_OPEN] = "circuit_open",
     [LG_ERR_PROCESS] = "process",     [LG_ERR_USAGE] = "usage",
     [LG_ERR_JOURNAL] = "journal",

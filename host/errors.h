@@ -16,6 +16,7 @@ typedef enum {
   LG_ERR_REFUSED,   /* a TCP connect was refused */
   LG_ERR_RESET,     /* a TCP connection was reset */
   LG_ERR_DNS,       /* a host name did not resolve (Redis connects) */
+  LG_ERR_EOF,       /* the other end is closed (a child's stdin) */
   LG_ERR_CIRCUIT_OPEN, /* a breaker refused a call; the record says `retry_at` */
   LG_ERR_PROCESS,   /* a child process could not be started */
   LG_ERR_USAGE,     /* bad input from a user (a path to watch) */

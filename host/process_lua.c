@@ -177,7 +177,7 @@ static int l_proc_write(lua_State *L) {
   lua_pushnil(L);
   lua_pushfstring(L, "write to process %d: %s", in.pid,
                   rc == UV_EPIPE ? "its stdin is closed" : uv_strerror(rc));
-  lg_error_push(L, rc == UV_EPIPE ? "eof" : "process", lua_tostring(L, -1));
+  lg_error_push(L, rc == UV_EPIPE ? LG_ERR_EOF : LG_ERR_PROCESS, lua_tostring(L, -1));
   lua_remove(L, -2);
   return 2;
 }
@@ -212,7 +212,7 @@ static int read_line_k(lua_State *L, int status, lua_KContext ctx) {
   if (full) {
     lua_pushnil(L);
     lua_pushfstring(L, "read_line: a line of stdout is longer than %d bytes (max_output)", (int)len);
-    lg_error_push(L, "protocol", lua_tostring(L, -1));
+    lg_error_push(L, LG_ERR_PROTOCOL, lua_tostring(L, -1));
     lua_remove(L, -2);
     return 2;
   }
