@@ -205,11 +205,13 @@ static void total_fired(lg_timer *t) {
 /* ---------------------------------------------------- curl callbacks */
 
 /* CURLOPT_OPENSOCKETFUNCTION: the name resolved, curl opens the connection's
- * socket (as curl itself would); returns the socket, which curl owns. */
+ * socket (as curl itself would, close-on-exec so that child processes, tools
+ * and MCP servers, never inherit a provider's connection); returns the
+ * socket, which curl owns. */
 static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
   (void)purpose;
   resolved(ud);
-  return socket(a->family, a->socktype, a->protocol);
+  return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
 /* CURLOPT_PREREQFUNCTION: connected (or a pooled connection was reused,

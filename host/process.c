@@ -39,6 +39,7 @@ struct lg_process {
   uv_write_t wreq;
   capture out, err;
   lg_timer grace;
+  lg_timer drain;       /* after the exit: how long its pipes may stay open */
   char *input;
   size_t input_len, max_output;
   int open;             /* libuv handles not yet closed */
@@ -91,6 +92,7 @@ static void check_finished(lg_process *p) {
   if (p->finished || !p->exited || !p->out.eof || !p->err.eof) return;
   p->finished = 1;
   lg_loop_timer_stop(p->loop, &p->grace);
+  lg_loop_timer_stop(p->loop, &p->drain);
   lg_loop_busy(p->loop, -1);
   lg_loop_activity(p->loop);
   if (p->done && !p->released) p->done(p->arg);
@@ -108,7 +110,28 @@ static void notify_data(lg_process *p) {
   if (p->data && !p->released) p->data(p->arg);
 }
 
-/* The child exited (reaped by libuv): records how, closes the handle. */
+/* Stops reading a pipe that has not ended and closes it (its end is taken
+ * as reached). */
+static void end_capture(lg_process *p, capture *c) {
+  if (c->eof) return;
+  c->eof = 1;
+  uv_read_stop((uv_stream_t *)&c->pipe);
+  close_handle((uv_handle_t *)&c->pipe);
+  if (p->stream && c == &p->out) notify_data(p);
+}
+
+/* The drain after the exit ended with a pipe still open: a process that
+ * left the group (setsid, a daemon) holds it, and no kill reaches it.
+ * What was read so far is the output. */
+static void drain_fire(lg_timer *t) {
+  lg_process *p = (lg_process *)((char *)t - offsetof(lg_process, drain));
+  end_capture(p, &p->out);
+  end_capture(p, &p->err);
+  check_finished(p);
+}
+
+/* The child exited (reaped by libuv): records how, closes the handle. Its
+ * pipes get LG_PROCESS_DRAIN seconds more to deliver what is in them. */
 static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
   lg_process *p = h->data;
   p->exited = 1;
@@ -117,6 +140,7 @@ static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
   close_handle((uv_handle_t *)h);
   close_stdin(p);
   check_finished(p);
+  if (!p->finished) lg_loop_timer_start(p->loop, &p->drain, LG_PROCESS_DRAIN);
 }
 
 /* Gives libuv room at the end of a capture buffer; past max_output a small
@@ -209,6 +233,7 @@ int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) 
   p->stream = o->stream;
   p->arg = o->arg;
   p->grace.fire = grace_fire;
+  p->drain.fire = drain_fire;
   if (o->input) {
     p->input = malloc(o->input_len ? o->input_len : 1);
     if (!p->input) {
@@ -355,6 +380,7 @@ void lg_process_release(lg_process *p) {
   p->done = NULL;
   p->data = NULL;
   lg_loop_timer_stop(p->loop, &p->grace);
+  lg_loop_timer_stop(p->loop, &p->drain);
   if (!p->finished) {
     p->killed = 1;
     signal_group(p, SIGKILL);
@@ -362,12 +388,8 @@ void lg_process_release(lg_process *p) {
   if (p->stream) {
     /* a paused stdout would never reach its end: nobody reads any more */
     close_stdin(p);
-    for (capture *c = &p->out; c; c = c == &p->out ? &p->err : NULL) {
-      if (c->eof) continue;
-      c->eof = 1;
-      uv_read_stop((uv_stream_t *)&c->pipe);
-      close_handle((uv_handle_t *)&c->pipe);
-    }
+    end_capture(p, &p->out);
+    end_capture(p, &p->err);
     check_finished(p);
   }
   maybe_free(p);

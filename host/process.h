@@ -12,6 +12,11 @@
 
 typedef struct lg_process lg_process;
 
+/* Seconds a child's pipes may stay open after it exited. A process that
+ * left its group (setsid, a daemon) can hold them for ever, and no group
+ * kill reaches it; past this the output read so far is the output. */
+#define LG_PROCESS_DRAIN 1.0
+
 typedef struct {
   const char *const *argv;   /* argv[0] is looked up in PATH; NULL-terminated */
   const char *cwd;           /* or NULL */

@@ -115,11 +115,21 @@ static void push_result(lua_State *L, lg_process *p) {
   lua_setfield(L, -2, "killed");
 }
 
+/* A wait that another task's close ended: nil and an eof record. */
+static int closed_while_waiting(lua_State *L, const char *fn) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: the process was closed while this task waited", fn);
+  lg_error_push(L, LG_ERR_EOF, lua_tostring(L, -1));
+  lua_remove(L, -2);
+  return 2;
+}
+
 /* Continuation of wait(): the result once finished, else suspends again. */
 static int wait_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   (void)ctx;
-  proc_ud *u = check_open(L, "wait");
+  proc_ud *u = luaL_checkudata(L, 1, PROC_MT);
+  if (!u->p) return closed_while_waiting(L, "wait");
   if (lg_process_finished(u->p)) {
     push_result(L, u->p);
     return 1;
@@ -193,7 +203,8 @@ static int l_proc_close_stdin(lua_State *L) {
 static int read_line_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   (void)ctx;
-  proc_ud *u = check_open(L, "read_line");
+  proc_ud *u = luaL_checkudata(L, 1, PROC_MT);
+  if (!u->p) return closed_while_waiting(L, "read_line");
   size_t len;
   int eof, full;
   const char *b = lg_process_peek(u->p, &len, &eof, &full);
@@ -354,6 +365,8 @@ static int l_process_spawn(lua_State *L) {
   if (!(grace >= 0) || grace > 1e9) return luaL_error(L, "process_spawn: opts.grace must be >= 0");
   o.max_output = (size_t)max_output;
   o.done = proc_done;
+  /* the loop exists before the userdata, so it is finalized after it */
+  lg_loop *loop = lg_loop_get(L);
   proc_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
   memset(u, 0, sizeof *u);
   u->w.cancel = wait_cancel;
@@ -361,7 +374,7 @@ static int l_process_spawn(lua_State *L) {
   u->grace = grace;
   luaL_setmetatable(L, PROC_MT);
   o.arg = u;
-  int rc = lg_process_spawn(lg_loop_get(L), &o, &u->p);
+  int rc = lg_process_spawn(loop, &o, &u->p);
   if (rc != 0) {
     u->p = NULL;
     lua_pushnil(L);

@@ -364,6 +364,8 @@ static int l_writer_tx(lua_State *L) {
 static int l_sqlite_writer(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   int busy = lg_sqlite_busy_ms(L, 2, "sqlite_writer");
+  /* the loop exists before the userdata, so it is finalized after it */
+  lg_loop *loop = lg_loop_get(L);
   writer_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
   u->w = NULL;
   luaL_setmetatable(L, WRITER_MT);
@@ -373,7 +375,7 @@ static int l_sqlite_writer(lua_State *L) {
     return luaL_error(L, "sqlite_writer: out of memory");
   }
   w->busy_ms = busy;
-  w->loop = lg_loop_get(L);
+  w->loop = loop;
   uv_mutex_init(&w->mu);
   uv_cond_init(&w->cv);
   uv_async_init(lg_loop_uv(w->loop), &w->async, on_async);
