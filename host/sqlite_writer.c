@@ -28,6 +28,7 @@
 #include "sqlite_lua.h"
 
 #define WRITER_MT "luagent.SqliteWriter"
+#define JOB_MT "luagent.SqliteJob"
 #define MAX_CACHED 32
 
 typedef struct {
@@ -53,8 +54,17 @@ typedef struct wjob {
   char *errmsg;     /* malloc'd, on failure */
   int changes;
   int abandoned;    /* the waiting task was cancelled: the callback frees it */
+  int delivered;    /* back on the loop thread, its task woken */
+  struct job_ud *holder; /* loop thread only; NULL once the holder let go */
   lg_wait w;
 } wjob;
+
+/* Holds a job on the waiting task's stack: if the task never runs tx_k (a
+ * cancel that came after the wake-up raises at the resume), its __gc frees
+ * the delivered job; an undelivered one is abandoned to deliver(). */
+typedef struct job_ud {
+  wjob *j; /* NULL once tx_k or the cancel hook took it */
+} job_ud;
 
 typedef struct {
   uv_thread_t thread;
@@ -216,8 +226,12 @@ static void deliver(writer *w) {
     lg_loop_hold(w->loop, -1);
     lg_loop_activity(w->loop);
     if (--w->inflight == 0) uv_unref((uv_handle_t *)&w->async);
-    if (j->abandoned) free_job(j);
-    else lg_task_wake(&j->w);
+    if (j->abandoned) {
+      free_job(j);
+    } else {
+      j->delivered = 1;
+      lg_task_wake(&j->w);
+    }
     j = next;
   }
 }
@@ -237,6 +251,8 @@ static void on_closed(uv_handle_t *h) {
 static void tx_cancel(lg_wait *wt) {
   wjob *j = (wjob *)((char *)wt - offsetof(wjob, w));
   j->abandoned = 1;
+  if (j->holder) j->holder->j = NULL; /* deliver() frees it now */
+  j->holder = NULL;
 }
 
 /* The one close (close, __close, __gc): lets the thread finish the queued
@@ -304,10 +320,24 @@ static int copy_stmt(lua_State *L, int arg, wstmt *s) {
   return 0;
 }
 
+/* __gc of a job holder: see job_ud. */
+static int l_job_gc(lua_State *L) {
+  job_ud *h = luaL_checkudata(L, 1, JOB_MT);
+  if (h->j) {
+    h->j->holder = NULL;
+    if (h->j->delivered) free_job(h->j);
+    else h->j->abandoned = 1;
+    h->j = NULL;
+  }
+  return 0;
+}
+
 /* Continuation of tx(): the job is done; pushes its result, frees it. */
 static int tx_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   wjob *j = (wjob *)ctx;
+  job_ud *h = luaL_checkudata(L, 2, JOB_MT);
+  h->j = NULL;
   int rc = j->rc, changes = j->changes;
   if (rc == SQLITE_OK) {
     free_job(j);
@@ -330,6 +360,10 @@ static int l_writer_tx(lua_State *L) {
   int n = lua_gettop(L) - 1;
   if (n < 1) return luaL_error(L, "tx: no statements");
   for (int s = 0; s < n; s++) check_stmt(L, s + 2, s + 1);
+  /* the holder first (it can raise), empty until the job is whole */
+  job_ud *h = lua_newuserdatauv(L, sizeof *h, 0);
+  h->j = NULL;
+  luaL_setmetatable(L, JOB_MT);
   wjob *j = calloc(1, sizeof *j);
   if (!j || !(j->stmts = calloc((size_t)n, sizeof *j->stmts))) {
     free(j);
@@ -344,6 +378,10 @@ static int l_writer_tx(lua_State *L) {
       return luaL_error(L, "tx: out of memory");
     }
   }
+  lua_copy(L, -1, 2); /* the holder at index 2 (tx_k finds it there) */
+  lua_settop(L, 2);
+  h->j = j;
+  j->holder = h;
   writer *w = u->w;
   uv_mutex_lock(&w->mu);
   if (w->queue_tail) w->queue_tail->next = j;
@@ -354,7 +392,6 @@ static int l_writer_tx(lua_State *L) {
   if (w->inflight++ == 0) uv_ref((uv_handle_t *)&w->async);
   lg_loop_busy(w->loop, 1);
   lg_loop_hold(w->loop, 1);
-  lua_settop(L, 1);
   return lg_task_suspend(L, &j->w, (lua_KContext)j, tx_k);
 }
 
@@ -398,6 +435,7 @@ static int l_sqlite_writer(lua_State *L) {
 void lg_sqlite_writer_register(lua_State *L) {
   static const luaL_Reg methods[] = {{"tx", l_writer_tx}, {"close", l_writer_close}, {NULL, NULL}};
   lg_class_new(L, WRITER_MT, methods, l_writer_close, l_writer_close);
+  lg_class_new(L, JOB_MT, NULL, NULL, l_job_gc);
   lua_pushcfunction(L, l_sqlite_writer);
   lua_setfield(L, -2, "sqlite_writer");
 }
