@@ -67,6 +67,8 @@ struct lg_loop {
   volatile sig_atomic_t sigints;   /* stop signals received */
   volatile sig_atomic_t first_sig; /* SIGINT or SIGTERM */
   lua_State *volatile running;     /* the task coroutine being resumed */
+  lua_Hook saved_hook;             /* the hook a stop signal displaced (a */
+  int saved_mask, saved_count;     /* tool's stuck-code guard): put back */
   lg_timerheap timers;
   int is_virtual;
   double vnow;
@@ -750,8 +752,8 @@ static pthread_t signal_thread;
  * tasks too); after that task ended, it does nothing. */
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
-  lua_sethook(L, NULL, 0, 0);
   lg_loop *loop = lg_loop_get(L);
+  lua_sethook(L, loop->saved_hook, loop->saved_mask, loop->saved_count);
   lg_task *t = task_of(L);
   if (!t || !loop->sigint_task || loop->sigint_task->state == T_DONE) return;
   lg_error_push(L, LG_ERR_CANCELLED, loop->first_sig == SIGTERM ? "task cancelled: terminated (SIGTERM)"
@@ -775,7 +777,13 @@ static void on_stop_signal(int sig) {
   if (loop->sigints++ > 0) _exit(128 + loop->first_sig);
   loop->first_sig = sig;
   lua_State *co = loop->running;
-  if (co) lua_sethook(co, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  if (co) {
+    /* reading a state's hook fields is as safe here as setting them */
+    loop->saved_hook = lua_gethook(co);
+    loop->saved_mask = lua_gethookmask(co);
+    loop->saved_count = lua_gethookcount(co);
+    lua_sethook(co, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  }
   uv_async_send(&loop->sigwake);
 }
 

@@ -261,6 +261,10 @@ static int l_stmt_run(lua_State *L) {
   int nargs = lua_gettop(L) - 1;
   int want = sqlite3_bind_parameter_count(s->s);
   if (nargs != want) return luaL_error(L, "run: %d parameter(s) expected, got %d", want, nargs);
+  /* a run that raised midway (a bad parameter, out of memory while
+   * collecting rows) left the statement mid-step: start from a reset */
+  sqlite3_reset(s->s);
+  sqlite3_clear_bindings(s->s);
   for (int i = 1; i <= nargs; i++) {
     if (bind_one(L, s->s, i, i + 1) != SQLITE_OK) {
       sqlite3 *db = sqlite3_db_handle(s->s);
