@@ -100,6 +100,7 @@ struct rconn {
   int connecting;        /* a task waits in redis_connect */
   int cstatus;           /* 0: connected; else why not (see cerr) */
   char cerr[160];
+  lg_error_kind ckind;    /* the kind of that failure */
   struct resolve_req *resolving; /* the name lookup under way, or NULL */
   int rstatus;           /* the lookup's libuv status */
   char addr[64];         /* the numeric address the name resolved to */
@@ -108,6 +109,7 @@ struct rconn {
   cmd *head, *tail;      /* commands in flight, oldest first */
   uint64_t progress;     /* uv_now() of the last reply read or bytes written */
   int failing;            /* the connection is going down: fail_kind says why */
+  int closed;             /* closed by its owner: using it raises */
   lg_error_kind fail_kind;
   char fail_msg[160];
 };
@@ -296,6 +298,7 @@ static void conn_down(rconn *rc, lg_error_kind kind, const char *msg, int quiet)
     rc->connecting = 0;
     if (!rc->cstatus) rc->cstatus = -1;
     snprintf(rc->cerr, sizeof rc->cerr, "%s", msg);
+    rc->ckind = kind;
     lg_loop_busy(rc->loop, -1);
     if (!quiet) lg_task_wake(&rc->cw);
   }
@@ -376,6 +379,8 @@ static void on_connect(const redisAsyncContext *ac, int status) {
     rc->ac = NULL;
     rc->cstatus = -1;
     snprintf(rc->cerr, sizeof rc->cerr, "redis: connect: %s", ac->errstr);
+    /* hiredis's own text (never the user's host name) */
+    rc->ckind = strstr(ac->errstr, "refused") ? LG_ERR_REFUSED : LG_ERR_TRANSPORT;
   } else {
     rc->connected = 1;
   }
@@ -418,10 +423,7 @@ static int connect_k(lua_State *L, int status, lua_KContext ctx) {
   (void)ctx;
   rconn *rc = lua_touserdata(L, 4);
   if (rc->cstatus != 0 || !rc->connected) {
-    lg_error_kind kind = strstr(rc->cerr, "timed out") ? LG_ERR_TIMEOUT
-                         : strstr(rc->cerr, "refused")  ? LG_ERR_REFUSED
-                         : strstr(rc->cerr, "resolve")  ? LG_ERR_DNS
-                                                        : LG_ERR_TRANSPORT;
+    lg_error_kind kind = rc->cerr[0] ? rc->ckind : LG_ERR_TRANSPORT;
     lua_pushnil(L);
     lg_error_push(L, kind, rc->cerr[0] ? rc->cerr : "redis: connect failed");
     conn_down(rc, kind, rc->cerr, 1);
@@ -440,6 +442,7 @@ static int start_connect(rconn *rc, const char *addr, int port) {
   if (why) {
     rc->cstatus = -1;
     snprintf(rc->cerr, sizeof rc->cerr, "redis: connect %s:%d: %s", addr, port, why);
+    rc->ckind = LG_ERR_TRANSPORT;
     if (ac) redisAsyncFree(ac);
     return -1;
   }
@@ -487,6 +490,7 @@ static int resolve_k(lua_State *L, int status, lua_KContext ctx) {
     rc->cstatus = -1;
     snprintf(rc->cerr, sizeof rc->cerr, "redis: cannot resolve '%s': %s", lua_tostring(L, 1),
              uv_strerror(rc->rstatus));
+    rc->ckind = LG_ERR_DNS;
     return connect_k(L, status, ctx);
   }
   if (start_connect(rc, rc->addr, (int)lua_tointeger(L, 2)) != 0) return connect_k(L, status, ctx);
@@ -533,6 +537,7 @@ static int l_redis_connect(lua_State *L) {
       free(r);
       rc->cstatus = -1;
       snprintf(rc->cerr, sizeof rc->cerr, "redis: cannot resolve '%s': %s", host, uv_strerror(rv));
+      rc->ckind = LG_ERR_DNS;
       return connect_k(L, 0, 0);
     }
     rc->resolving = r;
@@ -615,9 +620,11 @@ typedef struct {
 
 /* Reads the arguments of command and send (the connection at 1, a timeout
  * at 2, the command from 3) into `a`. The connection when the command may
- * go; otherwise pushes nil, err for a closed connection and returns NULL. */
+ * go; otherwise pushes nil, err for a connection that went down and returns
+ * NULL. Raises for one its owner closed (use after close). */
 static rconn *take_args(lua_State *L, cmd_args *a) {
   rconn *rc = check_conn(L);
+  if (rc->closed) luaL_error(L, "command: connection is closed");
   a->timeout = luaL_checknumber(L, 2);
   luaL_argcheck(L, a->timeout > 0 && a->timeout < 1e6, 2, "timeout must be a number of seconds > 0");
   a->argc = collect_args(L, 3, a->argv, a->lens);
@@ -667,7 +674,9 @@ static int l_connected(lua_State *L) {
 
 /* r:close(), __close: commands in flight fail with "connection closed". */
 static int l_close(lua_State *L) {
-  conn_down(check_conn(L), LG_ERR_TRANSPORT, "redis: connection closed", 0);
+  rconn *rc = check_conn(L);
+  rc->closed = 1;
+  conn_down(rc, LG_ERR_TRANSPORT, "redis: connection closed", 0);
   return 0;
 }
 
