@@ -109,6 +109,11 @@ fuzz: deps
 	clang -fsanitize=fuzzer,address,undefined -g -O1 -Ihost host/sse.c fuzz/sse_fuzz.c -o build/fuzz/sse_fuzz
 	@mkdir -p build/fuzz/corpus-sse
 	build/fuzz/sse_fuzz -runs=1000000 -max_len=4096 build/fuzz/corpus-sse spec/fixtures/sse
+	clang -fsanitize=fuzzer,address,undefined -g -O1 -std=c11 -D_GNU_SOURCE -Ihost \
+	  $(shell pkg-config --cflags $(PKGS)) $(CORE_SRC) fuzz/chunk_fuzz.c \
+	  $(shell pkg-config --libs lua5.4) $(LIBS) -o build/fuzz/chunk_fuzz
+	@mkdir -p build/fuzz/corpus-chunk
+	build/fuzz/chunk_fuzz -dict=fuzz/chunk.dict -runs=200000 -max_len=2048 build/fuzz/corpus-chunk spec/fixtures/providers
 
 # The executable, the Lua library, the bundled policies and the examples:
 # PREFIX/bin/luagent finds PREFIX/share/luagent beside it (host/main.c).

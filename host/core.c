@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include "backoff.h"
+#include "chunk.h"
 #include "errors.h"
 #include "guard.h"
 #include "http.h"
@@ -79,6 +80,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_errors_register(L);
   lg_backoff_register(L);
   lg_sse_register(L);
+  lg_chunk_register(L);
   lg_loop_register(L);
   lg_tcp_register(L);
   lg_http_register(L);

@@ -208,6 +208,9 @@ function Decoder:feed(ev)
     self:complete()
     return self:flush(out)
   end
+  -- a C fast path reads the commonest chunks without decoding them to a
+  -- table; it declines whatever it cannot read exactly as below
+  if self.fast and self.fast(self, data) then return self:flush(out) end
   local payload, jerr = M.decode(json.clean_utf8(data))
   if payload == nil then
     return self:fail("protocol", string.format("invalid JSON in SSE data at event %d: %s (byte offset %d)",
