@@ -245,6 +245,7 @@ end
 
 -- Notes what `out` delivered and returns it.
 function Decoder:flush(out)
+  if self.delivered then return out end
   for _, e in ipairs(out) do
     if DELIVERED[e.type] then self.delivered = true; break end
   end
