@@ -67,6 +67,9 @@ typedef struct request {
   bytebuf in;           /* body bytes not yet read by Lua */
   lg_sse sse;
   int sse_on;
+  /* SSE events parsed and not yet handed out: uservalue 1 [ev_head+1, ev_tail] */
+  lua_Integer ev_head, ev_tail;
+  int sse_failed;       /* the parser failed (after the queued events) */
   uint64_t received;    /* body bytes received */
   int delivered;        /* some body byte or event reached Lua */
   int phase;            /* P_CONNECT, P_HEADERS, P_BODY */
@@ -571,7 +574,7 @@ static int l_http_request(lua_State *L) {
   }
   lua_pop(L, 1);
 
-  request *r = lua_newuserdatauv(L, sizeof *r, 0);
+  request *r = lua_newuserdatauv(L, sizeof *r, 1);
   memset(r, 0, sizeof *r);
   r->state = R_CLOSED; /* safe for __gc until the transfer starts */
   luaL_setmetatable(L, REQ_MT);
@@ -701,10 +704,54 @@ static int read_k(lua_State *L, int status, lua_KContext ctx) {
   return req_suspend(L, r, "read: another task is already reading", 0, read_k);
 }
 
-/* SSE callback: pushes the event and stops the feed after it. */
-static int take_event(void *ud, const lg_sse_event *ev) {
-  lg_sse_push_event((lua_State *)ud, ev);
-  return 1;
+/* What a feed's callback needs: the request's event queue is on top. */
+typedef struct {
+  lua_State *L;
+  request *r;
+  uint64_t before; /* the parser's offset when the feed began */
+  size_t off0;     /* r->in.off then */
+} batch;
+
+/* SSE callback: queues the event (with its offset) and marks its bytes
+ * read, so the feed goes on to the next one: one parse per batch of bytes,
+ * not one per event. */
+static int queue_event(void *ud, const lg_sse_event *ev) {
+  batch *b = ud;
+  request *r = b->r;
+  uint64_t off = lg_sse_offset(&r->sse);
+  lg_sse_push_event(b->L, ev);
+  lua_pushinteger(b->L, (lua_Integer)off);
+  lua_setfield(b->L, -2, "offset");
+  lua_rawseti(b->L, -2, ++r->ev_tail);
+  r->in.off = b->off0 + (size_t)(off - b->before);
+  return 0;
+}
+
+/* Parses every complete event in the unread bytes into the queue. A parser
+ * error ends the request; it is reported once the queued events are out. */
+static void parse_events(lua_State *L, request *r) {
+  size_t n = buf_unread(&r->in);
+  if (lua_getiuservalue(L, 1, 1) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 8, 0);
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, 1, 1);
+  }
+  r->ev_head = r->ev_tail = 0;
+  batch b = {L, r, lg_sse_offset(&r->sse), r->in.off};
+  int rc = lg_sse_feed(&r->sse, r->in.p + r->in.off, n, queue_event, &b);
+  lua_pop(L, 1);
+  if (rc < 0) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "SSE: %s at byte offset %llu", lg_sse_strerror(rc),
+             (unsigned long long)lg_sse_error_offset(&r->sse));
+    fail(r, LG_ERR_PROTOCOL, NULL, msg);
+    r->sse_failed = 1;
+    r->in.off = r->in.len = 0;
+  } else {
+    r->in.off = b.off0 + n;
+  }
+  maybe_unpause(r);
 }
 
 static int event_k(lua_State *L, int status, lua_KContext ctx);
@@ -725,30 +772,21 @@ static int event_k(lua_State *L, int status, lua_KContext ctx) {
   (void)ctx;
   request *r = check_req(L);
   if (r->state == R_CLOSED) return luaL_error(L, "event: request is closed");
-  size_t n = buf_unread(&r->in);
-  if (n > 0) {
-    uint64_t before = lg_sse_offset(&r->sse);
-    int rc = lg_sse_feed(&r->sse, r->in.p + r->in.off, n, take_event, L);
-    if (rc < 0) {
-      char msg[160];
-      snprintf(msg, sizeof msg, "SSE: %s at byte offset %llu", lg_sse_strerror(rc),
-               (unsigned long long)lg_sse_error_offset(&r->sse));
-      fail(r, LG_ERR_PROTOCOL, NULL, msg);
-      r->in.off = r->in.len = 0;
-      lua_pushnil(L);
-      push_failure(L, r);
-      lua_pushinteger(L, (lua_Integer)lg_sse_error_offset(&r->sse));
-      lua_setfield(L, -2, "offset");
-      return 2;
-    }
-    r->in.off += (size_t)(lg_sse_offset(&r->sse) - before);
-    maybe_unpause(r);
-    if (rc > 0) {
-      r->delivered = 1;
-      lua_pushinteger(L, (lua_Integer)lg_sse_offset(&r->sse));
-      lua_setfield(L, -2, "offset");
-      return 1;
-    }
+  if (r->ev_head == r->ev_tail && buf_unread(&r->in) > 0) parse_events(L, r);
+  if (r->ev_head < r->ev_tail) {
+    lua_getiuservalue(L, 1, 1);
+    lua_rawgeti(L, -1, ++r->ev_head);
+    lua_pushnil(L);
+    lua_rawseti(L, -3, r->ev_head);
+    r->delivered = 1;
+    return 1;
+  }
+  if (r->state == R_DONE && r->sse_failed) {
+    lua_pushnil(L);
+    push_failure(L, r);
+    lua_pushinteger(L, (lua_Integer)lg_sse_error_offset(&r->sse));
+    lua_setfield(L, -2, "offset");
+    return 2;
   }
   if (r->state == R_DONE) return push_end(L, r);
   return req_suspend(L, r, "event: another task is already reading", 0, event_k);
