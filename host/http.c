@@ -99,7 +99,9 @@ static int buf_append(bytebuf *b, const char *data, size_t n) {
       b->off = 0;
     }
     if (b->len + n > b->cap) {
-      size_t cap = b->cap ? b->cap : 16384;
+      /* small at first: header blocks and streamed events are a few
+       * hundred bytes, and many streams at once each hold one */
+      size_t cap = b->cap ? b->cap : 1024;
       while (cap < b->len + n) cap *= 2;
       char *p = realloc(b->p, cap);
       if (!p) return -1;
