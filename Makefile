@@ -26,7 +26,8 @@ CFLAGS  ?= -O2 -g
 lazy = $(eval $(1) := $(2))$($(1))
 LG_CFLAGS = $(call lazy,LG_CFLAGS,-std=c11 -Wall -Wextra -fPIC -D_GNU_SOURCE $(SANFLAGS) \
               $(shell pkg-config --cflags $(PKGS)) $(CFLAGS))
-LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv libcurl) -lm)
+# libcurl is not linked: host/curl_api.c loads it on the first request
+LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv) -ldl -lm)
 LUALIB    = $(call lazy,LUALIB,$(shell pkg-config --libs lua5.4))
 
 CORE_SRC := $(filter-out host/main.c,$(wildcard host/*.c))

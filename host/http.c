@@ -13,13 +13,13 @@
  * One task at a time may wait on a request (in read or event). */
 #include "http.h"
 
-#include <curl/curl.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "core.h"
+#include "curl_api.h"
 #include "errors.h"
 #include "loop.h"
 #include "sse.h"
@@ -156,7 +156,7 @@ static void resolved(request *r) {
 static void detach(request *r) {
   resolved(r);
   if (r->in_multi) {
-    curl_multi_remove_handle(r->ctx->multi, r->easy);
+    CURLFN(multi_remove_handle)(r->ctx->multi, r->easy);
     r->in_multi = 0;
     lg_loop_busy(r->ctx->loop, -1);
   }
@@ -179,8 +179,8 @@ static void fail(request *r, lg_error_kind kind, const char *which, const char *
 static void req_close(request *r) {
   if (r->state == R_CLOSED) return;
   if (r->ctx && !r->ctx->closed) detach(r);
-  if (r->easy) curl_easy_cleanup(r->easy);
-  curl_slist_free_all(r->headers);
+  if (r->easy) CURLFN(easy_cleanup)(r->easy);
+  CURLFN(slist_free_all)(r->headers);
   free(r->body);
   buf_free(&r->head);
   buf_free(&r->in);
@@ -280,13 +280,13 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
 static void check_done(http_ctx *ctx) {
   CURLMsg *msg;
   int left;
-  while ((msg = curl_multi_info_read(ctx->multi, &left))) {
+  while ((msg = CURLFN(multi_info_read)(ctx->multi, &left))) {
     if (msg->msg != CURLMSG_DONE) continue;
     request *r = NULL;
-    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+    CURLFN(easy_getinfo)(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
     if (!r) continue;
     r->result = msg->data.result;
-    curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &r->os_errno);
+    CURLFN(easy_getinfo)(r->easy, CURLINFO_OS_ERRNO, &r->os_errno);
     detach(r);
     r->state = R_DONE;
     req_wake(r);
@@ -301,14 +301,14 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   if (status < 0) flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
-  curl_multi_socket_action(s->ctx->multi, s->fd, flags, &running);
+  CURLFN(multi_socket_action)(s->ctx->multi, s->fd, flags, &running);
   check_done(s->ctx);
 }
 
 static void on_curl_timer(uv_timer_t *h) {
   http_ctx *ctx = h->data;
   int running;
-  curl_multi_socket_action(ctx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  CURLFN(multi_socket_action)(ctx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
   check_done(ctx);
 }
 
@@ -325,7 +325,7 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp)
     if (s) {
       uv_poll_stop(&s->poll);
       uv_close((uv_handle_t *)&s->poll, sock_closed);
-      curl_multi_assign(ctx->multi, fd, NULL);
+      CURLFN(multi_assign)(ctx->multi, fd, NULL);
     }
     return 0;
   }
@@ -339,7 +339,7 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp)
       return -1;
     }
     s->poll.data = s;
-    curl_multi_assign(ctx->multi, fd, s);
+    CURLFN(multi_assign)(ctx->multi, fd, s);
   }
   int events = 0;
   if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) events |= UV_READABLE;
@@ -363,21 +363,13 @@ static int l_http_gc(lua_State *L) {
   http_ctx *ctx = lua_touserdata(L, 1);
   if (ctx->closed) return 0;
   ctx->closed = 1;
-  if (ctx->multi) curl_multi_cleanup(ctx->multi); /* removes its sockets */
+  if (ctx->multi) CURLFN(multi_cleanup)(ctx->multi); /* removes its sockets */
   if (ctx->timer) {
     uv_timer_stop(ctx->timer);
     uv_close((uv_handle_t *)ctx->timer, free_on_close);
   }
   return 0;
 }
-
-/* curl_global_init, once per process (whatever the number of Lua states
- * or threads), on the first request: a script that makes none never pays
- * for it. Its result is written once, before uv_once returns. */
-static uv_once_t global_once = UV_ONCE_INIT;
-static CURLcode global_init_rc;
-
-static void global_init(void) { global_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 /* The multi handle of this Lua state, created on first use. */
 static http_ctx *http_get(lua_State *L) {
@@ -388,8 +380,10 @@ static http_ctx *http_get(lua_State *L) {
   }
   lua_pop(L, 1);
   lg_loop *loop = lg_loop_get(L);
-  uv_once(&global_once, global_init);
-  if (global_init_rc != CURLE_OK) luaL_error(L, "http: curl_global_init failed");
+  /* libcurl is loaded and initialized on the first request: a script
+   * that makes none never pays for it */
+  const char *err;
+  if (!lg_curl_load(&err)) luaL_error(L, "http: %s", err);
   http_ctx *ctx = lua_newuserdatauv(L, sizeof *ctx, 0);
   memset(ctx, 0, sizeof *ctx);
   ctx->closed = 1;
@@ -399,15 +393,15 @@ static http_ctx *http_get(lua_State *L) {
   lua_setmetatable(L, -2);
   ctx->loop = loop;
   ctx->timer = malloc(sizeof *ctx->timer);
-  ctx->multi = curl_multi_init();
+  ctx->multi = CURLFN(multi_init)();
   if (!ctx->timer || !ctx->multi) luaL_error(L, "http: out of memory");
   uv_timer_init(lg_loop_uv(loop), ctx->timer);
   ctx->timer->data = ctx;
   ctx->closed = 0;
-  curl_multi_setopt(ctx->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-  curl_multi_setopt(ctx->multi, CURLMOPT_SOCKETDATA, ctx);
-  curl_multi_setopt(ctx->multi, CURLMOPT_TIMERFUNCTION, on_timer_change);
-  curl_multi_setopt(ctx->multi, CURLMOPT_TIMERDATA, ctx);
+  CURLFN(multi_setopt)(ctx->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  CURLFN(multi_setopt)(ctx->multi, CURLMOPT_SOCKETDATA, ctx);
+  CURLFN(multi_setopt)(ctx->multi, CURLMOPT_TIMERFUNCTION, on_timer_change);
+  CURLFN(multi_setopt)(ctx->multi, CURLMOPT_TIMERDATA, ctx);
   lua_setfield(L, LUA_REGISTRYINDEX, HTTP_KEY);
   return ctx;
 }
@@ -434,10 +428,10 @@ static void push_failure(lua_State *L, request *r) {
     lua_setfield(L, -2, "curl_message");
   } else {
     lg_error_push(L, LG_ERR_TRANSPORT,
-                  r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->result));
+                  r->errbuf[0] ? r->errbuf : CURLFN(easy_strerror)(r->result));
     lua_pushinteger(L, r->result);
     lua_setfield(L, -2, "curl_code");
-    lua_pushstring(L, curl_easy_strerror(r->result));
+    lua_pushstring(L, CURLFN(easy_strerror)(r->result));
     lua_setfield(L, -2, "curl_message");
     if (r->os_errno != 0) {
       char name[64];
@@ -588,7 +582,7 @@ static int l_http_request(lua_State *L) {
   r->idle_timeout = t_idle;
   lg_sse_init(&r->sse, max_line, max_event);
   r->sse_on = 1;
-  r->easy = curl_easy_init();
+  r->easy = CURLFN(easy_init)();
   if (!r->easy) return luaL_error(L, "http.request: out of memory");
   r->state = R_HEADERS;
   if (total_given && t_total <= 0) {
@@ -608,7 +602,7 @@ static int l_http_request(lua_State *L) {
         line = lua_tostring(L, -1);
         lua_replace(L, -2);
       }
-      struct curl_slist *h = curl_slist_append(r->headers, line);
+      struct curl_slist *h = CURLFN(slist_append)(r->headers, line);
       if (!h) return luaL_error(L, "http.request: out of memory");
       r->headers = h;
       lua_pop(L, 1);
@@ -616,41 +610,41 @@ static int l_http_request(lua_State *L) {
   }
   lua_pop(L, 1);
   /* no "Expect: 100-continue" round trip for request bodies */
-  struct curl_slist *h = curl_slist_append(r->headers, "Expect:");
+  struct curl_slist *h = CURLFN(slist_append)(r->headers, "Expect:");
   if (!h) return luaL_error(L, "http.request: out of memory");
   r->headers = h;
 
   CURL *e = r->easy;
-  curl_easy_setopt(e, CURLOPT_URL, url);
-  curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
-  curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-  curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r);
-  curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
-  curl_easy_setopt(e, CURLOPT_PREREQDATA, r);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, http_version);
+  CURLFN(easy_setopt)(e, CURLOPT_URL, url);
+  CURLFN(easy_setopt)(e, CURLOPT_PRIVATE, (char *)r);
+  CURLFN(easy_setopt)(e, CURLOPT_HTTPHEADER, r->headers);
+  CURLFN(easy_setopt)(e, CURLOPT_HEADERFUNCTION, on_header);
+  CURLFN(easy_setopt)(e, CURLOPT_HEADERDATA, r);
+  CURLFN(easy_setopt)(e, CURLOPT_WRITEFUNCTION, on_body);
+  CURLFN(easy_setopt)(e, CURLOPT_WRITEDATA, r);
+  CURLFN(easy_setopt)(e, CURLOPT_ERRORBUFFER, r->errbuf);
+  CURLFN(easy_setopt)(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  CURLFN(easy_setopt)(e, CURLOPT_OPENSOCKETDATA, r);
+  CURLFN(easy_setopt)(e, CURLOPT_PREREQFUNCTION, on_prereq);
+  CURLFN(easy_setopt)(e, CURLOPT_PREREQDATA, r);
+  CURLFN(easy_setopt)(e, CURLOPT_NOSIGNAL, 1L);
+  CURLFN(easy_setopt)(e, CURLOPT_HTTP_VERSION, http_version);
   /* libcurl 7.88 fails every reuse of an h2c connection (HTTP/2 on plain
    * TCP) with CURLE_HTTP2, whatever the server: one request each */
-  if (http_version == CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE) curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
-  if (ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, ca_file);
-  if (t_connect > 0) curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(t_connect * 1000));
+  if (http_version == CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE) CURLFN(easy_setopt)(e, CURLOPT_FORBID_REUSE, 1L);
+  if (ca_file) CURLFN(easy_setopt)(e, CURLOPT_CAINFO, ca_file);
+  if (t_connect > 0) CURLFN(easy_setopt)(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(t_connect * 1000));
   if (body) {
     r->body = malloc(body_len ? body_len : 1);
     if (!r->body) return luaL_error(L, "http.request: out of memory");
     memcpy(r->body, body, body_len);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    CURLFN(easy_setopt)(e, CURLOPT_POSTFIELDS, r->body);
+    CURLFN(easy_setopt)(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
   }
-  if (method) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-  else if (!body) curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+  if (method) CURLFN(easy_setopt)(e, CURLOPT_CUSTOMREQUEST, method);
+  else if (!body) CURLFN(easy_setopt)(e, CURLOPT_HTTPGET, 1L);
 
-  if (curl_multi_add_handle(ctx->multi, e) != CURLM_OK)
+  if (CURLFN(multi_add_handle)(ctx->multi, e) != CURLM_OK)
     return luaL_error(L, "http.request: cannot start the transfer");
   r->in_multi = 1;
   lg_loop_busy(ctx->loop, 1);
@@ -668,7 +662,7 @@ static void maybe_unpause(request *r) {
   if (r->paused && r->in_multi && buf_unread(&r->in) < HIGH_WATER / 2) {
     r->paused = 0;
     if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
-    curl_easy_pause(r->easy, CURLPAUSE_CONT);
+    CURLFN(easy_pause)(r->easy, CURLPAUSE_CONT);
   }
 }
 
