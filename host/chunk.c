@@ -158,30 +158,41 @@ static int literal(reader *r, const char *word, size_t n) {
   return 0;
 }
 
-/* Reads an object's members, handing each key (raw bytes, escape-free) and
- * the cursor on its value to `member`, which consumes the value. */
+/* Receives an array's elements (key NULL) or an object's members (the key's
+ * raw bytes, escape-free) with the cursor on the value, which it consumes. */
 typedef int (*member_fn)(reader *r, const char *key, size_t klen, void *ud);
-static int object(reader *r, member_fn member, void *ud);
 
-/* Skips any value. */
 static int skip(reader *r, const char *k, size_t n, void *ud);
 
-/* Skips the array at the cursor; each element goes to `element`. */
-static int array(reader *r, member_fn element, void *ud) {
+/* Reads the array or object at the cursor, `close` being its closing
+ * bracket; each element or member value goes to `fn`. 0 or -1. */
+static int container(reader *r, char close, member_fn fn, void *ud) {
   if (++r->depth > MAX_DEPTH) return -1;
   r->s++;
   ws(r);
-  if (r->s < r->end && *r->s == ']') {
+  if (r->s < r->end && *r->s == close) {
     r->s++;
     r->depth--;
     return 0;
   }
   for (;;) {
+    const char *key = NULL;
+    size_t klen = 0;
     ws(r);
-    if (r->s >= r->end || element(r, NULL, 0, ud)) return -1;
+    if (close == '}') {
+      if (r->s >= r->end || *r->s != '"') return -1;
+      key = r->s + 1;
+      if (string(r, NULL)) return -1;
+      klen = (size_t)(r->s - 1 - key);
+      if (memchr(key, '\\', klen)) return -1; /* an escaped key: decline */
+      ws(r);
+      if (r->s >= r->end || *r->s++ != ':') return -1;
+      ws(r);
+    }
+    if (r->s >= r->end || fn(r, key, klen, ud)) return -1;
     ws(r);
     if (r->s >= r->end) return -1;
-    if (*r->s == ']') break;
+    if (*r->s == close) break;
     if (*r->s++ != ',') return -1;
   }
   r->s++;
@@ -189,6 +200,10 @@ static int array(reader *r, member_fn element, void *ud) {
   return 0;
 }
 
+static int object(reader *r, member_fn fn, void *ud) { return container(r, '}', fn, ud); }
+static int array(reader *r, member_fn fn, void *ud) { return container(r, ']', fn, ud); }
+
+/* Skips any value. */
 static int skip(reader *r, const char *k, size_t n, void *ud) {
   (void)k, (void)n, (void)ud;
   if (r->s >= r->end) return -1;
@@ -201,36 +216,6 @@ static int skip(reader *r, const char *k, size_t n, void *ud) {
   case 'n': return literal(r, "null", 4);
   default: return number(r);
   }
-}
-
-static int object(reader *r, member_fn member, void *ud) {
-  if (++r->depth > MAX_DEPTH) return -1;
-  r->s++;
-  ws(r);
-  if (r->s < r->end && *r->s == '}') {
-    r->s++;
-    r->depth--;
-    return 0;
-  }
-  for (;;) {
-    ws(r);
-    if (r->s >= r->end || *r->s != '"') return -1;
-    const char *key = r->s + 1;
-    if (string(r, NULL)) return -1;
-    size_t klen = (size_t)(r->s - 1 - key);
-    if (memchr(key, '\\', klen)) return -1; /* an escaped key: decline */
-    ws(r);
-    if (r->s >= r->end || *r->s++ != ':') return -1;
-    ws(r);
-    if (r->s >= r->end || member(r, key, klen, ud)) return -1;
-    ws(r);
-    if (r->s >= r->end) return -1;
-    if (*r->s == '}') break;
-    if (*r->s++ != ',') return -1;
-  }
-  r->s++;
-  r->depth--;
-  return 0;
 }
 
 /* Key comparison on raw bytes. */
