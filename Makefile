@@ -57,7 +57,7 @@ help:
 	@echo "                its model replayed by the embedded mock provider, with a 503"
 	@echo "                injected on the first request"
 	@echo "make bench      run the benchmarks in bench/"
-	@echo "make fuzz       fuzz the SSE parser (libFuzzer, 1,000,000 inputs)"
+	@echo "make fuzz       fuzz the SSE parser and the OpenAI chunk fast path (libFuzzer)"
 	@echo "make install    install into PREFIX (default /usr/local)"
 	@echo "                (luarocks make: the Lua library and luagent.core, see the rockspec)"
 	@echo "make peers      npm-install the test peers (aimock, openai, @anthropic-ai/sdk) into .peers/"
