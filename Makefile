@@ -26,7 +26,8 @@ CFLAGS  ?= -O2 -g
 lazy = $(eval $(1) := $(2))$($(1))
 LG_CFLAGS = $(call lazy,LG_CFLAGS,-std=c11 -Wall -Wextra -fPIC -D_GNU_SOURCE $(SANFLAGS) \
               $(shell pkg-config --cflags $(PKGS)) $(CFLAGS))
-LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv libcurl sqlite3 hiredis) -lm)
+# libcurl is not linked: host/curl_api.c loads it on the first request
+LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv sqlite3 hiredis) -ldl -lm)
 LUALIB    = $(call lazy,LUALIB,$(shell pkg-config --libs lua5.4))
 
 CORE_SRC := $(filter-out host/main.c,$(wildcard host/*.c))
@@ -56,7 +57,7 @@ help:
 	@echo "                its model replayed by the embedded mock provider, with a 503"
 	@echo "                injected on the first request"
 	@echo "make bench      run the benchmarks in bench/"
-	@echo "make fuzz       fuzz the SSE parser (libFuzzer, 1,000,000 inputs)"
+	@echo "make fuzz       fuzz the SSE parser and the OpenAI chunk fast path (libFuzzer)"
 	@echo "make install    install into PREFIX (default /usr/local)"
 	@echo "                (luarocks make: the Lua library and luagent.core, see the rockspec)"
 	@echo "make peers      npm-install the test peers (aimock, openai, @anthropic-ai/sdk, MCP servers) into .peers/"
@@ -110,6 +111,11 @@ fuzz: deps
 	clang -fsanitize=fuzzer,address,undefined -g -O1 -Ihost host/sse.c fuzz/sse_fuzz.c -o build/fuzz/sse_fuzz
 	@mkdir -p build/fuzz/corpus-sse
 	build/fuzz/sse_fuzz -runs=1000000 -max_len=4096 build/fuzz/corpus-sse spec/fixtures/sse
+	clang -fsanitize=fuzzer,address,undefined -g -O1 -std=c11 -D_GNU_SOURCE -Ihost \
+	  $(shell pkg-config --cflags $(PKGS)) $(CORE_SRC) fuzz/chunk_fuzz.c \
+	  $(shell pkg-config --libs lua5.4) $(LIBS) -o build/fuzz/chunk_fuzz
+	@mkdir -p build/fuzz/corpus-chunk
+	build/fuzz/chunk_fuzz -dict=fuzz/chunk.dict -runs=200000 -max_len=2048 build/fuzz/corpus-chunk spec/fixtures/providers
 
 # The executable, the Lua library, the bundled policies and the examples:
 # PREFIX/bin/luagent finds PREFIX/share/luagent beside it (host/main.c).

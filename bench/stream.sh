@@ -1,33 +1,55 @@
 #!/bin/sh
-# Benchmark (not a test): client CPU per streamed chunk, side by side in one
-# run against one local server (bench/stream_server.lua): luagent's whole
-# path (bench/stream_client.lua: HTTP, SSE in C, the OpenAI adapter) versus
-# the floor (bench/floor_client.c: libcurl and memchr only). The clients run
-# interleaved for ROUNDS rounds and the best CPU time of each counts: the
-# machine is shared and noisy, so read the ratio. Two more luagent rows split
-# the path: "sse" (HTTP and SSE events as Lua tables, no decoding) and
-# "json" (sse plus cjson.decode of each payload).
+# Benchmark (not a test): client CPU per streamed chunk and peak RSS, side by
+# side in one run against one local server (bench/stream_server.lua), one
+# stream at a time and C streams at once:
+#   memchr  libcurl, events counted with memchr (bench/floor_client.c)
+#   cjson   libcurl + cJSON decode of every chunk: the floor the ratios use
+#           (needs libcjson-dev; the row is skipped without it)
+#   provider  luagent's whole path (bench/stream_client.lua: HTTP, SSE in C,
+#           the OpenAI adapter, normalized events)
+#   sse, json  parts of it: HTTP + SSE events as Lua tables; + cjson.decode
+#   node    the official `openai` node SDK (bench/stream_node.js), when
+#           `make peers` installed it into .peers/node_modules
+# One at a time, the clients run interleaved for ROUNDS rounds and the best
+# CPU time of each counts: the machine is shared and noisy, so read ratios.
+# Then C at once (one round), and BIG at once for luagent and the cJSON floor
+# (BIG=0 skips it). Node runs a fifth of the requests (it is slow); figures
+# are per chunk, so the ratios hold.
 # Placement: with taskset and two CPUs or more, the server runs on CPU 0 and
 # the clients on CPU 1. Unpinned, the floor's figure jumps by 2x between runs:
 # reading the body on the core that just wrote it (hot in cache) costs half
 # of reading it on the other. Across cores is the stable case and the closer
 # one to bytes that come from a network card.
-# Knobs: B (build dir), N (text chunks per response), R (requests per client
-# run), ROUNDS.
+# Knobs: B (build dir), N (text chunks per response), R (requests one at a
+# time), C and RC (streams at once, requests in all), BIG and RBIG, ROUNDS.
 set -e
 B=${B:-build}
 N=${N:-200}
 R=${R:-1500}
+C=${C:-1000}
+RC=${RC:-5000}
+BIG=${BIG:-10000}
+RBIG=${RBIG:-$BIG}
 ROUNDS=${ROUNDS:-3}
-MODES="floor provider sse json"
 
 mkdir -p "$B/bench"
 ${CC:-cc} -std=c11 -O2 bench/floor_client.c -lcurl -o "$B/bench/floor_client"
+FLOORS="memchr"
+if [ -f /usr/include/cjson/cJSON.h ]; then
+  ${CC:-cc} -std=c11 -O2 -DFLOOR_CJSON bench/floor_client.c -lcurl -lcjson -o "$B/bench/floor_cjson"
+  FLOORS="memchr cjson"
+else
+  echo "stream.sh: no cJSON (apt-get install libcjson-dev): the cjson floor is skipped" >&2
+fi
+NODE=
+if [ -d .peers/node_modules/openai ] && command -v node >/dev/null; then NODE=node; fi
 
 on_server= on_client=
 if taskset -c 0 true 2>/dev/null && taskset -c 1 true 2>/dev/null; then
   on_server="taskset -c 0" on_client="taskset -c 1"
 fi
+timed=
+if [ -x /usr/bin/time ]; then timed=/usr/bin/time; fi
 
 tmp=$(mktemp -d)
 server=
@@ -38,6 +60,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 $on_server "$B/luagent" run bench/stream_server.lua 0 "$N" >"$tmp/server" 2>&1 &
 server=$!
 i=0
@@ -52,45 +75,81 @@ until grep -q '^listening' "$tmp/server"; do
 done
 url="http://127.0.0.1:$(awk '{ print $2; exit }' "$tmp/server")"
 
-# One client run; appends "<mode> chunks=... cpu=..." to $tmp/results.
+# run_one PHASE MODE REQUESTS STREAMS: one client run; appends
+# "<phase> <mode> <requests> <streams> chunks=... text=... cpu=... rss=<KiB>"
+# to $tmp/results.
 run_one() {
-  if [ "$1" = floor ]; then
-    $on_client "$B/bench/floor_client" "$url" "$R" >>"$tmp/results"
+  phase=$1 mode=$2 req=$3 conc=$4
+  case $mode in
+    memchr) set -- "$B/bench/floor_client" "$url" "$req" memchr "$conc" ;;
+    cjson) set -- "$B/bench/floor_cjson" "$url" "$req" cjson "$conc" ;;
+    node) set -- node bench/stream_node.js "$url" "$req" "$N" "$conc" ;;
+    *) set -- "$B/luagent" run bench/stream_client.lua "$url" "$req" "$N" "$mode" "$conc" ;;
+  esac
+  if [ -n "$timed" ]; then
+    $on_client $timed -f "rss=%M" -o "$tmp/rss" "$@" >"$tmp/out"
   else
-    $on_client "$B/luagent" run bench/stream_client.lua "$url" "$R" "$N" "$1" >>"$tmp/results"
+    $on_client "$@" >"$tmp/out"
+    echo "rss=0" >"$tmp/rss"
   fi
+  printf '%s %s %s %s %s %s\n' "$phase" "$mode" "$req" "$conc" "$(cat "$tmp/out")" \
+    "$(tail -n 1 "$tmp/rss")" | cut -d' ' -f1-4,6- >>"$tmp/results"
 }
 
+rnode=$((R / 5)) rcnode=$((RC / 5))
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
-  for m in $MODES; do run_one "$m"; done
+  for m in $FLOORS provider sse json; do run_one one "$m" "$R" 1; done
+  if [ -n "$NODE" ]; then run_one one node "$rnode" 1; fi
   r=$((r + 1))
 done
+for m in $FLOORS provider; do run_one many "$m" "$RC" "$C"; done
+if [ -n "$NODE" ]; then run_one many node "$rcnode" "$C"; fi
+if [ "$BIG" -gt 0 ]; then
+  for m in $FLOORS provider; do run_one big "$m" "$RBIG" "$BIG"; done
+fi
 
-echo "== bench/stream.sh (client CPU per streamed chunk: luagent vs libcurl + memchr)"
-echo "$R requests x $((N + 3)) SSE events ($N text chunks) per client run," \
-  "best of $ROUNDS interleaved rounds${on_client:+ (server on CPU 0, clients on CPU 1)}"
-awk -v want=$((R * (N + 3))) -v order="$MODES" '
+echo "== bench/stream.sh (client CPU per streamed chunk and peak RSS; ratios to libcurl + cJSON)"
+echo "$((N + 3)) SSE events ($N text chunks) per response;" \
+  "one at a time: best of $ROUNDS interleaved rounds${on_client:+ (server on CPU 0, clients on CPU 1)}"
+awk -v events=$((N + 3)) -v C="$C" -v BIG="$BIG" '
   {
-    mode = $1
-    split($2, c, "="); split($NF, t, "=")
-    if (c[2] != want) { printf "stream.sh: %s counted %s chunks, expected %s\n", mode, c[2], want; bad = 1 }
-    if (!(mode in best) || t[2] < best[mode]) best[mode] = t[2]
-    chunks[mode] = c[2]
+    phase = $1; mode = $2; req = $3; conc = $4
+    for (i = 5; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+    k = phase " " mode
+    if (f["chunks"] != req * events) {
+      printf "stream.sh: %s counted %s chunks, expected %s\n", k, f["chunks"], req * events; bad = 1
+    }
+    if (!(k in cpu) || f["cpu"] < cpu[k]) cpu[k] = f["cpu"]
+    if (!(k in rss) || f["rss"] > rss[k]) rss[k] = f["rss"]
+    chunks[k] = f["chunks"]; streams[k] = conc
+    if (!(phase in seen)) { seen[phase] = 1; phases[++np] = phase }
+    if (!((k) in listed)) { listed[k] = 1; order[phase, ++nm[phase]] = mode }
   }
   END {
     if (bad) exit 1
-    label["floor"] = "floor (libcurl + memchr)"
-    label["provider"] = "luagent (provider, whole path)"
+    label["memchr"] = "C: libcurl + memchr"
+    label["cjson"] = "C: libcurl + cJSON (floor)"
+    label["provider"] = "luagent provider:stream"
     label["sse"] = "  part: HTTP + SSE to Lua"
     label["json"] = "  part: + cjson.decode"
-    printf "%-32s %9s %10s %14s %8s\n", "client", "chunks", "CPU s", "chunks/CPU-s", "x floor"
-    n = split(order, m, " ")
-    floor_rate = chunks["floor"] / best["floor"]
-    for (i = 1; i <= n; i++) {
-      rate = chunks[m[i]] / best[m[i]]
-      printf "%-32s %9d %10.4f %14.0f %8.1f\n", label[m[i]], chunks[m[i]], best[m[i]], rate, floor_rate / rate
+    label["node"] = "node openai SDK"
+    title["one"] = "one stream at a time"
+    title["many"] = C " streams at once"
+    title["big"] = BIG " streams at once"
+    for (p = 1; p <= np; p++) {
+      ph = phases[p]
+      printf "-- %s\n", title[ph]
+      printf "%-28s %9s %8s %9s %9s %10s %7s %7s\n", "client", "chunks", "CPU s", "us/chunk",
+        "peak MB", "KiB/stream", "x CPU", "x RSS"
+      fl = ph " cjson"
+      for (j = 1; j <= nm[ph]; j++) {
+        k = ph " " order[ph, j]
+        per = cpu[k] / chunks[k] * 1e6
+        xc = (fl in cpu) ? sprintf("%.2f", per / (cpu[fl] / chunks[fl] * 1e6)) : "-"
+        xr = (fl in rss && rss[fl] > 0) ? sprintf("%.2f", rss[k] / rss[fl]) : "-"
+        printf "%-28s %9d %8.3f %9.3f %9.1f %10.1f %7s %7s\n", label[order[ph, j]], chunks[k],
+          cpu[k], per, rss[k] / 1024, rss[k] / streams[k], xc, xr
+      }
     }
-    printf "ratio: the floor is %.1fx cheaper per chunk than luagent'\''s whole path\n", \
-      floor_rate / (chunks["provider"] / best["provider"])
   }' "$tmp/results"

@@ -1,13 +1,15 @@
 -- Benchmark client (not a test): luagent's whole streaming path (HTTP on
 -- the loop, SSE framing in C, the OpenAI adapter decoding every chunk into
--- normalized events) against bench/stream_server.lua. Streams R requests
--- one after another and reports the CPU this process used for them.
---   build/luagent run bench/stream_client.lua URL R N [MODE]
+-- normalized events) against bench/stream_server.lua. Streams R requests,
+-- C at a time (C tasks; default 1: one after another), and reports the CPU
+-- this process used for them.
+--   build/luagent run bench/stream_client.lua URL R N [MODE] [C]
 -- N is the server's text chunks per response, to check what arrived. MODE
 -- splits the path to show where the CPU goes: "provider" (default, the
 -- whole path), "sse" (HTTP and SSE events as Lua tables, no decoding),
 -- "json" (sse plus cjson.decode of every payload). One warm-up request
--- (module loading, the connection) is not measured. Prints one line:
+-- (module loading, the connection) is not measured when C is 1; with C > 1
+-- the C connections are opened within the measure. Prints one line:
 -- "<mode> chunks=<SSE events> text=<text_delta events> cpu=<s>".
 local luagent = require "luagent"
 local http = require "luagent.http"
@@ -15,12 +17,17 @@ local common = require "luagent.providers.common"
 
 local url, r, n = arg[1], math.tointeger(tonumber(arg[2] or "")), math.tointeger(tonumber(arg[3] or ""))
 local mode = arg[4] or "provider"
-if not url or not r or not n or not (mode == "provider" or mode == "sse" or mode == "json") then
-  io.stderr:write("usage: luagent run bench/stream_client.lua URL R N [provider|sse|json]\n")
+local c = math.tointeger(tonumber(arg[5] or "1"))
+if not url or not r or not n or not (mode == "provider" or mode == "sse" or mode == "json")
+  or not c or c < 1 then
+  io.stderr:write("usage: luagent run bench/stream_client.lua URL R N [provider|sse|json] [C]\n")
   os.exit(2)
 end
 
-local provider = luagent.provider { kind = "openai", model = "bench", base_url = url, api_key = "x" }
+-- A key as real ones look: every output is scrubbed of it, as in production
+-- (a placeholder key under 5 characters would skip that work).
+local key = os.getenv("BENCH_KEY") or "sk-bench-0123456789abcdefghijklmnopqrstuvwxyz"
+local provider = luagent.provider { kind = "openai", model = "bench", base_url = url, api_key = key }
 local request = { messages = { { role = "user", content = "Say something." } }, max_tokens = 4096 }
 
 -- Counts the SSE events the adapter is fed (one counter increment per event
@@ -61,7 +68,7 @@ end
 -- mode, each payload decoded). Returns the count of content chunks, or
 -- nil in "sse" mode, which does not look into the payloads.
 local built = adapter.build({ model = "bench", messages = request.messages, max_tokens = request.max_tokens },
-  { base_url = url, api_key = "x" })
+  { base_url = url, api_key = key })
 local function via_http()
   local resp = assert(http.request { method = built.method, url = built.url, headers = built.headers,
     body = built.body, timeout = { connect = 10, first_byte = 120, idle = 60 } })
@@ -79,11 +86,27 @@ local function via_http()
 end
 
 local one = mode == "provider" and via_provider or via_http
-one()
-sse_events = 0
 local text = 0
+if c == 1 then
+  one()
+  sse_events = 0
+end
 local t0 = os.clock()
-for _ = 1, r do text = text + (one() or 0) end
+if c == 1 then
+  for _ = 1, r do text = text + (one() or 0) end
+else
+  local started, tasks = 0, {}
+  for i = 1, c do
+    tasks[i] = luagent.spawn(function()
+      while started < r do
+        started = started + 1
+        local t = one() or 0 -- yields: add after it returns
+        text = text + t
+      end
+    end)
+  end
+  for i = 1, c do tasks[i]:join() end
+end
 local cpu = os.clock() - t0
 if mode ~= "sse" and text ~= r * n then
   error(string.format("text_delta events: %d, expected %d", text, r * n))

@@ -2,13 +2,15 @@
  * the module table. */
 #include "core.h"
 
-#include <curl/curl.h>
 #include <lauxlib.h>
 #include <uv.h>
 #include <poll.h>
 #include <signal.h>
+#include <string.h>
 
 #include "backoff.h"
+#include "chunk.h"
+#include "curl_api.h"
 #include "errors.h"
 #include "guard.h"
 #include "http.h"
@@ -66,13 +68,29 @@ void lg_ignore_sigpipe(void) {
   sigaction(SIGPIPE, &sa, NULL);
 }
 
+/* __index of the core table: core.curl_version, the version of the
+ * libcurl this process loads (loading it on first use). Other missing
+ * fields are nil. */
+static int lazy_field(lua_State *L) {
+  const char *k = lua_tostring(L, 2);
+  if (!k || strcmp(k, "curl_version") != 0) return 0;
+  const char *err;
+  const lg_curl_api *api = lg_curl_load(&err);
+  if (!api) return luaL_error(L, "core.curl_version: %s", err);
+  lua_pushstring(L, api->version_info(CURLVERSION_NOW)->version);
+  return 1;
+}
+
 int luaopen_luagent_core(lua_State *L) {
   lua_newtable(L);
   lua_pushliteral(L, LG_VERSION);
   lua_setfield(L, -2, "version");
-  /* the versions of the libraries this build runs with (not was built with) */
-  lua_pushstring(L, curl_version_info(CURLVERSION_NOW)->version);
-  lua_setfield(L, -2, "curl_version");
+  /* the versions of the libraries this build runs with (not was built
+   * with); curl_version loads libcurl, so only when asked (lazy_field) */
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, lazy_field);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, -2);
   lua_pushstring(L, uv_version_string());
   lua_setfield(L, -2, "uv_version");
   lua_pushliteral(L, LUA_RELEASE);
@@ -81,6 +99,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_errors_register(L);
   lg_backoff_register(L);
   lg_sse_register(L);
+  lg_chunk_register(L);
   lg_loop_register(L);
   lg_tcp_register(L);
   lg_http_register(L);

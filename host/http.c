@@ -13,13 +13,13 @@
  * One task at a time may wait on a request (in read or event). */
 #include "http.h"
 
-#include <curl/curl.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
 #include "core.h"
+#include "curl_api.h"
 #include "errors.h"
 #include "loop.h"
 #include "sse.h"
@@ -67,6 +67,9 @@ typedef struct request {
   bytebuf in;           /* body bytes not yet read by Lua */
   lg_sse sse;
   int sse_on;
+  /* SSE events parsed and not yet handed out: uservalue 1 [ev_head+1, ev_tail] */
+  lua_Integer ev_head, ev_tail;
+  int sse_failed;       /* the parser failed (after the queued events) */
   uint64_t received;    /* body bytes received */
   int delivered;        /* some body byte or event reached Lua */
   int phase;            /* P_CONNECT, P_HEADERS, P_BODY */
@@ -96,7 +99,9 @@ static int buf_append(bytebuf *b, const char *data, size_t n) {
       b->off = 0;
     }
     if (b->len + n > b->cap) {
-      size_t cap = b->cap ? b->cap : 16384;
+      /* small at first: header blocks and streamed events are a few
+       * hundred bytes, and many streams at once each hold one */
+      size_t cap = b->cap ? b->cap : 1024;
       while (cap < b->len + n) cap *= 2;
       char *p = realloc(b->p, cap);
       if (!p) return -1;
@@ -151,7 +156,7 @@ static void resolved(request *r) {
 static void detach(request *r) {
   resolved(r);
   if (r->in_multi) {
-    curl_multi_remove_handle(r->ctx->multi, r->easy);
+    CURLFN(multi_remove_handle)(r->ctx->multi, r->easy);
     r->in_multi = 0;
     lg_loop_busy(r->ctx->loop, -1);
   }
@@ -174,8 +179,8 @@ static void fail(request *r, lg_error_kind kind, const char *which, const char *
 static void req_close(request *r) {
   if (r->state == R_CLOSED) return;
   if (r->ctx && !r->ctx->closed) detach(r);
-  if (r->easy) curl_easy_cleanup(r->easy);
-  curl_slist_free_all(r->headers);
+  if (r->easy) CURLFN(easy_cleanup)(r->easy);
+  CURLFN(slist_free_all)(r->headers);
   free(r->body);
   buf_free(&r->head);
   buf_free(&r->in);
@@ -277,13 +282,13 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
 static void check_done(http_ctx *ctx) {
   CURLMsg *msg;
   int left;
-  while ((msg = curl_multi_info_read(ctx->multi, &left))) {
+  while ((msg = CURLFN(multi_info_read)(ctx->multi, &left))) {
     if (msg->msg != CURLMSG_DONE) continue;
     request *r = NULL;
-    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+    CURLFN(easy_getinfo)(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
     if (!r) continue;
     r->result = msg->data.result;
-    curl_easy_getinfo(r->easy, CURLINFO_OS_ERRNO, &r->os_errno);
+    CURLFN(easy_getinfo)(r->easy, CURLINFO_OS_ERRNO, &r->os_errno);
     detach(r);
     r->state = R_DONE;
     req_wake(r);
@@ -298,14 +303,14 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   if (status < 0) flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
-  curl_multi_socket_action(s->ctx->multi, s->fd, flags, &running);
+  CURLFN(multi_socket_action)(s->ctx->multi, s->fd, flags, &running);
   check_done(s->ctx);
 }
 
 static void on_curl_timer(uv_timer_t *h) {
   http_ctx *ctx = h->data;
   int running;
-  curl_multi_socket_action(ctx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+  CURLFN(multi_socket_action)(ctx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
   check_done(ctx);
 }
 
@@ -322,7 +327,7 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp)
     if (s) {
       uv_poll_stop(&s->poll);
       uv_close((uv_handle_t *)&s->poll, sock_closed);
-      curl_multi_assign(ctx->multi, fd, NULL);
+      CURLFN(multi_assign)(ctx->multi, fd, NULL);
     }
     return 0;
   }
@@ -336,7 +341,7 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp)
       return -1;
     }
     s->poll.data = s;
-    curl_multi_assign(ctx->multi, fd, s);
+    CURLFN(multi_assign)(ctx->multi, fd, s);
   }
   int events = 0;
   if (what == CURL_POLL_IN || what == CURL_POLL_INOUT) events |= UV_READABLE;
@@ -360,21 +365,13 @@ static int l_http_gc(lua_State *L) {
   http_ctx *ctx = lua_touserdata(L, 1);
   if (ctx->closed) return 0;
   ctx->closed = 1;
-  if (ctx->multi) curl_multi_cleanup(ctx->multi); /* removes its sockets */
+  if (ctx->multi) CURLFN(multi_cleanup)(ctx->multi); /* removes its sockets */
   if (ctx->timer) {
     uv_timer_stop(ctx->timer);
     uv_close((uv_handle_t *)ctx->timer, free_on_close);
   }
   return 0;
 }
-
-/* curl_global_init, once per process (whatever the number of Lua states
- * or threads), on the first request: a script that makes none never pays
- * for it. Its result is written once, before uv_once returns. */
-static uv_once_t global_once = UV_ONCE_INIT;
-static CURLcode global_init_rc;
-
-static void global_init(void) { global_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 /* The multi handle of this Lua state, created on first use. */
 static http_ctx *http_get(lua_State *L) {
@@ -385,8 +382,10 @@ static http_ctx *http_get(lua_State *L) {
   }
   lua_pop(L, 1);
   lg_loop *loop = lg_loop_get(L);
-  uv_once(&global_once, global_init);
-  if (global_init_rc != CURLE_OK) luaL_error(L, "http: curl_global_init failed");
+  /* libcurl is loaded and initialized on the first request: a script
+   * that makes none never pays for it */
+  const char *err;
+  if (!lg_curl_load(&err)) luaL_error(L, "http: %s", err);
   http_ctx *ctx = lua_newuserdatauv(L, sizeof *ctx, 0);
   memset(ctx, 0, sizeof *ctx);
   ctx->closed = 1;
@@ -396,15 +395,15 @@ static http_ctx *http_get(lua_State *L) {
   lua_setmetatable(L, -2);
   ctx->loop = loop;
   ctx->timer = malloc(sizeof *ctx->timer);
-  ctx->multi = curl_multi_init();
+  ctx->multi = CURLFN(multi_init)();
   if (!ctx->timer || !ctx->multi) luaL_error(L, "http: out of memory");
   uv_timer_init(lg_loop_uv(loop), ctx->timer);
   ctx->timer->data = ctx;
   ctx->closed = 0;
-  curl_multi_setopt(ctx->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-  curl_multi_setopt(ctx->multi, CURLMOPT_SOCKETDATA, ctx);
-  curl_multi_setopt(ctx->multi, CURLMOPT_TIMERFUNCTION, on_timer_change);
-  curl_multi_setopt(ctx->multi, CURLMOPT_TIMERDATA, ctx);
+  CURLFN(multi_setopt)(ctx->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+  CURLFN(multi_setopt)(ctx->multi, CURLMOPT_SOCKETDATA, ctx);
+  CURLFN(multi_setopt)(ctx->multi, CURLMOPT_TIMERFUNCTION, on_timer_change);
+  CURLFN(multi_setopt)(ctx->multi, CURLMOPT_TIMERDATA, ctx);
   lua_setfield(L, LUA_REGISTRYINDEX, HTTP_KEY);
   return ctx;
 }
@@ -431,10 +430,10 @@ static void push_failure(lua_State *L, request *r) {
     lua_setfield(L, -2, "curl_message");
   } else {
     lg_error_push(L, LG_ERR_TRANSPORT,
-                  r->errbuf[0] ? r->errbuf : curl_easy_strerror(r->result));
+                  r->errbuf[0] ? r->errbuf : CURLFN(easy_strerror)(r->result));
     lua_pushinteger(L, r->result);
     lua_setfield(L, -2, "curl_code");
-    lua_pushstring(L, curl_easy_strerror(r->result));
+    lua_pushstring(L, CURLFN(easy_strerror)(r->result));
     lua_setfield(L, -2, "curl_message");
     if (r->os_errno != 0) {
       char name[64];
@@ -573,7 +572,7 @@ static int l_http_request(lua_State *L) {
   }
   lua_pop(L, 1);
 
-  request *r = lua_newuserdatauv(L, sizeof *r, 0);
+  request *r = lua_newuserdatauv(L, sizeof *r, 1);
   memset(r, 0, sizeof *r);
   r->state = R_CLOSED; /* safe for __gc until the transfer starts */
   luaL_setmetatable(L, REQ_MT);
@@ -585,7 +584,7 @@ static int l_http_request(lua_State *L) {
   r->idle_timeout = t_idle;
   lg_sse_init(&r->sse, max_line, max_event);
   r->sse_on = 1;
-  r->easy = curl_easy_init();
+  r->easy = CURLFN(easy_init)();
   if (!r->easy) return luaL_error(L, "http.request: out of memory");
   r->state = R_HEADERS;
   if (total_given && t_total <= 0) {
@@ -605,7 +604,7 @@ static int l_http_request(lua_State *L) {
         line = lua_tostring(L, -1);
         lua_replace(L, -2);
       }
-      struct curl_slist *h = curl_slist_append(r->headers, line);
+      struct curl_slist *h = CURLFN(slist_append)(r->headers, line);
       if (!h) return luaL_error(L, "http.request: out of memory");
       r->headers = h;
       lua_pop(L, 1);
@@ -613,41 +612,41 @@ static int l_http_request(lua_State *L) {
   }
   lua_pop(L, 1);
   /* no "Expect: 100-continue" round trip for request bodies */
-  struct curl_slist *h = curl_slist_append(r->headers, "Expect:");
+  struct curl_slist *h = CURLFN(slist_append)(r->headers, "Expect:");
   if (!h) return luaL_error(L, "http.request: out of memory");
   r->headers = h;
 
   CURL *e = r->easy;
-  curl_easy_setopt(e, CURLOPT_URL, url);
-  curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
-  curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-  curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, r);
-  curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
-  curl_easy_setopt(e, CURLOPT_PREREQDATA, r);
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_HTTP_VERSION, http_version);
+  CURLFN(easy_setopt)(e, CURLOPT_URL, url);
+  CURLFN(easy_setopt)(e, CURLOPT_PRIVATE, (char *)r);
+  CURLFN(easy_setopt)(e, CURLOPT_HTTPHEADER, r->headers);
+  CURLFN(easy_setopt)(e, CURLOPT_HEADERFUNCTION, on_header);
+  CURLFN(easy_setopt)(e, CURLOPT_HEADERDATA, r);
+  CURLFN(easy_setopt)(e, CURLOPT_WRITEFUNCTION, on_body);
+  CURLFN(easy_setopt)(e, CURLOPT_WRITEDATA, r);
+  CURLFN(easy_setopt)(e, CURLOPT_ERRORBUFFER, r->errbuf);
+  CURLFN(easy_setopt)(e, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+  CURLFN(easy_setopt)(e, CURLOPT_OPENSOCKETDATA, r);
+  CURLFN(easy_setopt)(e, CURLOPT_PREREQFUNCTION, on_prereq);
+  CURLFN(easy_setopt)(e, CURLOPT_PREREQDATA, r);
+  CURLFN(easy_setopt)(e, CURLOPT_NOSIGNAL, 1L);
+  CURLFN(easy_setopt)(e, CURLOPT_HTTP_VERSION, http_version);
   /* libcurl 7.88 fails every reuse of an h2c connection (HTTP/2 on plain
    * TCP) with CURLE_HTTP2, whatever the server: one request each */
-  if (http_version == CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE) curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
-  if (ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, ca_file);
-  if (t_connect > 0) curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(t_connect * 1000));
+  if (http_version == CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE) CURLFN(easy_setopt)(e, CURLOPT_FORBID_REUSE, 1L);
+  if (ca_file) CURLFN(easy_setopt)(e, CURLOPT_CAINFO, ca_file);
+  if (t_connect > 0) CURLFN(easy_setopt)(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(t_connect * 1000));
   if (body) {
     r->body = malloc(body_len ? body_len : 1);
     if (!r->body) return luaL_error(L, "http.request: out of memory");
     memcpy(r->body, body, body_len);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body);
-    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    CURLFN(easy_setopt)(e, CURLOPT_POSTFIELDS, r->body);
+    CURLFN(easy_setopt)(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
   }
-  if (method) curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-  else if (!body) curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+  if (method) CURLFN(easy_setopt)(e, CURLOPT_CUSTOMREQUEST, method);
+  else if (!body) CURLFN(easy_setopt)(e, CURLOPT_HTTPGET, 1L);
 
-  if (curl_multi_add_handle(ctx->multi, e) != CURLM_OK)
+  if (CURLFN(multi_add_handle)(ctx->multi, e) != CURLM_OK)
     return luaL_error(L, "http.request: cannot start the transfer");
   r->in_multi = 1;
   lg_loop_busy(ctx->loop, 1);
@@ -665,7 +664,7 @@ static void maybe_unpause(request *r) {
   if (r->paused && r->in_multi && buf_unread(&r->in) < HIGH_WATER / 2) {
     r->paused = 0;
     if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
-    curl_easy_pause(r->easy, CURLPAUSE_CONT);
+    CURLFN(easy_pause)(r->easy, CURLPAUSE_CONT);
   }
 }
 
@@ -703,10 +702,54 @@ static int read_k(lua_State *L, int status, lua_KContext ctx) {
   return req_suspend(L, r, "read: another task is already reading", 0, read_k);
 }
 
-/* SSE callback: pushes the event and stops the feed after it. */
-static int take_event(void *ud, const lg_sse_event *ev) {
-  lg_sse_push_event((lua_State *)ud, ev);
-  return 1;
+/* What a feed's callback needs: the request's event queue is on top. */
+typedef struct {
+  lua_State *L;
+  request *r;
+  uint64_t before; /* the parser's offset when the feed began */
+  size_t off0;     /* r->in.off then */
+} batch;
+
+/* SSE callback: queues the event (with its offset) and marks its bytes
+ * read, so the feed goes on to the next one: one parse per batch of bytes,
+ * not one per event. */
+static int queue_event(void *ud, const lg_sse_event *ev) {
+  batch *b = ud;
+  request *r = b->r;
+  uint64_t off = lg_sse_offset(&r->sse);
+  lg_sse_push_event(b->L, ev);
+  lua_pushinteger(b->L, (lua_Integer)off);
+  lua_setfield(b->L, -2, "offset");
+  lua_rawseti(b->L, -2, ++r->ev_tail);
+  r->in.off = b->off0 + (size_t)(off - b->before);
+  return 0;
+}
+
+/* Parses every complete event in the unread bytes into the queue. A parser
+ * error ends the request; it is reported once the queued events are out. */
+static void parse_events(lua_State *L, request *r) {
+  size_t n = buf_unread(&r->in);
+  if (lua_getiuservalue(L, 1, 1) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 8, 0);
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, 1, 1);
+  }
+  r->ev_head = r->ev_tail = 0;
+  batch b = {L, r, lg_sse_offset(&r->sse), r->in.off};
+  int rc = lg_sse_feed(&r->sse, r->in.p + r->in.off, n, queue_event, &b);
+  lua_pop(L, 1);
+  if (rc < 0) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "SSE: %s at byte offset %llu", lg_sse_strerror(rc),
+             (unsigned long long)lg_sse_error_offset(&r->sse));
+    fail(r, LG_ERR_PROTOCOL, NULL, msg);
+    r->sse_failed = 1;
+    r->in.off = r->in.len = 0;
+  } else {
+    r->in.off = b.off0 + n;
+  }
+  maybe_unpause(r);
 }
 
 static int event_k(lua_State *L, int status, lua_KContext ctx);
@@ -727,30 +770,21 @@ static int event_k(lua_State *L, int status, lua_KContext ctx) {
   (void)ctx;
   request *r = check_req(L);
   if (r->state == R_CLOSED) return luaL_error(L, "event: request is closed");
-  size_t n = buf_unread(&r->in);
-  if (n > 0) {
-    uint64_t before = lg_sse_offset(&r->sse);
-    int rc = lg_sse_feed(&r->sse, r->in.p + r->in.off, n, take_event, L);
-    if (rc < 0) {
-      char msg[160];
-      snprintf(msg, sizeof msg, "SSE: %s at byte offset %llu", lg_sse_strerror(rc),
-               (unsigned long long)lg_sse_error_offset(&r->sse));
-      fail(r, LG_ERR_PROTOCOL, NULL, msg);
-      r->in.off = r->in.len = 0;
-      lua_pushnil(L);
-      push_failure(L, r);
-      lua_pushinteger(L, (lua_Integer)lg_sse_error_offset(&r->sse));
-      lua_setfield(L, -2, "offset");
-      return 2;
-    }
-    r->in.off += (size_t)(lg_sse_offset(&r->sse) - before);
-    maybe_unpause(r);
-    if (rc > 0) {
-      r->delivered = 1;
-      lua_pushinteger(L, (lua_Integer)lg_sse_offset(&r->sse));
-      lua_setfield(L, -2, "offset");
-      return 1;
-    }
+  if (r->ev_head == r->ev_tail && buf_unread(&r->in) > 0) parse_events(L, r);
+  if (r->ev_head < r->ev_tail) {
+    lua_getiuservalue(L, 1, 1);
+    lua_rawgeti(L, -1, ++r->ev_head);
+    lua_pushnil(L);
+    lua_rawseti(L, -3, r->ev_head);
+    r->delivered = 1;
+    return 1;
+  }
+  if (r->state == R_DONE && r->sse_failed) {
+    lua_pushnil(L);
+    push_failure(L, r);
+    lua_pushinteger(L, (lua_Integer)lg_sse_error_offset(&r->sse));
+    lua_setfield(L, -2, "offset");
+    return 2;
   }
   if (r->state == R_DONE) return push_end(L, r);
   return req_suspend(L, r, "event: another task is already reading", 0, event_k);

@@ -5,7 +5,6 @@
 local core = require "luagent.core"
 local http = require "luagent.http"
 local errors = require "luagent.errors"
-local queue = require "luagent.queue"
 local secrets = require "luagent.secrets"
 local json = require "luagent.json"
 local config = require "luagent.config"
@@ -165,6 +164,8 @@ local function scrubbed_events()
     order = {}
   end
   return function(list)
+    -- no key registered and nothing held back: nothing to scrub
+    if secrets.margin == 0 and order[1] == nil then return list end
     local out = {}
     for _, ev in ipairs(list) do
       local field = DELTA_FIELD[ev.type]
@@ -188,7 +189,8 @@ local function scrubbed_events()
         end
         if text ~= "" then
           ev[field] = text
-          out[#out + 1] = secrets.scrub(ev)
+          -- a text or thinking delta has no other field from the server
+          out[#out + 1] = field == "arguments" and secrets.scrub(ev) or ev
         end
       end
     end
@@ -234,7 +236,7 @@ function Provider:stream(request, opts)
   else
     events, kept = sniffed_events(resp)
   end
-  local pending, finished = queue.new(), false
+  local batch, pos, finished = {}, 1, false -- events made, the next to hand out
   local max_bytes = opts and opts.max_bytes
   local bytes, nevents = 0, 0
   local scrub = scrubbed_events()
@@ -266,8 +268,11 @@ function Provider:stream(request, opts)
 
   return function()
     while true do
-      local ev = pending:pop()
-      if ev then return ev end
+      local ev = batch[pos]
+      if ev then
+        pos = pos + 1
+        return ev
+      end
       if finished then return nil end
       local got, sse = pcall(events)
       if not got then fail(sse) end
@@ -296,7 +301,7 @@ function Provider:stream(request, opts)
         finished = true
         resp:close()
       end
-      pending:push_all(out)
+      batch, pos = out, 1
     end
   end, nil, nil, resp
 end

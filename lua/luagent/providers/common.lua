@@ -208,6 +208,9 @@ function Decoder:feed(ev)
     self:complete()
     return self:flush(out)
   end
+  -- a C fast path reads the commonest chunks without decoding them to a
+  -- table; it declines whatever it cannot read exactly as below
+  if self.fast and self.fast(self, data) then return self:flush(out) end
   local payload, jerr = M.decode(json.clean_utf8(data))
   if payload == nil then
     return self:fail("protocol", string.format("invalid JSON in SSE data at event %d: %s (byte offset %d)",
@@ -242,6 +245,7 @@ end
 
 -- Notes what `out` delivered and returns it.
 function Decoder:flush(out)
+  if self.delivered then return out end
   for _, e in ipairs(out) do
     if DELIVERED[e.type] then self.delivered = true; break end
   end

@@ -112,9 +112,34 @@ local function handle(dec, chunk)
   end
 end
 
+-- The fast path (host/chunk.c): what `handle` does for a chunk that C read
+-- without decoding it (no error, no tool calls, no usage, one choice at
+-- most). Returns false when C declined the chunk.
+local has_core, core = pcall(require, "luagent.core")
+local read_chunk = has_core and core.openai_chunk
+local function fast(dec, data)
+  local ok, id, model, choices, content, thinking, reason = read_chunk(data)
+  if not ok then return false end
+  dec:start(id, model)
+  if choices == 1 then
+    dec:add_text(content)
+    dec:add_thinking(thinking)
+    if reason then
+      dec:set_stop(STOP[reason] or "stop", reason)
+      dec:close_calls()
+    end
+  end
+  return true
+end
+
+-- Whether decoders use the fast path (specs compare both ways).
+M.fast = read_chunk ~= nil
+
 -- A decoder for one response stream; ctx = {model=}.
 function M.decoder(ctx)
-  return common.decoder(M.name, ctx, handle, "[DONE]", "[DONE]")
+  local dec = common.decoder(M.name, ctx, handle, "[DONE]", "[DONE]")
+  if M.fast then dec.fast = fast end
+  return dec
 end
 
 return M
