@@ -98,8 +98,8 @@ local function tool_sources(spec)
 end
 
 -- new{name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
--- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=}
--- -> agent. `model` is "kind/model" or a provider. Raises on misuse.
+-- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
+-- max_cost=} -> agent. `model` is "kind/model" or a provider. Raises on misuse.
 function M.new(opts)
   if type(opts) ~= "table" then error("agent: expects a table", 2) end
   if opts.model == nil then error("agent: model is required", 2) end
@@ -115,6 +115,11 @@ function M.new(opts)
   if loop_guard ~= false then loop_guard = positive_int(loop_guard, "loop_guard", M.defaults.loop_guard) end
   local name = opts.name or "agent"
   if type(name) ~= "string" then error("agent: name must be a string", 2) end
+  local max_cost = opts.max_cost
+  if max_cost ~= nil and not (type(max_cost) == "number" and max_cost >= 0 and max_cost < math.huge) then
+    error("agent: max_cost must be a number >= 0 (a cost in the price table's currency)", 2)
+  end
+  if max_cost then require("luagent.cost").start() end -- the meter that holds the cap
   local self = setmetatable({
     name = name,
     id = string.format("%s-%08x", name, math.random(0, 0x7fffffff)),
@@ -127,6 +132,7 @@ function M.new(opts)
     loop_guard = loop_guard,
     max_tokens = opts.max_tokens,
     temperature = opts.temperature,
+    max_cost = max_cost,
     messages = opts.messages or {},
     sources = tool_sources(opts.tools),
     cursors = {},
@@ -295,7 +301,8 @@ function Agent:run_turns(emit, push)
     local ok, cerr = pcall(function()
       for ev in retry.stream { model = self.provider, system = self.system, messages = self.messages,
                                tools = box.specs, policy = self.policy, max_tokens = self.max_tokens,
-                               temperature = self.temperature } do
+                               temperature = self.temperature, agent = self.name, agent_id = self.id,
+                               max_cost = self.max_cost } do
         push(ev)
         if ev.type == "message_end" and ev.final then final = ev end
       end
@@ -359,7 +366,7 @@ function Agent:start()
     sig.notify()
   end
   local function emit(ev)
-    ev.agent = self.name
+    ev.agent, ev.agent_id = self.name, self.id
     events.publish(ev)
     push(ev)
   end

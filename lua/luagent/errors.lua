@@ -30,6 +30,7 @@ M.kinds = {
   invalid_arguments = true, -- a tool call's arguments are not JSON or do not match params
   unknown_tool = true,   -- the model called a tool that is not in the agent's set
   outcome_unknown = true,-- an unflagged tool may have done its work; `tool`, `call_id`, `arguments`
+  cost_limit = true,     -- a max_cost cap refused a call before its request; `limit`, `spent`, `scope`
 }
 
 -- One metatable for records made in C and in Lua: the core's when it is

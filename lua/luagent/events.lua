@@ -14,32 +14,41 @@ local M = {}
 ------------------------------------------------------------------------------
 
 local subscribers = {}
+local annotators = {} -- consumers that add fields to events: they run first
 
--- subscribe(fn) -> unsubscribe function. fn(event) runs for every event
--- published, in order. A consumer that raises is removed and reported once:
--- an observer must never break the call it observes.
-function M.subscribe(fn)
+-- subscribe(fn [, opts]) -> unsubscribe function. fn(event) runs for every
+-- event published, in order. A consumer that raises is removed and reported
+-- once: an observer must never break the call it observes. With
+-- opts.annotate, fn runs before every other consumer, so the fields it adds
+-- (the cost meter's `agent_end.cost`) reach them all.
+function M.subscribe(fn, opts)
   if type(fn) ~= "function" then error("events.subscribe: expects a function", 2) end
-  subscribers[#subscribers + 1] = fn
+  local list = opts and opts.annotate and annotators or subscribers
+  list[#list + 1] = fn
   return function()
-    for i, f in ipairs(subscribers) do
-      if f == fn then table.remove(subscribers, i) return end
+    for i, f in ipairs(list) do
+      if f == fn then table.remove(list, i) return end
+    end
+  end
+end
+
+local function deliver(list, ev)
+  for i = #list, 1, -1 do
+    local fn = list[i]
+    local ok, err = pcall(fn, ev)
+    if not ok then
+      if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
+      table.remove(list, i)
+      require("luagent.log").write("warn", "an event consumer failed on a " .. tostring(ev.type)
+        .. " event and was removed: " .. secrets.text(tostring(err)))
     end
   end
 end
 
 -- publish(event): hands the event to every subscriber.
 function M.publish(ev)
-  for i = #subscribers, 1, -1 do
-    local fn = subscribers[i]
-    local ok, err = pcall(fn, ev)
-    if not ok then
-      if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
-      table.remove(subscribers, i)
-      io.stderr:write("luagent: an event consumer failed on a ", tostring(ev.type),
-        " event and was removed: ", secrets.text(tostring(err)), "\n")
-    end
-  end
+  if annotators[1] then deliver(annotators, ev) end
+  deliver(subscribers, ev)
 end
 
 ------------------------------------------------------------------------------

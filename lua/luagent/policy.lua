@@ -242,6 +242,7 @@ local FIELDS = {
   classify = check.hooks, on_retry = check.fn, on_context_overflow = check.overflow,
   breaker = check.table_or_false, budget = check.table_or_false, cooldown = check.table_or_false,
   tool = check.table,
+  redact = check.fn, traceparent = check.boolean,
 }
 local TOOL_FIELDS = {
   max_retries = check.count, backoff = check.table, timeout = check.positive,
@@ -432,6 +433,8 @@ function M.new(t, source, text)
     budget = fill_protection(t.budget, D.budget),
     cooldown = fill_protection(t.cooldown, D.cooldown),
     tool = M.tool_section(t.tool),
+    redact = t.redact,
+    traceparent = t.traceparent or false,
   }, Policy)
 end
 

@@ -40,7 +40,17 @@ M.default_seed = nil
 
 -- Where its diagnostic lines go; a function(line). A retry's line is written
 -- only at log level info or below (luagent.log); the events carry it always.
-M.log = function(line) io.stderr:write(line, "\n") end
+M.log = function(line) log.library(line) end
+
+-- Gates asked before every attempt, before any request: function(opts)
+-- -> nil, or an error record that ends the call at once (final, not
+-- retried). lua/luagent/cost.lua adds the max_cost cap here.
+M.gates = {}
+
+-- Set by lua/luagent/trace.lua: function(call, attempt, opts) -> headers
+-- for the attempt's request ({traceparent = ...}), asked only when the
+-- policy's `traceparent` is true.
+M.trace_headers = nil
 
 ------------------------------------------------------------------------------
 -- Policies: a name, a file (watched and reloaded), a table, or the default
@@ -199,6 +209,16 @@ function M.stream(opts)
   local cut_by_deadline = nil  -- the attempt's time limit is the total deadline's
   local compacted = false      -- a context overflow was resent once already
   local open_end = false       -- a message_end of the call closed no final message yet
+  local attempt_started, status = nil, nil -- the attempt's start (loop clock), its HTTP status
+
+  -- What observers need on the call's final event (EVENTS.md, "Call
+  -- events"): when the call and its last attempt started, the last status,
+  -- and what was asked of whom.
+  local function describe(ev)
+    ev.started, ev.attempt_started, ev.status = started, attempt_started, status
+    ev.request_model, ev.provider_kind, ev.endpoint = provider.model, provider.kind, provider.base_url
+    return ev
+  end
 
   local function now() return luagent_core.now() end
 
@@ -219,8 +239,8 @@ function M.stream(opts)
 
   local function final_failure(err, reason)
     err = final_error(err, reason, attempt, last_err)
-    out:push { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
-               total_usage = usage_total, attempts = attempt, reason = reason, final = true }
+    out:push(describe { type = "message_end", stop_reason = "error", error = err, usage = attempt_usage,
+               total_usage = usage_total, attempts = attempt, reason = reason, final = true })
     state = "done"
   end
 
@@ -228,7 +248,7 @@ function M.stream(opts)
   -- message_end, unless the failed attempt's message_end was the last
   -- message event (then no second message_end: call_aborted ends the call).
   local function aborted_event(err)
-    return { type = open_end and "call_aborted" or "message_end", stop_reason = "aborted", error = err,
+    return describe { type = open_end and "call_aborted" or "message_end", stop_reason = "aborted", error = err,
              final = true, total_usage = usage_total, attempts = attempt }
   end
 
@@ -239,7 +259,7 @@ function M.stream(opts)
     if resp then resp:close() end
     state = "done"
     local ev = aborted_event(err)
-    ev.call = call_id
+    ev.call, ev.agent, ev.agent_id = call_id, opts.agent, opts.agent_id
     events.publish(ev)
     error(err, 0)
   end
@@ -293,6 +313,7 @@ function M.stream(opts)
       end
     end
     last_err = err
+    status = math.tointeger(err.status) or status
     if type(err.usage) == "table" then attempt_usage = err.usage end -- what the cut stream had reported
     usage_total = add_usage(usage_total, attempt_usage)
     local max_attempts = policy.max_retries + 1
@@ -355,8 +376,8 @@ function M.stream(opts)
       out:push { type = "context_compacted", attempt = attempt, before = #request.messages, after = #shorter }
       request.messages, compacted = shorter, true
     end
-    out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = text,
-               delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why }
+    out:push(describe { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = text,
+               delay_ms = math.floor(wait * 1000 + 0.5), class = d.class, source = why, usage = attempt_usage })
     if log.enabled("info") then
       M.log(string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s", attempt, max_attempts, wait, text))
     end
@@ -399,8 +420,15 @@ function M.stream(opts)
       end
       was_probe = probe_or_err or false
     end
+    for _, gate in ipairs(M.gates) do
+      local refusal = gate(opts)
+      if refusal then
+        record(false, false) -- frees the breaker's probe slot if this was the probe
+        return final_failure(refusal, refusal.reason or refusal.message)
+      end
+    end
     attempt = attempt + 1
-    opened, attempt_usage = false, nil
+    opened, attempt_usage, attempt_started, status = false, nil, now(), nil
     local limit = seconds(policy.attempt_timeout)
     cut_by_deadline = left ~= nil and (limit == nil or left < limit)
     if left then limit = limit and math.min(limit, left) or left end
@@ -408,10 +436,12 @@ function M.stream(opts)
     local ok, stream, perr, _, r = pcall(provider.stream, provider, request, {
       timeout = { total = limit, idle = seconds(policy.idle_timeout) },
       max_bytes = policy.max_answer_bytes or nil,
+      headers = policy.traceparent and M.trace_headers and M.trace_headers(call_id, attempt, opts) or nil,
     })
     if not ok then return failed(stream) end -- cancelled while connecting, or a bug
     if not stream then return failed(perr) end
     it, resp = stream, r
+    status = r and r.status
     state = "streaming"
   end
 
@@ -441,6 +471,7 @@ function M.stream(opts)
       ev.total_usage = usage_total
       ev.attempts = attempt
       ev.final = true
+      describe(ev)
       state = "done"
       out:push_all(side)
     end
@@ -451,7 +482,7 @@ function M.stream(opts)
     while true do
       local ev = out:pop()
       if ev then
-        ev.call = call_id
+        ev.call, ev.agent, ev.agent_id = call_id, opts.agent, opts.agent_id
         events.publish(ev)
         return ev
       end
