@@ -193,11 +193,14 @@ local function observe(opts, usage_error)
     if not ok then return nil, usage_error("run: --prices: %s", err) end
   end
   cost.run_limit = opts["max-cost"] and tonumber(opts["max-cost"])
-  local otlp = opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-  if otlp == "" then otlp = nil end
-  local is_url = otlp and otlp:match("^https?://")
-  local ok, err = trace.start { tree = opts.trace, file = otlp and not is_url and otlp or nil,
-                                url = is_url and otlp or nil }
+  -- --otlp FILE and a collector (--otlp URL, or the OTEL_ variables) may go together
+  local file = opts.otlp and not opts.otlp:match("^https?://") and opts.otlp or nil
+  local url = not file and opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    or os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+  if url == "" then url = nil end
+  local ok, err = trace.start { tree = opts.trace, file = file, url = url,
+    max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
+    batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")) }
   if not ok then return nil, usage_error("run: --otlp: %s", err) end
   cost.start()
   local unsubscribe = events.subscribe(log.consumer())

@@ -77,7 +77,8 @@ function M.price(model)
   if bare and prices[bare] then return prices[bare] end
   local name, best = bare or model, nil
   for k, v in pairs(prices) do
-    if #k < #name and name:sub(1, #k + 1) == k .. "-" and (not best or #k > #best) then best, p = k, v end
+    local suffix = #k < #name and name:sub(1, #k) == k and name:sub(#k + 1)
+    if suffix and (suffix:match("^%-%d") or suffix == "-latest") and (not best or #k > #best) then best, p = k, v end
   end
   return p
 end

@@ -9,10 +9,10 @@
 -- model by model) or `require("luagent.cost").set_prices{...}`. A model
 -- found nowhere is reported as "no price", never as free.
 --
--- Keys are model names as sent in requests. A dated or suffixed name
--- ("claude-3-5-haiku-20241022") takes the price of the longest key it
--- starts with followed by "-"; an OpenRouter name ("openai/gpt-4o-mini") is
--- looked up whole, then without its vendor prefix.
+-- Keys are model names as sent in requests. A dated name
+-- ("claude-3-5-haiku-20241022", "gpt-4o-mini-2024-07-18", "...-latest")
+-- takes the price of the longest key it starts with; an OpenRouter name
+-- ("openai/gpt-4o-mini") is looked up whole, then without its vendor prefix.
 return {
   ["gpt-4o"] = { input = 2.50, output = 10.00, cache_read = 1.25 },
   ["gpt-4o-mini"] = { input = 0.15, output = 0.60, cache_read = 0.075 },

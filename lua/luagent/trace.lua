@@ -327,7 +327,8 @@ end
 
 local function tool_attempt(t, now, err, delay)
   t.n = t.n + 1
-  local a = new_span("attempt " .. t.n, M.KIND.INTERNAL, t.span, t.next_start)
+  -- the attempt began after the wait (delay_ms is rounded: never past now)
+  local a = new_span("attempt " .. t.n, M.KIND.INTERNAL, t.span, math.min(t.next_start, now))
   if err then a:fail(err.kind or "tool_error", err.message or err) end
   if delay then
     a:set("luagent.retry.delay_ms", math.floor(delay * 1000 + 0.5))
@@ -562,7 +563,8 @@ end
 
 local printed, exporters, closers = nil, {}, {}
 
--- start{tree=bool, file=path, url=base URL, headers="k=v,..", max_queue=}
+-- start{tree=bool, file=path, url=base URL, headers="k=v,..", max_queue=,
+-- batch=, timeout=}
 -- -> true | nil, message. Subscribes the span builder (once) and the
 -- exporters asked for; with none, spans still give log lines their ids.
 function M.start(opts)
@@ -581,7 +583,7 @@ function M.start(opts)
   end
   if opts.url then
     local x = M.http_exporter { url = M.traces_url(opts.url), headers = opts.headers, max_queue = opts.max_queue,
-      timeout = opts.timeout }
+      batch = opts.batch, timeout = opts.timeout }
     sinks[#sinks + 1] = x.sink
     exporters[#exporters + 1] = x
   end
@@ -601,7 +603,7 @@ function M.stop(out, flush_seconds)
     runs[key] = nil
     root_done(s)
   end
-  for _, x in ipairs(exporters) do x.flush(flush_seconds or 2) end
+  for _, x in ipairs(exporters) do x.flush(flush_seconds or 1) end
   for _, close in ipairs(closers) do close() end
   if printed and out then
     for _, root in ipairs(printed) do
