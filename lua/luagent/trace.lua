@@ -468,14 +468,16 @@ function M.http_exporter(opts)
   local http = require "luagent.http"
   local x = {
     url = opts.url, max_queue = opts.max_queue or 2048, batch = opts.batch or 512,
-    timeout = opts.timeout or 5, queue = {}, head = 1, sent = 0, dropped = 0, failures = 0,
+    timeout = opts.timeout or 5, queue = {}, head = 1, tail = 0, sent = 0, dropped = 0, failures = 0,
     headers = parse_headers(opts.headers or os.getenv("OTEL_EXPORTER_OTLP_HEADERS")),
   }
   x.headers["content-type"] = "application/json"
 
   local function post(spans, total)
+    x.inflight = #spans
     local ok, resp, err = pcall(http.fetch, { method = "POST", url = x.url, headers = x.headers,
       body = M.traces_data(spans), timeout = { connect = math.min(2, total), total = total } })
+    x.inflight = 0
     if ok and resp then
       x.sent = x.sent + #spans
       return true
@@ -492,12 +494,11 @@ function M.http_exporter(opts)
   end
 
   local function take()
-    local n = math.min(x.batch, #x.queue - x.head + 1)
+    local n = math.min(x.batch, x.tail - x.head + 1)
     if n <= 0 then return nil end
     local spans = table.move(x.queue, x.head, x.head + n - 1, 1, {})
     for i = x.head, x.head + n - 1 do x.queue[i] = nil end
     x.head = x.head + n
-    if x.head > #x.queue then x.queue, x.head = {}, 1 end
     return spans
   end
 
@@ -512,11 +513,12 @@ function M.http_exporter(opts)
 
   function x.sink(root)
     for _, s in ipairs(flatten(root)) do
-      if #x.queue - x.head + 1 >= x.max_queue then
+      if x.tail - x.head + 1 >= x.max_queue then
         x.dropped = x.dropped + 1
         x.overflow = (x.overflow or 0) + 1
       else
-        x.queue[#x.queue + 1] = s
+        x.tail = x.tail + 1
+        x.queue[x.tail] = s
       end
     end
     if not x.task then
@@ -546,8 +548,17 @@ function M.http_exporter(opts)
       core.spawn(body)
       core.run()
     end
-    if x.task then x.task:cancel() end
-    local lost = #x.queue - x.head + 1
+    if x.task then
+      -- a post still waiting on the collector: its spans are lost too
+      x.task:cancel()
+      x.dropped = x.dropped + (x.inflight or 0)
+      if not x.reported then
+        x.reported = true
+        log.write("warn", string.format("OTLP export to %s: the collector did not answer (the run's end waited %g s)",
+          x.url, seconds))
+      end
+    end
+    local lost = x.tail - x.head + 1
     if lost > 0 then x.dropped = x.dropped + lost end
     if x.dropped > 0 then
       log.write("warn", string.format("OTLP export to %s: %d span(s) sent, %d dropped (%d over the queue bound of %d)",
