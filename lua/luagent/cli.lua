@@ -203,10 +203,11 @@ local function observe(opts, usage_error)
     batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")) }
   if not ok then return nil, usage_error("run: --otlp: %s", err) end
   cost.start()
-  local unsubscribe = events.subscribe(log.consumer())
-  log.events_logged = true
+  -- `--log off` asked for silence: no consumer at all
+  local unsubscribe = opts.log ~= "off" and events.subscribe(log.consumer())
+  log.events_logged = unsubscribe and true or false
   return function()
-    unsubscribe()
+    if unsubscribe then unsubscribe() end
     log.events_logged = false
     trace.stop(opts.trace and io.stderr or nil)
     if opts.cost then io.stderr:write(table.concat(cost.report(), "\n"), "\n") end
