@@ -6,7 +6,11 @@
 # interleaved for ROUNDS rounds and the best CPU time of each counts: the
 # machine is shared and noisy, so read the ratio. Two more luagent rows split
 # the path: "sse" (HTTP and SSE events as Lua tables, no decoding) and
-# "json" (sse plus cjson.decode of each payload).
+# "json" (sse plus cjson.decode of each payload). Two more compare the
+# observers: "stream" goes through the retry loop (every event published on
+# the bus), "observed" is the same with logs, traces and cost all on
+# (`--log info --trace --cost --otlp FILE`): their cost per chunk is the
+# ratio of the two rows.
 # Placement: with taskset and two CPUs or more, the server runs on CPU 0 and
 # the clients on CPU 1. Unpinned, the floor's figure jumps by 2x between runs:
 # reading the body on the core that just wrote it (hot in cache) costs half
@@ -19,7 +23,7 @@ B=${B:-build}
 N=${N:-200}
 R=${R:-1500}
 ROUNDS=${ROUNDS:-3}
-MODES="floor provider sse json"
+MODES="floor provider sse json stream observed"
 
 mkdir -p "$B/bench"
 ${CC:-cc} -std=c11 -O2 bench/floor_client.c -lcurl -o "$B/bench/floor_client"
@@ -56,6 +60,9 @@ url="http://127.0.0.1:$(awk '{ print $2; exit }' "$tmp/server")"
 run_one() {
   if [ "$1" = floor ]; then
     $on_client "$B/bench/floor_client" "$url" "$R" >>"$tmp/results"
+  elif [ "$1" = observed ]; then
+    $on_client "$B/luagent" run --log info --trace --cost --otlp "$tmp/otlp.jsonl" \
+      bench/stream_client.lua "$url" "$R" "$N" stream 2>/dev/null | sed 's/^stream /observed /' >>"$tmp/results"
   else
     $on_client "$B/luagent" run bench/stream_client.lua "$url" "$R" "$N" "$1" >>"$tmp/results"
   fi
@@ -84,6 +91,8 @@ awk -v want=$((R * (N + 3))) -v order="$MODES" '
     label["provider"] = "luagent (provider, whole path)"
     label["sse"] = "  part: HTTP + SSE to Lua"
     label["json"] = "  part: + cjson.decode"
+    label["stream"] = "luagent.stream (retry loop, bus)"
+    label["observed"] = "  + logs, traces, cost on"
     printf "%-32s %9s %10s %14s %8s\n", "client", "chunks", "CPU s", "chunks/CPU-s", "x floor"
     n = split(order, m, " ")
     floor_rate = chunks["floor"] / best["floor"]
@@ -93,4 +102,6 @@ awk -v want=$((R * (N + 3))) -v order="$MODES" '
     }
     printf "ratio: the floor is %.1fx cheaper per chunk than luagent'\''s whole path\n", \
       floor_rate / (chunks["provider"] / best["provider"])
+    printf "observers: logs, traces and cost on cost %+.1f%% CPU per chunk (observed vs stream)\n", \
+      (best["observed"] / best["stream"] - 1) * 100
   }' "$tmp/results"

@@ -6,7 +6,9 @@
 -- N is the server's text chunks per response, to check what arrived. MODE
 -- splits the path to show where the CPU goes: "provider" (default, the
 -- whole path), "sse" (HTTP and SSE events as Lua tables, no decoding),
--- "json" (sse plus cjson.decode of every payload). One warm-up request
+-- "json" (sse plus cjson.decode of every payload), "stream" (the provider
+-- through the retry loop, luagent.stream: every event published on the
+-- bus, where `luagent run --log/--trace/--cost/--otlp` put their consumers). One warm-up request
 -- (module loading, the connection) is not measured. Prints one line:
 -- "<mode> chunks=<SSE events> text=<text_delta events> cpu=<s>".
 local luagent = require "luagent"
@@ -15,8 +17,8 @@ local common = require "luagent.providers.common"
 
 local url, r, n = arg[1], math.tointeger(tonumber(arg[2] or "")), math.tointeger(tonumber(arg[3] or ""))
 local mode = arg[4] or "provider"
-if not url or not r or not n or not (mode == "provider" or mode == "sse" or mode == "json") then
-  io.stderr:write("usage: luagent run bench/stream_client.lua URL R N [provider|sse|json]\n")
+if not url or not r or not n or not (mode == "provider" or mode == "sse" or mode == "json" or mode == "stream") then
+  io.stderr:write("usage: luagent run bench/stream_client.lua URL R N [provider|sse|json|stream]\n")
   os.exit(2)
 end
 
@@ -40,7 +42,9 @@ provider.adapter = setmetatable({
 -- Whole path: streams one request through the provider; returns its
 -- text_delta count. Raises on a failure or on an end the server never sends.
 local function via_provider()
-  local events = assert(provider:stream(request))
+  local events = mode == "stream"
+    and luagent.stream { model = provider, messages = request.messages, max_tokens = request.max_tokens }
+    or assert(provider:stream(request))
   local text, stop, usage = 0, nil, nil
   for ev in events do
     local t = ev.type
@@ -78,7 +82,7 @@ local function via_http()
   if mode == "json" then return text end
 end
 
-local one = mode == "provider" and via_provider or via_http
+local one = (mode == "provider" or mode == "stream") and via_provider or via_http
 one()
 sse_events = 0
 local text = 0

@@ -198,13 +198,16 @@ local function observe(opts, usage_error)
   local url = not file and opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     or os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
   if url == "" then url = nil end
-  local ok, err = trace.start { tree = opts.trace, file = file, url = url,
-    max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
-    batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")) }
-  if not ok then return nil, usage_error("run: --otlp: %s", err) end
-  cost.start()
+  -- spans are built when asked for, or when log lines at info carry their ids
+  if opts.trace or file or url or log.enabled("info") then
+    local ok, err = trace.start { tree = opts.trace, file = file, url = url,
+      max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
+      batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")) }
+    if not ok then return nil, usage_error("run: --otlp: %s", err) end
+  end
+  if opts.cost or opts.prices or opts["max-cost"] then cost.start() end
   -- `--log off` asked for silence: no consumer at all
-  local unsubscribe = opts.log ~= "off" and events.subscribe(log.consumer())
+  local unsubscribe = opts.log ~= "off" and events.subscribe(log.consumer(), { types = log.TYPES })
   log.events_logged = unsubscribe and true or false
   return function()
     if unsubscribe then unsubscribe() end

@@ -17,6 +17,8 @@ local M = {}
 M.currency = "USD"
 -- The run's cap (`luagent run --max-cost N`), or nil.
 M.run_limit = nil
+-- How many call records are kept for the costliest turns (at least).
+M.keep = 50
 
 ------------------------------------------------------------------------------
 -- Prices
@@ -24,6 +26,7 @@ M.run_limit = nil
 
 local prices = {}
 for k, v in pairs(require "luagent.prices") do prices[k] = v end
+local found = {} -- model name -> entry or false: lookups made, until the table changes
 
 local PRICE_FIELDS = { input = true, output = true, cache_read = true, cache_write = true }
 
@@ -55,6 +58,7 @@ function M.set_prices(t, source)
     if why then return nil, source .. ": " .. why end
   end
   for _, k in ipairs(keys) do prices[k] = t[k] end
+  found = {}
   return true
 end
 
@@ -68,9 +72,7 @@ function M.load_prices(path)
   return M.set_prices(t, path)
 end
 
--- price(model) -> the entry for a model name, or nil (no price).
-function M.price(model)
-  if type(model) ~= "string" then return nil end
+local function lookup(model)
   local p = prices[model]
   if p then return p end
   local bare = model:match("^[^/]+/(.+)$")
@@ -81,6 +83,17 @@ function M.price(model)
     if suffix and (suffix:match("^%-%d") or suffix == "-latest") and (not best or #k > #best) then best, p = k, v end
   end
   return p
+end
+
+-- price(model) -> the entry for a model name, or nil (no price).
+function M.price(model)
+  if type(model) ~= "string" then return nil end
+  local p = found[model]
+  if p == nil then
+    p = lookup(model) or false
+    found[model] = p
+  end
+  return p or nil
 end
 
 -- usage_cost(usage, price) -> dollars: uncached input, cache reads and
@@ -128,12 +141,14 @@ local function agent_meter(ev)
 end
 
 -- The record of call `ev.call`: {call, agent, turn, model, attempts,
--- usage, cost (nil: no price), generation_ids, attempt_costs}.
+-- usage, cost (nil: no price), message_id (the last answer's id),
+-- generation_id (OpenRouter: the same id, to look the price up by),
+-- attempt_costs}.
 local function call_record(ev)
   local r = state.calls[ev.call]
   if not r then
     r = { call = ev.call, agent = ev.agent, agent_id = ev.agent_id, turn = state.turns[ev.agent_id or ""],
-          attempts = 0, usage = zero(), cost = 0, attempt_costs = {}, generation_ids = {} }
+          attempts = 0, usage = zero(), cost = 0, attempt_costs = {} }
     state.calls[ev.call] = r
   end
   return r
@@ -148,26 +163,33 @@ local function charge(r, ev, u)
   local c = p and type(u) == "table" and M.usage_cost(u, p) or (p and 0 or nil)
   r.attempt_costs[#r.attempt_costs + 1] = c or false
   add(r.usage, u)
-  local meters = { agent_meter(ev), state.run }
-  for _, m in ipairs(meters) do
-    m.attempts = m.attempts + 1
-    add(m.usage, u)
-    if c then m.cost = m.cost + c end
-  end
+  local a, run = agent_meter(ev), state.run
+  a.attempts, run.attempts = a.attempts + 1, run.attempts + 1
+  add(a.usage, u)
+  add(run.usage, u)
+  if c then a.cost, run.cost = a.cost + c, run.cost + c end
   if c and r.cost then r.cost = r.cost + c else r.cost = nil end
 end
 
 local function finish_call(r, ev)
   state.calls[ev.call] = nil
   local unpriced = r.cost == nil
-  for _, m in ipairs({ agent_meter(ev), state.run }) do
-    m.calls = m.calls + 1
-    if unpriced then m.unpriced = m.unpriced + 1 end
+  local a, run = agent_meter(ev), state.run
+  a.calls, run.calls = a.calls + 1, run.calls + 1
+  if unpriced then a.unpriced, run.unpriced = a.unpriced + 1, run.unpriced + 1 end
+  if r.provider_kind == "openrouter" then r.generation_id = r.message_id end
+  local done = state.done
+  done[#done + 1] = r
+  -- keep the costliest M.keep (for the report), not every call of a long run
+  if #done > 2 * M.keep then
+    table.sort(done, function(a, b)
+      local x, y = a.cost or -1, b.cost or -1
+      if x ~= y then return x > y end
+      return a.call < b.call
+    end)
+    for i = #done, M.keep + 1, -1 do done[i] = nil end
+    table.sort(done, function(a, b) return a.call < b.call end)
   end
-  if r.provider_kind == "openrouter" and #r.generation_ids > 0 then
-    r.generation_id = r.generation_ids[#r.generation_ids]
-  end
-  state.done[#state.done + 1] = r
 end
 
 -- The consumer.
@@ -176,7 +198,7 @@ local function consume(ev)
   if t == "turn_start" then
     state.turns[ev.agent_id or ""] = ev.turn
   elseif t == "message_start" and ev.call then
-    if ev.id then local r = call_record(ev) r.generation_ids[#r.generation_ids + 1] = ev.id end
+    if ev.id then call_record(ev).message_id = ev.id end
   elseif t == "provider_retry" then
     charge(call_record(ev), ev, ev.usage)
   elseif (t == "message_end" and ev.final) or t == "call_aborted" then
@@ -206,7 +228,8 @@ function M.totals(key)
            unpriced_calls = m.unpriced, usage = m.usage, currency = M.currency }
 end
 
--- records() -> the finished calls' records, in the order they ended.
+-- records() -> the finished calls' records in call order: every one, or
+-- (in a long run) at least the M.keep costliest.
 function M.records() return state.done end
 
 ------------------------------------------------------------------------------
@@ -261,7 +284,8 @@ local unsubscribe
 -- start(): subscribes the meter (once) and installs the cap's gate.
 function M.start()
   if unsubscribe then return end
-  unsubscribe = events.subscribe(consume, { annotate = true })
+  unsubscribe = events.subscribe(consume, { annotate = true, types = { "turn_start", "message_start",
+    "provider_retry", "message_end", "call_aborted", "agent_end" } })
   local gates = require("luagent.retry").gates
   gates[#gates + 1] = gate
 end

@@ -13,21 +13,37 @@ local M = {}
 -- The bus
 ------------------------------------------------------------------------------
 
-local subscribers = {}
-local annotators = {} -- consumers that add fields to events: they run first
+-- Consumers in two groups: annotators (they add fields to events, so they
+-- run first) and the others; in each, consumers of every event (`all`) and
+-- consumers of some types only (`typed[type]`), so an event nobody asked
+-- for by type (a text delta) costs nothing but the `all` consumers.
+local groups = { { all = {}, typed = {} }, { all = {}, typed = {} } }
+local ANNOTATE, NORMAL = groups[1], groups[2]
 
 -- subscribe(fn [, opts]) -> unsubscribe function. fn(event) runs for every
--- event published, in order. A consumer that raises is removed and reported
--- once: an observer must never break the call it observes. With
+-- event published (or, with opts.types = {"agent_end", ...}, for events of
+-- those types only), in order. A consumer that raises is removed and
+-- reported once: an observer must never break the call it observes. With
 -- opts.annotate, fn runs before every other consumer, so the fields it adds
 -- (the cost meter's `agent_end.cost`) reach them all.
 function M.subscribe(fn, opts)
   if type(fn) ~= "function" then error("events.subscribe: expects a function", 2) end
-  local list = opts and opts.annotate and annotators or subscribers
-  list[#list + 1] = fn
+  local group = opts and opts.annotate and ANNOTATE or NORMAL
+  local lists = {}
+  if opts and opts.types then
+    for _, t in ipairs(opts.types) do
+      group.typed[t] = group.typed[t] or {}
+      lists[#lists + 1] = group.typed[t]
+    end
+  else
+    lists[1] = group.all
+  end
+  for _, list in ipairs(lists) do list[#list + 1] = fn end
   return function()
-    for i, f in ipairs(list) do
-      if f == fn then table.remove(list, i) return end
+    for _, list in ipairs(lists) do
+      for i, f in ipairs(list) do
+        if f == fn then table.remove(list, i) break end
+      end
     end
   end
 end
@@ -45,10 +61,15 @@ local function deliver(list, ev)
   end
 end
 
--- publish(event): hands the event to every subscriber.
+-- publish(event): hands the event to every subscriber that wants it.
 function M.publish(ev)
-  if annotators[1] then deliver(annotators, ev) end
-  deliver(subscribers, ev)
+  local t = ev.type
+  for g = 1, 2 do
+    local group = groups[g]
+    local typed = group.typed[t]
+    if typed and typed[1] then deliver(typed, ev) end
+    if group.all[1] then deliver(group.all, ev) end
+  end
 end
 
 ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 -- (answers, tool arguments and results) only with `--log-content`, cut to
 -- M.content_max bytes and passed through the policy's `redact(text)` hook.
 -- Every line goes through the key scrubber (lua/luagent/secrets.lua).
+local core = require "luagent.core"
 local json = require "luagent.json"
 local secrets = require "luagent.secrets"
 
@@ -22,7 +23,7 @@ local threshold = M.LEVELS[os.getenv("LUAGENT_LOG") or ""] or M.LEVELS.warn
 
 -- Where lines go: function(level, line, record). Embedders and specs
 -- replace it (record is the line's fields as a table, already scrubbed).
-M.sink = function(_, line) io.stderr:write(line, "\n") end
+M.sink = function(_, line) io.stderr:write(line .. "\n") end -- one write(2) per line
 
 -- "auto" (JSON unless stderr is a terminal), "json" or "text".
 M.format = "auto"
@@ -56,9 +57,11 @@ function M.enabled(level) return M.LEVELS[level] >= threshold and threshold < M.
 -- Formatting one line
 ------------------------------------------------------------------------------
 
+local last_second, last_text -- the date and time of the last line's second
 local function iso_time(t)
   local s = math.floor(t)
-  return os.date("!%Y-%m-%dT%H:%M:%S", s) .. string.format(".%03dZ", math.floor((t - s) * 1000))
+  if s ~= last_second then last_second, last_text = s, os.date("!%Y-%m-%dT%H:%M:%S", s) end
+  return string.format("%s.%03dZ", last_text, math.floor((t - s) * 1000))
 end
 
 local function clock_time(t)
@@ -68,7 +71,6 @@ end
 
 local is_json, colour -- decided at the first line
 local function decide()
-  local core = require "luagent.core"
   local tty = core.isatty and core.isatty(2) or false
   if M.format == "json" then is_json = true
   elseif M.format == "text" then is_json = false
@@ -98,20 +100,39 @@ local function text_value(v)
   return s
 end
 
+-- A field's value as JSON: strings and integers the quick way (a line
+-- per event must stay cheap), the rest through the encoder.
+local function json_value(v)
+  local t = type(v)
+  if t == "string" then return json.quote(v) end
+  if math.type(v) == "integer" then return tostring(v) end
+  if t == "boolean" then return tostring(v) end
+  return json.encode(v, { nonfinite = "null" })
+end
+
+local keys_json = {} -- field name -> its JSON text and a colon
+local function key_json(k)
+  local q = keys_json[k]
+  if not q then
+    q = json.quote(k) .. ":"
+    keys_json[k] = q
+  end
+  return q
+end
+
 -- The line for `record` in the current format.
 local function render(record, epoch)
   if is_json == nil then decide() end
   if is_json then
     local parts = {}
     for _, k in ipairs(HEAD) do
-      if record[k] ~= nil then parts[#parts + 1] = json.encode(k) .. ":" .. json.encode(record[k], { nonfinite = "null" }) end
+      local v = record[k]
+      if v ~= nil then parts[#parts + 1] = key_json(k) .. json_value(v) end
     end
     local rest = {}
     for k in pairs(record) do if not IS_HEAD[k] then rest[#rest + 1] = k end end
     table.sort(rest)
-    for _, k in ipairs(rest) do
-      parts[#parts + 1] = json.encode(k) .. ":" .. json.encode(record[k], { nonfinite = "null" })
-    end
+    for _, k in ipairs(rest) do parts[#parts + 1] = key_json(k) .. json_value(record[k]) end
     return "{" .. table.concat(parts, ",") .. "}"
   end
   local who = {}
@@ -140,7 +161,6 @@ end
 -- it through: {time, level, msg, ...fields}, scrubbed of every key.
 function M.write(level, msg, fields)
   if not M.enabled(level) then return end
-  local core = require "luagent.core"
   local record = {}
   for k, v in pairs(fields or {}) do record[k] = v end
   local epoch = core.wall()
@@ -255,7 +275,7 @@ local EVENTS = {
     end
     r.attempts, r.status = ev.attempts, ev.status
     usage_fields(r, ev.total_usage, "total_")
-    if ev.started then r.duration = tonumber(string.format("%.6f", require("luagent.core").now() - ev.started)) end
+    if ev.started then r.duration = tonumber(string.format("%.6f", core.now() - ev.started)) end
     if ev.stop_reason == "error" then
       r.error, r.reason = err_text(ev.error), ev.reason
       return "warn", "model call failed after " .. tostring(ev.attempts) .. " attempt(s)"
@@ -330,8 +350,14 @@ local MOST = {
   tool_execution_end = "info", tools_changed = "info", tools_reload_failed = "warn",
 }
 
+-- The event types the consumer logs (events.subscribe's `types`).
+M.TYPES = {}
+for t in pairs(MOST) do M.TYPES[#M.TYPES + 1] = t end
+table.sort(M.TYPES)
+
 -- consumer() -> a bus consumer writing one line per event worth logging
--- (lua/luagent/events.lua). Deltas are never logged.
+-- (lua/luagent/events.lua); subscribe it for M.TYPES. Deltas are never
+-- logged.
 function M.consumer()
   local models = {} -- call -> model, for the events that do not name it
   return function(ev)

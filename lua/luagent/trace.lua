@@ -37,17 +37,14 @@ M.PROVIDER_NAMES = { openai = "openai", openai_responses = "openai", anthropic =
 -- Ids and times
 ------------------------------------------------------------------------------
 
-local counter = 0
--- A random id of `n` hex digits (n a multiple of 8), never all zeros.
+-- A per-process salt, so ids differ between runs even when a script seeds
+-- math.random with a constant.
+local salt = math.floor((core.wall() % 1000) * 1e6) * 0x9e3779b97f4a7c15
+
+-- A random id of `n` hex digits (16 or 32), never all zeros.
 local function hex_id(n)
-  local parts = {}
-  counter = counter + 1
-  local salt = math.floor((core.wall() % 1) * 0xffffffff) ~ (counter * 0x9e3779b1)
-  for i = 1, n // 8 do
-    parts[i] = string.format("%08x", (math.random(0, 0xffffffff) ~ salt) & 0xffffffff)
-    salt = (salt * 0x5bd1e995 + i) & 0xffffffff
-  end
-  local id = table.concat(parts)
+  local id = string.format("%016x", math.random(math.mininteger, math.maxinteger) ~ salt)
+  if n == 32 then id = id .. string.format("%016x", math.random(math.mininteger, math.maxinteger)) end
   if id:match("^0+$") then return hex_id(n) end
   return id
 end
@@ -100,34 +97,46 @@ function Span:finish(t)
   return self
 end
 
-local function ints(v)
-  if math.type(v) == "integer" then return { intValue = tostring(v) } end
-  if type(v) == "number" then
-    if v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then return { intValue = string.format("%d", v) } end
-    return { doubleValue = v }
+-- An attribute value as OTLP JSON text (AnyValue): integers as strings.
+local function any_value(v)
+  if type(v) == "string" then return '{"stringValue":' .. json.quote(v) .. "}" end
+  local t = math.type(v)
+  if t == "integer" then return '{"intValue":"' .. v .. '"}' end
+  if t == "float" then
+    if v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then return string.format('{"intValue":"%d"}', v) end
+    if v ~= v or v == math.huge or v == -math.huge then return '{"stringValue":"' .. tostring(v) .. '"}' end
+    return '{"doubleValue":' .. string.format("%.17g", v) .. "}"
   end
-  if type(v) == "boolean" then return { boolValue = v } end
+  if type(v) == "boolean" then return '{"boolValue":' .. tostring(v) .. "}" end
   if type(v) == "table" then
     local vals = {}
-    for i, x in ipairs(v) do vals[i] = ints(x) end
-    return { arrayValue = { values = json.array(vals) } }
+    for i, x in ipairs(v) do vals[i] = any_value(x) end
+    return '{"arrayValue":{"values":[' .. table.concat(vals, ",") .. "]}}"
   end
-  return { stringValue = secrets.text(tostring(v)) }
+  return '{"stringValue":' .. json.quote(tostring(v)) .. "}"
 end
 
--- The span as an OTLP JSON object (opentelemetry.proto.trace.v1.Span).
+local key_heads = {} -- attribute key -> '{"key":"...","value":'
+
+-- The span as OTLP JSON text (opentelemetry.proto.trace.v1.Span), written
+-- by hand: one span per model call and tool call must stay cheap.
 function Span:otlp()
-  local attrs = {}
-  for i, k in ipairs(self.keys) do attrs[i] = json.object("key", k, "value", ints(self.attrs[k])) end
-  local status = json.object("code", self.status, "message", self.status_message)
-  return json.object(
-    "traceId", self.trace_id, "spanId", self.span_id,
-    "parentSpanId", self.parent and self.parent.span_id or nil,
-    "name", self.name, "kind", self.kind,
-    "startTimeUnixNano", tostring(unix_nano(self.start)),
-    "endTimeUnixNano", tostring(unix_nano(self.stop or self.start)),
-    "attributes", json.array(attrs),
-    "status", status)
+  local attrs, values = {}, self.attrs
+  for i, k in ipairs(self.keys) do
+    local head = key_heads[k]
+    if not head then
+      head = '{"key":' .. json.quote(k) .. ',"value":'
+      key_heads[k] = head
+    end
+    attrs[i] = head .. any_value(values[k]) .. "}"
+  end
+  return table.concat {
+    '{"traceId":"', self.trace_id, '","spanId":"', self.span_id, '"',
+    self.parent and (',"parentSpanId":"' .. self.parent.span_id .. '"') or "",
+    ',"name":', json.quote(self.name), ',"kind":', self.kind,
+    ',"startTimeUnixNano":"', unix_nano(self.start), '","endTimeUnixNano":"', unix_nano(self.stop or self.start),
+    '","attributes":[', table.concat(attrs, ","), '],"status":{"code":', self.status,
+    self.status_message and (',"message":' .. json.quote(self.status_message)) or "", "}}" }
 end
 
 -- Every span of the tree under `root`, parents before children.
@@ -142,18 +151,12 @@ end
 function M.traces_data(spans)
   local list = {}
   for i, s in ipairs(spans) do list[i] = s:otlp() end
-  local resource = json.object("attributes", json.array {
-    json.object("key", "service.name", "value", { stringValue = M.service_name }),
-    json.object("key", "telemetry.sdk.name", "value", { stringValue = "luagent" }),
-    json.object("key", "telemetry.sdk.language", "value", { stringValue = "lua" }),
-    json.object("key", "telemetry.sdk.version", "value", { stringValue = core.version }),
-  })
-  return secrets.text(json.encode(json.object("resourceSpans", json.array {
-    json.object("resource", resource, "scopeSpans", json.array {
-      json.object("scope", json.object("name", "luagent", "version", core.version),
-        "spans", json.array(list)),
-    }),
-  })))
+  local function attr(k, v) return '{"key":"' .. k .. '","value":' .. any_value(v) .. "}" end
+  return secrets.text(table.concat {
+    '{"resourceSpans":[{"resource":{"attributes":[', attr("service.name", M.service_name), ",",
+    attr("telemetry.sdk.name", "luagent"), ",", attr("telemetry.sdk.language", "lua"), ",",
+    attr("telemetry.sdk.version", core.version), ']},"scopeSpans":[{"scope":{"name":"luagent","version":',
+    json.quote(core.version), '},"spans":[', table.concat(list, ","), "]}]}]}" })
 end
 
 M.service_name = os.getenv("OTEL_SERVICE_NAME") or "luagent"
@@ -168,14 +171,14 @@ local tools = {}  -- agent_id .. "\0" .. call_id -> {span=, attempts={}, next_st
 local sinks = {}  -- function(root): called when a trace's root ends
 local unsubscribe
 
--- Spans that just ended, by key, so that consumers running after this one
--- (log lines of the ending event) still find their ids; the last 256.
-local recent, recent_keys, recent_pos = {}, {}, 0
-local function ended(key, span)
-  recent_pos = recent_pos % 256 + 1
-  local old = recent_keys[recent_pos]
-  if old ~= nil then recent[old] = nil end
-  recent_keys[recent_pos], recent[key] = key, span
+-- The span that just ended, per kind (r: agent run, c: call, t: tool), so
+-- that consumers of the same event running after this one (its log line)
+-- still find its ids. One each: they run in the same publish.
+local recent = {}
+local function ended(kind, key, span) recent[kind] = { key, span } end
+local function just_ended(kind, key)
+  local e = recent[kind]
+  return e and e[1] == key and e[2] or nil
 end
 
 local function usage_attrs(span, u)
@@ -216,12 +219,18 @@ local function error_type(err, class)
   return err.class or class or err.kind or "error"
 end
 
+local servers = {} -- base URL -> {host, port}
 local function server_attrs(span, url)
   if type(url) ~= "string" then return end
-  local host, port = url:match("^%a[%w+.-]*://%[?([^/%]]+)%]?:(%d+)")
-  if not host then host = url:match("^%a[%w+.-]*://([^/:]+)") end
-  span:set("server.address", host)
-  span:set("server.port", tonumber(port) or (url:match("^https") and 443 or 80))
+  local hp = servers[url]
+  if not hp then
+    local host, port = url:match("^%a[%w+.-]*://%[?([^/%]]+)%]?:(%d+)")
+    if not host then host = url:match("^%a[%w+.-]*://([^/:]+)") end
+    hp = { host, math.tointeger(tonumber(port)) or (url:match("^https") and 443 or 80) }
+    servers[url] = hp
+  end
+  span:set("server.address", hp[1])
+  span:set("server.port", hp[2])
 end
 
 local H = {} -- per event type
@@ -239,7 +248,7 @@ function H.agent_end(ev, now)
   local s = runs[key]
   if not s then return end
   runs[key] = nil
-  ended("r" .. tostring(key), s)
+  ended("r", key, s)
   usage_attrs(s, ev.usage)
   s:set("luagent.stop_reason", ev.stop_reason)
   s:set("luagent.turns", ev.turns)
@@ -272,7 +281,7 @@ local function call_end(ev, now)
   local c = call_of(ev.call, ev.agent_id, ev.started or now)
   calls[ev.call] = nil
   local s = c.span
-  ended("c" .. tostring(ev.call), s)
+  ended("c", ev.call, s)
   if ev.started then s.start = ev.started end
   local n = ev.attempts or 0
   if n > 0 then
@@ -350,7 +359,7 @@ function H.tool_execution_end(ev, now)
   local t = tools[key]
   if not t then return end
   tools[key] = nil
-  ended("t" .. key, t.span)
+  ended("t", key, t.span)
   if (ev.attempts or 0) > t.n then tool_attempt(t, now, ev.error) end
   if ev.error then t.span:fail(ev.error.kind or "tool_error", ev.error.message) end
   t.span:finish(now)
@@ -369,13 +378,13 @@ function M.context(ev)
   local s
   if ev.call then
     local c = calls[ev.call]
-    s = c and c.span or recent["c" .. tostring(ev.call)]
+    s = c and c.span or just_ended("c", ev.call)
   elseif ev.call_id then
     local t = tools[tool_key(ev)]
-    s = t and t.span or recent["t" .. tool_key(ev)]
+    s = t and t.span or just_ended("t", tool_key(ev))
   end
   local key = ev.agent_id or ev.agent
-  s = s or runs[key] or recent["r" .. tostring(key)]
+  s = s or (key and (runs[key] or just_ended("r", key)))
   if s then return s.trace_id, s.span_id end
 end
 
@@ -582,7 +591,10 @@ function M.start(opts)
   opts = opts or {}
   if not unsubscribe then
     offset = core.wall() - core.now()
-    unsubscribe = events.subscribe(consume, { annotate = true }) -- before the log lines that use its ids
+    local types = {}
+    for t in pairs(H) do types[#types + 1] = t end
+    -- an annotator: it runs before the log lines that use its ids
+    unsubscribe = events.subscribe(consume, { annotate = true, types = types })
     require("luagent.retry").trace_headers = M.headers
     log.context = M.context
   end
@@ -600,7 +612,8 @@ function M.start(opts)
   end
   if opts.tree then
     printed = printed or {}
-    sinks[#sinks + 1] = function(root) printed[#printed + 1] = root end
+    -- kept as text: the spans themselves can go
+    sinks[#sinks + 1] = function(root) printed[#printed + 1] = table.concat(M.tree(root), "\n") end
   end
   return true
 end
@@ -617,16 +630,14 @@ function M.stop(out, flush_seconds)
   for _, x in ipairs(exporters) do x.flush(flush_seconds or 1) end
   for _, close in ipairs(closers) do close() end
   if printed and out then
-    for _, root in ipairs(printed) do
-      out:write(table.concat(M.tree(root), "\n"), "\n")
-    end
+    for _, text in ipairs(printed) do out:write(text .. "\n") end
   end
   if unsubscribe then unsubscribe() end
   require("luagent.retry").trace_headers = nil
   log.context = nil
   unsubscribe, printed, exporters, closers, sinks = nil, nil, {}, {}, {}
   runs, calls, tools = {}, {}, {}
-  recent, recent_keys, recent_pos = {}, {}, 0
+  recent = {}
 end
 
 return M
