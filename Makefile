@@ -54,7 +54,8 @@ help:
 	@echo "make test SAN=1 the same under ASan + UBSan (build-san/)"
 	@echo "make run        the demo: the triage agent (examples/triage.lua) and its tools,"
 	@echo "                its model replayed by the embedded mock provider, with a 503"
-	@echo "                injected on the first request"
+	@echo "                injected on the first request; ARGS=\"--trace --cost\" adds the span"
+	@echo "                tree and the cost table"
 	@echo "make bench      run the benchmarks in bench/"
 	@echo "make fuzz       fuzz the SSE parser (libFuzzer, 1,000,000 inputs)"
 	@echo "make install    install into PREFIX (default /usr/local)"
@@ -99,8 +100,9 @@ test: DEBIAN_PACKAGES += luarocks
 test: all
 	@LUAGENT_BIN=$(B)/luagent $(B)/luagent run --log off $(BUSTED) --output=spec/support/summary.lua $(SPECS)
 
+# ARGS adds options: make run ARGS="--trace --cost"
 run: all
-	$(B)/luagent run --faults 503@1 examples/triage.lua
+	$(B)/luagent run --faults 503@1 $(ARGS) examples/triage.lua
 
 bench: all
 	@B=$(B) sh bench/run.sh
