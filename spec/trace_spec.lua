@@ -12,13 +12,7 @@ local trace = require "luagent.trace"
 local errors = require "luagent.errors"
 local cjson = require "cjson"
 local testserver = require "spec.support.testserver"
-
-local function slurp(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local slurp = require("spec.support.helpers").slurp
 
 -- The model asks for `lookup` once, then answers.
 local function script(_, _, body)

@@ -265,6 +265,13 @@ local function prepare(opts, file)
     retry.default_policy = opts.policy
   end
   if seed then retry.default_seed = seed end
+  -- before the mock starts, so a bad --prices or --otlp leaves nothing behind
+  local obs, code = observe(opts, usage_error)
+  if not obs then
+    for i = #cleanups, 1, -1 do cleanups[i]() end
+    return nil, code
+  end
+  table.insert(cleanups, 1, obs) -- runs last: after the script's own files and the mock are closed
   if opts.tools then
     local set, err = require("luagent.tools").dir(opts.tools)
     if not set then return nil, usage_error("run: --tools: %s", err.message) end
@@ -320,9 +327,6 @@ local function prepare(opts, file)
     if opts["retry-safe"] then sink = events.retry_safe_consumer(sink) end
     cleanups[#cleanups + 1] = events.subscribe(sink)
   end
-  local obs, code = observe(opts, usage_error)
-  if not obs then return nil, code end
-  table.insert(cleanups, 1, obs) -- last: after the script's own files and the mock are closed
   return function()
     for i = #cleanups, 1, -1 do cleanups[i]() end
   end
