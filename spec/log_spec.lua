@@ -229,6 +229,25 @@ describe("luagent run --log", function()
     os.remove(pol)
   end)
 
+  it("on a terminal, writes the compact form in colour, without colour under NO_COLOR", function()
+    if not os.execute("command -v script >/dev/null 2>&1") then
+      pending("skipped: script(1) (util-linux) is not installed: no terminal to test on")
+      return
+    end
+    local function on_tty(env)
+      local out = os.tmpname()
+      os.execute(string.format("env -u LUAGENT_LOG %s script -qec %s /dev/null >%s 2>&1 </dev/null", env,
+        helpers.quote(helpers.quote(helpers.bin) .. " run --log info --faults 503@1 examples/triage.lua"), out))
+      local text = helpers.slurp(out)
+      os.remove(out)
+      return text:match("[^\n]*provider error[^\n]*") or text
+    end
+    local line = on_tty("NO_COLOR=")
+    assert.matches("^%d%d:%d%d:%d%d%.%d%d%d  \27%[36mINFO \27%[0m  triage gpt%-4o%-mini #1  provider error", line)
+    line = on_tty("NO_COLOR=1")
+    assert.matches("^%d%d:%d%d:%d%d%.%d%d%d  INFO   triage gpt%-4o%-mini #1  provider error", line)
+  end)
+
   it("rejects an unknown format", function()
     local r = helpers.run("run", "--log-format", "xml", "examples/triage.lua")
     assert.equal(2, r.code)
