@@ -72,6 +72,8 @@ function M.load_prices(path)
   return M.set_prices(t, path)
 end
 
+-- The entry for a model: its own, its name without a vendor prefix, or the
+-- longest key its dated name starts with.
 local function lookup(model)
   local p = prices[model]
   if p then return p end
@@ -112,6 +114,8 @@ end
 
 local USAGE = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens" }
 
+-- Usage counters at zero; add(total, u [, sign]) adds u's counts (or
+-- subtracts them, sign = -1).
 local function zero() return { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 } end
 
 local function add(total, u, sign)
@@ -119,16 +123,20 @@ local function add(total, u, sign)
   for _, f in ipairs(USAGE) do total[f] = total[f] + (sign or 1) * (tonumber(u[f]) or 0) end
 end
 
+-- A meter: calls, attempts, usage and cost of an agent (or of the run).
 local function new_meter(name)
   return { name = name, calls = 0, attempts = 0, usage = zero(), cost = 0, unpriced = 0 }
 end
 
-local state -- {agents=, calls=, done=, turns=, run=}
+-- The meters of the run: per agent (by id, in first-seen order), the calls
+-- in flight, the finished calls' records, each agent's current turn.
+local state -- {agents=, order=, calls=, done=, turns=, run=}
 local function reset()
   state = { agents = {}, order = {}, calls = {}, done = {}, turns = {}, run = new_meter("total") }
 end
 reset()
 
+-- The meter of the agent an event belongs to ("(no agent)" for bare calls).
 local function agent_meter(ev)
   local key = ev.agent_id or ev.agent or "(no agent)"
   local m = state.agents[key]
@@ -171,6 +179,7 @@ local function charge(r, ev, u)
   if c and r.cost then r.cost = r.cost + c else r.cost = nil end
 end
 
+-- A call ended: counted on its meters, its record kept for the report.
 local function finish_call(r, ev)
   state.calls[ev.call] = nil
   local unpriced = r.cost == nil
@@ -236,9 +245,11 @@ function M.records() return state.done end
 -- The cap
 ------------------------------------------------------------------------------
 
+-- "$0.0123", or "no price".
 local function money(v) return v and string.format("$%.4f", v) or "no price" end
 M.money = money
 
+-- The model name a call asks for (from its `model` option).
 local function model_of(opts)
   local m = opts.model
   if type(m) == "string" then return m:match("^[%w_]+/(.+)$") or m end

@@ -1,7 +1,7 @@
 -- Events are the spine: every model call's events are returned to its
 -- caller and published here, where consumers (the JSON-lines writer, the
--- retry-safe filter, later logs, traces and the cost meter) subscribe. A new
--- kind of observer is a new consumer; the retry loop does not change.
+-- retry-safe filter, logs, traces and the cost meter) subscribe. A new kind
+-- of observer is a new consumer; the retry loop does not change.
 local json = require "luagent.json"
 local errors = require "luagent.errors"
 local queue = require "luagent.queue"

@@ -93,6 +93,7 @@ local HEAD = { "time", "level", "agent", "model", "tool", "call", "call_id", "tr
 local IS_HEAD = {}
 for _, k in ipairs(HEAD) do IS_HEAD[k] = true end
 
+-- A field's value in the text form: quoted when it has spaces or quotes.
 local function text_value(v)
   if type(v) == "table" then return json.encode(v) end
   local s = tostring(v)
@@ -189,7 +190,7 @@ end
 
 local reported -- a failing redact hook is reported once
 
--- content(text) -> the text as a log line may carry it: cut to
+-- content_text(text) -> the text as a log line may carry it: cut to
 -- M.content_max bytes, passed through M.redact, scrubbed of keys.
 function M.content_text(text)
   text = tostring(text)
@@ -215,6 +216,7 @@ end
 -- The event consumer
 ------------------------------------------------------------------------------
 
+-- Copies a usage table's token counts into a line's fields.
 local function usage_fields(r, u, prefix)
   if type(u) ~= "table" then return end
   r[prefix .. "input_tokens"] = u.input_tokens
@@ -223,6 +225,7 @@ local function usage_fields(r, u, prefix)
   if (u.cache_write_tokens or 0) > 0 then r[prefix .. "cache_write_tokens"] = u.cache_write_tokens end
 end
 
+-- An error record as text ("kind: message"), or nil.
 local function err_text(e)
   if e == nil then return nil end
   return tostring(e)

@@ -87,11 +87,14 @@ function Span:set(k, v)
   return self
 end
 
+-- span:fail(type, message): an error status with its message, and
+-- `error.type`.
 function Span:fail(etype, message)
   self.status, self.status_message = M.STATUS.ERROR, message and secrets.text(tostring(message))
   self:set("error.type", etype)
 end
 
+-- span:finish([t]): ends the span at t (default now), once.
 function Span:finish(t)
   if not self.stop then self.stop = t or core.now() end
   return self
@@ -181,6 +184,7 @@ local function just_ended(kind, key)
   return e and e[1] == key and e[2] or nil
 end
 
+-- The gen_ai.usage.* attributes of a usage table.
 local function usage_attrs(span, u)
   if type(u) ~= "table" then return end
   span:set("gen_ai.usage.input_tokens", u.input_tokens)
@@ -189,6 +193,7 @@ local function usage_attrs(span, u)
   span:set("gen_ai.usage.cache_creation.input_tokens", u.cache_write_tokens)
 end
 
+-- A trace's root ended: every sink gets the tree.
 local function root_done(root)
   for _, sink in ipairs(sinks) do sink(root) end
 end
@@ -204,6 +209,7 @@ local function call_of(id, agent_id, t)
   return c
 end
 
+-- The span of attempt `n` of call record `c` (made on first sight).
 local function attempt_of(c, n, t)
   local a = c.attempts[n]
   if a then return a end
@@ -214,11 +220,13 @@ local function attempt_of(c, n, t)
   return a
 end
 
+-- error.type of a failure: the classifier's class, else the error's kind.
 local function error_type(err, class)
   if type(err) ~= "table" then return class or "error" end
   return err.class or class or err.kind or "error"
 end
 
+-- server.address and server.port of a base URL (parsed once per URL).
 local servers = {} -- base URL -> {host, port}
 local function server_attrs(span, url)
   if type(url) ~= "string" then return end
@@ -322,6 +330,7 @@ function H.message_end(ev, now)
 end
 H.call_aborted = call_end
 
+-- A tool call's key: its agent and call id.
 local function tool_key(ev) return tostring(ev.agent_id or ev.agent) .. "\0" .. tostring(ev.call_id) end
 
 function H.tool_execution_start(ev, now)
@@ -334,6 +343,8 @@ function H.tool_execution_start(ev, now)
   tools[tool_key(ev)] = { span = s, n = 0, next_start = now }
 end
 
+-- Ends the next attempt of tool call `t` now: from the end of the wait
+-- before it, with its error and the wait after it, if any.
 local function tool_attempt(t, now, err, delay)
   t.n = t.n + 1
   -- the attempt began after the wait (delay_ms is rounded: never past now)
@@ -482,6 +493,8 @@ function M.http_exporter(opts)
   }
   x.headers["content-type"] = "application/json"
 
+  -- Posts one batch within `total` seconds; a failure drops it (counted)
+  -- and is logged the first time.
   local function post(spans, total)
     x.inflight = #spans
     local ok, resp, err = pcall(http.fetch, { method = "POST", url = x.url, headers = x.headers,
@@ -502,6 +515,7 @@ function M.http_exporter(opts)
     return false
   end
 
+  -- The next batch off the queue, or nil when it is empty.
   local function take()
     local n = math.min(x.batch, x.tail - x.head + 1)
     if n <= 0 then return nil end
@@ -511,6 +525,7 @@ function M.http_exporter(opts)
     return spans
   end
 
+  -- The sender task: posts batches until the queue is empty.
   local function sender()
     while true do
       local spans = take()
@@ -520,6 +535,8 @@ function M.http_exporter(opts)
     x.task = nil
   end
 
+  -- sink(root): queues a finished trace's spans (over the bound: dropped,
+  -- counted) and starts the sender when none runs.
   function x.sink(root)
     for _, s in ipairs(flatten(root)) do
       if x.tail - x.head + 1 >= x.max_queue then
