@@ -111,11 +111,11 @@ local function json_value(v)
   return json.encode(v, { nonfinite = "null" })
 end
 
-local keys_json = {} -- field name -> its JSON text and a colon
+local keys_json = {} -- field name -> ',"name":'
 local function key_json(k)
   local q = keys_json[k]
   if not q then
-    q = json.quote(k) .. ":"
+    q = "," .. json.quote(k) .. ":"
     keys_json[k] = q
   end
   return q
@@ -125,16 +125,19 @@ end
 local function render(record, epoch)
   if is_json == nil then decide() end
   if is_json then
-    local parts = {}
+    -- one buffer, one concatenation: ',"key":' and the value, field by field
+    local b = {}
     for _, k in ipairs(HEAD) do
       local v = record[k]
-      if v ~= nil then parts[#parts + 1] = key_json(k) .. json_value(v) end
+      if v ~= nil then b[#b + 1], b[#b + 2] = key_json(k), json_value(v) end
     end
     local rest = {}
     for k in pairs(record) do if not IS_HEAD[k] then rest[#rest + 1] = k end end
     table.sort(rest)
-    for _, k in ipairs(rest) do parts[#parts + 1] = key_json(k) .. json_value(record[k]) end
-    return "{" .. table.concat(parts, ",") .. "}"
+    for _, k in ipairs(rest) do b[#b + 1], b[#b + 2] = key_json(k), json_value(record[k]) end
+    b[1] = "{" .. b[1]:sub(2) -- the first field has no comma before it
+    b[#b + 1] = "}"
+    return table.concat(b)
   end
   local who = {}
   if record.agent then who[#who + 1] = record.agent end

@@ -100,46 +100,63 @@ function Span:finish(t)
   return self
 end
 
--- An attribute value as OTLP JSON text (AnyValue): integers as strings.
-local function any_value(v)
-  if type(v) == "string" then return '{"stringValue":' .. json.quote(v) .. "}" end
+-- Appends an attribute value's OTLP JSON (AnyValue) to buffer `b`:
+-- integers as strings.
+local function any_value(b, v)
+  local n = #b
+  if type(v) == "string" then
+    b[n + 1], b[n + 2], b[n + 3] = '{"stringValue":', json.quote(v), "}"
+    return
+  end
   local t = math.type(v)
-  if t == "integer" then return '{"intValue":"' .. v .. '"}' end
-  if t == "float" then
-    if v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then return string.format('{"intValue":"%d"}', v) end
-    if v ~= v or v == math.huge or v == -math.huge then return '{"stringValue":"' .. tostring(v) .. '"}' end
-    return '{"doubleValue":' .. string.format("%.17g", v) .. "}"
+  if t == "integer" or (t == "float" and v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53) then
+    b[n + 1], b[n + 2], b[n + 3] = '{"intValue":"', string.format("%d", v), '"}'
+  elseif t == "float" then
+    local finite = v == v and v ~= math.huge and v ~= -math.huge
+    b[n + 1] = finite and ('{"doubleValue":' .. string.format("%.17g", v) .. "}")
+      or ('{"stringValue":"' .. tostring(v) .. '"}')
+  elseif type(v) == "boolean" then
+    b[n + 1] = v and '{"boolValue":true}' or '{"boolValue":false}'
+  elseif type(v) == "table" then
+    b[n + 1] = '{"arrayValue":{"values":['
+    for i, x in ipairs(v) do
+      if i > 1 then b[#b + 1] = "," end
+      any_value(b, x)
+    end
+    b[#b + 1] = "]}}"
+  else
+    b[n + 1], b[n + 2], b[n + 3] = '{"stringValue":', json.quote(tostring(v)), "}"
   end
-  if type(v) == "boolean" then return '{"boolValue":' .. tostring(v) .. "}" end
-  if type(v) == "table" then
-    local vals = {}
-    for i, x in ipairs(v) do vals[i] = any_value(x) end
-    return '{"arrayValue":{"values":[' .. table.concat(vals, ",") .. "]}}"
-  end
-  return '{"stringValue":' .. json.quote(tostring(v)) .. "}"
 end
 
 local key_heads = {} -- attribute key -> '{"key":"...","value":'
 
--- The span as OTLP JSON text (opentelemetry.proto.trace.v1.Span), written
--- by hand: one span per model call and tool call must stay cheap.
-function Span:otlp()
-  local attrs, values = {}, self.attrs
+-- Appends the span's OTLP JSON (opentelemetry.proto.trace.v1.Span) to
+-- buffer `b`, written by hand into one buffer: a span per model call and
+-- per tool call must stay cheap.
+function Span:otlp(b)
+  b[#b + 1] = '{"traceId":"' .. self.trace_id .. '","spanId":"' .. self.span_id
+    .. (self.parent and ('","parentSpanId":"' .. self.parent.span_id) or "") .. '","name":'
+  b[#b + 1] = json.quote(self.name)
+  b[#b + 1] = string.format(',"kind":%d,"startTimeUnixNano":"%d","endTimeUnixNano":"%d","attributes":[',
+    self.kind, unix_nano(self.start), unix_nano(self.stop or self.start))
+  local values = self.attrs
   for i, k in ipairs(self.keys) do
     local head = key_heads[k]
     if not head then
       head = '{"key":' .. json.quote(k) .. ',"value":'
       key_heads[k] = head
     end
-    attrs[i] = head .. any_value(values[k]) .. "}"
+    b[#b + 1] = i > 1 and ("," .. head) or head
+    any_value(b, values[k])
+    b[#b + 1] = "}"
   end
-  return table.concat {
-    '{"traceId":"', self.trace_id, '","spanId":"', self.span_id, '"',
-    self.parent and (',"parentSpanId":"' .. self.parent.span_id .. '"') or "",
-    ',"name":', json.quote(self.name), ',"kind":', self.kind,
-    ',"startTimeUnixNano":"', unix_nano(self.start), '","endTimeUnixNano":"', unix_nano(self.stop or self.start),
-    '","attributes":[', table.concat(attrs, ","), '],"status":{"code":', self.status,
-    self.status_message and (',"message":' .. json.quote(self.status_message)) or "", "}}" }
+  b[#b + 1] = '],"status":{"code":' .. self.status
+  if self.status_message then
+    b[#b + 1] = ',"message":'
+    b[#b + 1] = json.quote(self.status_message)
+  end
+  b[#b + 1] = "}}"
 end
 
 -- Every span of the tree under `root`, parents before children.
@@ -151,15 +168,26 @@ local function flatten(root, out)
 end
 
 -- TracesData JSON text for a list of spans (one resource, one scope).
+local resource_head -- the TracesData text before the spans (made once)
 function M.traces_data(spans)
-  local list = {}
-  for i, s in ipairs(spans) do list[i] = s:otlp() end
-  local function attr(k, v) return '{"key":"' .. k .. '","value":' .. any_value(v) .. "}" end
-  return secrets.text(table.concat {
-    '{"resourceSpans":[{"resource":{"attributes":[', attr("service.name", M.service_name), ",",
-    attr("telemetry.sdk.name", "luagent"), ",", attr("telemetry.sdk.language", "lua"), ",",
-    attr("telemetry.sdk.version", core.version), ']},"scopeSpans":[{"scope":{"name":"luagent","version":',
-    json.quote(core.version), '},"spans":[', table.concat(list, ","), "]}]}]}" })
+  if not resource_head then
+    local b = { '{"resourceSpans":[{"resource":{"attributes":[' }
+    for i, kv in ipairs({ { "service.name", M.service_name }, { "telemetry.sdk.name", "luagent" },
+                          { "telemetry.sdk.language", "lua" }, { "telemetry.sdk.version", core.version } }) do
+      b[#b + 1] = (i > 1 and "," or "") .. '{"key":"' .. kv[1] .. '","value":'
+      any_value(b, kv[2])
+      b[#b + 1] = "}"
+    end
+    b[#b + 1] = ']},"scopeSpans":[{"scope":{"name":"luagent","version":' .. json.quote(core.version) .. '},"spans":['
+    resource_head = table.concat(b)
+  end
+  local b = { resource_head }
+  for i, s in ipairs(spans) do
+    if i > 1 then b[#b + 1] = "," end
+    s:otlp(b)
+  end
+  b[#b + 1] = "]}]}]}"
+  return secrets.text(table.concat(b))
 end
 
 M.service_name = os.getenv("OTEL_SERVICE_NAME") or "luagent"
