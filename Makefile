@@ -55,7 +55,8 @@ help:
 	@echo "make test SAN=1 the same under ASan + UBSan (build-san/)"
 	@echo "make run        the demo: the triage agent (examples/triage.lua) and its tools,"
 	@echo "                its model replayed by the embedded mock provider, with a 503"
-	@echo "                injected on the first request"
+	@echo "                injected on the first request; ARGS=\"--trace --cost\" adds the span"
+	@echo "                tree and the cost table"
 	@echo "make bench      run the benchmarks in bench/"
 	@echo "make fuzz       fuzz the SSE parser and the OpenAI chunk fast path (libFuzzer)"
 	@echo "make install    install into PREFIX (default /usr/local)"
@@ -96,12 +97,14 @@ $(B)/lua/luagent/core.so: $(CORE_OBJ) | $(B)/lua/luagent
 test: DEBIAN_PACKAGES += luarocks redis-server
 
 # Busted runs inside the executable (the binary face), so under SAN=1 the
-# sanitizer runtime is the first thing in the process.
+# sanitizer runtime is the first thing in the process; `--log off` keeps the
+# log lines of the failures specs cause on purpose out of the report.
 test: all
-	@LUAGENT_BIN=$(B)/luagent $(B)/luagent run $(BUSTED) --output=spec/support/summary.lua $(SPECS)
+	@LUAGENT_BIN=$(B)/luagent $(B)/luagent run --log off $(BUSTED) --output=spec/support/summary.lua $(SPECS)
 
+# ARGS adds options: make run ARGS="--trace --cost"
 run: all
-	$(B)/luagent run --faults 503@1 examples/triage.lua
+	$(B)/luagent run --faults 503@1 $(ARGS) examples/triage.lua
 
 bench: all
 	@B=$(B) sh bench/run.sh

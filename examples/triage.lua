@@ -42,7 +42,7 @@ end
 
 io.stdout:setvbuf("line")
 
-io.stderr:write(string.format("luagent: triage agent on %s with tools: %s\n", agent.provider.model,
+io.stdout:write(string.format("triage agent on %s with tools: %s\n", agent.provider.model,
   table.concat(tools:snapshot().names, ", ")))
 local last
 for ev in luagent.events.retry_safe(agent:prompt("Triage the new crash reports.")) do
@@ -76,8 +76,9 @@ for ev in luagent.events.retry_safe(agent:prompt("Triage the new crash reports."
   end
 end
 local u = last.usage or {}
-io.stderr:write(string.format("[%s after %d turn(s); tokens in %d, out %d%s]\n", last.stop_reason, last.turns,
-  u.input_tokens or 0, u.output_tokens or 0, last.reason and ("; " .. last.reason) or ""))
+local cost = last.cost and last.cost.total and string.format("; cost $%.4f", last.cost.total) or ""
+io.stdout:write(string.format("[%s after %d turn(s); tokens in %d, out %d%s%s]\n", last.stop_reason, last.turns,
+  u.input_tokens or 0, u.output_tokens or 0, cost, last.reason and ("; " .. last.reason) or ""))
 if last.error then
   io.stderr:write("[error: " .. tostring(last.error) .. "]\n")
   os.exit(1)

@@ -7,6 +7,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backoff.h"
 #include "chunk.h"
@@ -81,6 +83,22 @@ static int lazy_field(lua_State *L) {
   return 1;
 }
 
+/* wall() -> seconds since the Unix epoch (real time, with fractions): for
+ * timestamps that leave the process (log lines, trace spans), never for
+ * measuring; durations come from now(), the loop's clock. */
+static int l_wall(lua_State *L) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  lua_pushnumber(L, (lua_Number)ts.tv_sec + (lua_Number)ts.tv_nsec / 1e9);
+  return 1;
+}
+
+/* isatty(fd) -> whether the descriptor is a terminal (log format, colour). */
+static int l_isatty(lua_State *L) {
+  lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)) == 1);
+  return 1;
+}
+
 int luaopen_luagent_core(lua_State *L) {
   lua_newtable(L);
   lua_pushliteral(L, LG_VERSION);
@@ -95,6 +113,10 @@ int luaopen_luagent_core(lua_State *L) {
   lua_setfield(L, -2, "uv_version");
   lua_pushliteral(L, LUA_RELEASE);
   lua_setfield(L, -2, "lua_release");
+  lua_pushcfunction(L, l_wall);
+  lua_setfield(L, -2, "wall");
+  lua_pushcfunction(L, l_isatty);
+  lua_setfield(L, -2, "isatty");
   /* register area bindings */
   lg_errors_register(L);
   lg_backoff_register(L);

@@ -139,7 +139,9 @@ describe("an agent", function()
     local a = agent { name = "bus" }
     drain(a, "first")
     unsub()
-    assert.same({ "agent_start", "turn_start", "turn_end", "agent_end" }, seen)
+    -- the model call's events carry the agent too (and its id)
+    assert.same({ "agent_start", "turn_start", "message_start", "text_delta", "usage", "message_end",
+                  "turn_end", "agent_end" }, seen)
     local evs = {}
     for ev in a:continue() do evs[#evs + 1] = ev end
     assert.equal("stop", evs[#evs].stop_reason)

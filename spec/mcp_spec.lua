@@ -103,10 +103,10 @@ local function record_sent(set)
   return sent
 end
 
-before_each(function() retry.log = function() end end)
+before_each(function() luagent.configure { log_sink = function() end } end)
 after_each(function()
   if srv then srv:close() srv = nil end
-  retry.log = function(line) io.stderr:write(line, "\n") end
+  luagent.configure { log_sink = false }
 end)
 
 describe("an MCP tool set on server-everything (stdio)", function()

@@ -62,8 +62,8 @@ end
 
 -- new{name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
--- durable=} -> agent. `model` is "kind/model" or a provider. durable =
--- true journals its runs (journal.lua); nil follows `luagent run
+-- durable=, max_cost=} -> agent. `model` is "kind/model" or a provider.
+-- durable = true journals its runs (journal.lua); nil follows `luagent run
 -- --durable`. Raises on misuse.
 function M.new(opts)
   if type(opts) ~= "table" then error("agent: expects a table", 2) end
@@ -81,6 +81,11 @@ function M.new(opts)
   local name = opts.name or "agent"
   if type(name) ~= "string" then error("agent: name must be a string", 2) end
   if opts.durable ~= nil and type(opts.durable) ~= "boolean" then error("agent: durable must be true or false", 2) end
+  local max_cost = opts.max_cost
+  if max_cost ~= nil and not (type(max_cost) == "number" and max_cost >= 0 and max_cost < math.huge) then
+    error("agent: max_cost must be a number >= 0 (a cost in the price table's currency)", 2)
+  end
+  if max_cost then require("luagent.cost").start() end -- the meter that holds the cap
   local self = setmetatable({
     name = name,
     id = string.format("%s-%08x", name, math.random(0, 0x7fffffff)),
@@ -93,6 +98,7 @@ function M.new(opts)
     loop_guard = loop_guard,
     max_tokens = opts.max_tokens,
     temperature = opts.temperature,
+    max_cost = max_cost,
     messages = opts.messages or {},
     sources = tool_sources(opts.tools),
     cursors = {},
@@ -330,7 +336,8 @@ function Agent:run_turns(emit, push)
     else ok, cerr = pcall(function()
       for ev in retry.stream { model = self.provider, system = self.system, messages = self.messages,
                                tools = box.specs, policy = self.policy, max_tokens = self.max_tokens,
-                               temperature = self.temperature } do
+                               temperature = self.temperature, agent = self.name, agent_id = self.id,
+                               max_cost = self.max_cost } do
         push(ev)
         if ev.type == "message_end" and ev.final then final = ev end
       end
@@ -405,7 +412,7 @@ function Agent:start()
     deliver(ev)
   end
   local function emit(ev)
-    ev.agent = self.name
+    ev.agent, ev.agent_id = self.name, self.id
     if self.journal then self.journal:observe(ev) end
     events.publish(ev)
     deliver(ev)

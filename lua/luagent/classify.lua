@@ -122,12 +122,13 @@ local function decision(class, retryable, reason)
   return { class = class, retryable = retryable, reason = reason }
 end
 
--- Sends a message to ctx.report, or to stderr when the caller gave none.
+-- Sends a message to ctx.report, or to the log (luagent.log) when the caller
+-- gave none.
 local function report(ctx, msg)
   if ctx.report then
     ctx.report(msg)
   else
-    io.stderr:write("luagent: ", msg, "\n")
+    require("luagent.log").write("warn", msg)
   end
 end
 

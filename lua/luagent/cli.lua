@@ -63,9 +63,27 @@ options:
   --virtual-clock     run on the virtual clock: sleeps, backoff waits and
                       timeouts complete at once, in order, and luagent.now()
                       jumps (tests, demos; network I/O still takes real time)
-  --log LEVEL         the library's own stderr lines: debug, info (each
-                      retry announced), warn (default: what needs a look),
-                      error, off; LUAGENT_LOG=LEVEL does the same
+  --log LEVEL         log lines on stderr, one per event worth logging and
+                      per library message: debug, info (calls, tools, each
+                      retry), warn (default: what needs a look), error, off;
+                      LUAGENT_LOG=LEVEL does the same. With it, luagent's
+                      own notes on stderr are log lines too
+  --log-format F      json (default when stderr is not a terminal), text
+                      (default on a terminal; NO_COLOR honoured) or auto
+  --log-content       add message content (answers, tool arguments and
+                      results) to log lines: cut to 2 KiB and passed through
+                      the policy's redact(text) hook
+  --trace             print the span tree of every agent run, with
+                      durations, on stderr at the end
+  --otlp FILE|URL     export spans after the OpenTelemetry GenAI conventions:
+                      to FILE as OTLP JSON lines, or to an OTLP/HTTP
+                      collector at URL (http://host:4318; /v1/traces is
+                      added). OTEL_EXPORTER_OTLP_ENDPOINT does the same
+  --cost              print the cost table (per agent, and the costliest
+                      turns) on stderr at the end
+  --prices FILE       a Lua file returning model prices (dollars per million
+                      tokens) laid over lua/luagent/prices.lua
+  --max-cost N        refuse any model call once the run has cost N dollars
   --tools DIR         load a tool set from DIR (every *.lua file returns a
                       tool or a list of tools; watched and reloaded between
                       turns) as luagent.options.tools
@@ -138,8 +156,9 @@ end
 -- Options of `luagent run`: name -> true when it takes a value.
 local RUN_FLAGS = {
   policy = true, faults = true, cassette = true, seed = true, record = true, events = true, log = true,
-  tools = true, journal = true,
+  tools = true, journal = true, ["log-format"] = true, otlp = true, prices = true, ["max-cost"] = true,
   mock = false, ["retry-safe"] = false, fast = false, ["virtual-clock"] = false, durable = false,
+  ["log-content"] = false, trace = false, cost = false,
 }
 
 -- parse_flags(args, flags, cmd [, i]) -> opts, index of the first argument
@@ -184,10 +203,78 @@ local function parse_run_args(args)
   if opts.log and not require("luagent.log").LEVELS[opts.log] then
     return nil, string.format("run: --log wants debug, info, warn, error or off, not '%s'", opts.log)
   end
+  local fmt = opts["log-format"]
+  if fmt and fmt ~= "json" and fmt ~= "text" and fmt ~= "auto" then
+    return nil, string.format("run: --log-format wants json, text or auto, not '%s'", fmt)
+  end
+  local cap = opts["max-cost"]
+  if cap and not (tonumber(cap) and tonumber(cap) >= 0 and tonumber(cap) < math.huge) then
+    return nil, string.format("run: --max-cost wants a number of dollars >= 0, not '%s'", cap)
+  end
   if opts.seed and not math.tointeger(tonumber(opts.seed)) then
     return nil, string.format("run: --seed wants an integer, got '%s'", opts.seed)
   end
   return opts, i
+end
+
+-- The run's default policy as it is now (it may be reloaded), or nil.
+local function current_policy()
+  local spec = config.get("policy")
+  local policies = require "luagent.policy"
+  if type(spec) == "table" then return spec end
+  local path = type(spec) == "string" and policies.find(spec)
+  if not path then return nil end
+  local ok, loader = pcall(policies.watched, path)
+  return ok and loader:get() or nil
+end
+
+-- Sets up logs, traces and cost (the bus's observers) as the options ask;
+-- returns their cleanup (exports, the tree, the cost table), or nil and an
+-- exit code after reporting the problem.
+local function observe(opts, usage_error)
+  local log = require "luagent.log"
+  local events = require "luagent.events"
+  local trace = require "luagent.trace"
+  local cost = require "luagent.cost"
+  if opts["log-format"] then log.set_format(opts["log-format"]) end
+  log.content = opts["log-content"] or false
+  -- the policy's redact(text) hook, run under the hook limits
+  log.redact = function(text)
+    local p = current_policy()
+    if not (p and p.redact) then return text end
+    local policies = require "luagent.policy"
+    local ok, out = policies.run_limited(p.redact, policies.limits.hook, text)
+    if not ok then error(out, 0) end
+    return out
+  end
+  if opts.prices then
+    local ok, err = cost.load_prices(opts.prices)
+    if not ok then return nil, usage_error("run: --prices: %s", err) end
+  end
+  cost.run_limit = opts["max-cost"] and tonumber(opts["max-cost"])
+  -- --otlp FILE and a collector (--otlp URL, or the OTEL_ variables) may go together
+  local file = opts.otlp and not opts.otlp:match("^https?://") and opts.otlp or nil
+  local url = not file and opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    or os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+  if url == "" then url = nil end
+  -- spans are built when asked for, or when log lines at info carry their ids
+  if opts.trace or file or url or log.enabled("info") then
+    local ok, err = trace.start { tree = opts.trace, file = file, url = url,
+      max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
+      batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")) }
+    if not ok then return nil, usage_error("run: --otlp: %s", err) end
+  end
+  if opts.cost or opts.prices or opts["max-cost"] then cost.start() end
+  -- `--log off` asked for silence: no consumer at all
+  local unsubscribe = opts.log ~= "off" and events.subscribe(log.consumer(), { types = log.TYPES })
+  log.events_logged = unsubscribe and true or false
+  return function()
+    if unsubscribe then unsubscribe() end
+    log.events_logged = false
+    trace.stop(opts.trace and io.stderr or nil)
+    if opts.cost then io.stderr:write(table.concat(cost.report(), "\n"), "\n") end
+    cost.stop()
+  end
 end
 
 local function any_key()
@@ -204,7 +291,13 @@ end
 local function prepare(opts, file)
   local events = require "luagent.events"
   local seed = opts.seed and math.tointeger(tonumber(opts.seed))
+  local log = require "luagent.log"
   if opts.log then config.set { log_level = opts.log } end
+  -- with a log level asked for, luagent's own notes are log lines too
+  local explicit_log = opts.log or os.getenv("LUAGENT_LOG")
+  local function note(fmt, ...)
+    if explicit_log then log.write("info", (string.format(fmt, ...):gsub("^luagent: ", ""))) else say(fmt, ...) end
+  end
   local options = { retry_safe = opts["retry-safe"] or false, seed = seed }
   config.set { options = options }
   local cleanups = {}
@@ -229,6 +322,13 @@ local function prepare(opts, file)
     config.set { policy = opts.policy }
   end
   if seed then config.set { seed = seed } end
+  -- before the mock starts, so a bad --prices or --otlp leaves nothing behind
+  local obs, code = observe(opts, usage_error)
+  if not obs then
+    for i = #cleanups, 1, -1 do cleanups[i]() end
+    return nil, code
+  end
+  table.insert(cleanups, 1, obs) -- runs last: after the script's own files and the mock are closed
   if opts.tools then
     local set, err = require("luagent.tools").dir(opts.tools)
     if not set then return nil, usage_error("run: --tools: %s", err.message) end
@@ -263,11 +363,11 @@ local function prepare(opts, file)
     local what = {}
     if cassette then what[#what + 1] = "replaying " .. cassette end
     if opts.faults then what[#what + 1] = "faults " .. opts.faults end
-    say("luagent: %s: using the embedded mock provider at %s%s",
+    note("luagent: %s: using the embedded mock provider at %s%s",
       any_key() and "as asked" or "no API key set", srv.url,
       #what > 0 and " (" .. table.concat(what, ", ") .. ")" or "")
     cleanups[#cleanups + 1] = function()
-      for _, d in ipairs(srv:divergences()) do say("luagent: cassette divergence: %s", d) end
+      for _, d in ipairs(srv:divergences()) do log.library("luagent: cassette divergence: " .. d) end
       srv:close()
     end
   end
@@ -277,7 +377,7 @@ local function prepare(opts, file)
     config.set { record = rec }
     cleanups[#cleanups + 1] = function()
       rec:close()
-      say("luagent: recorded %d exchange(s) to %s", rec.count, opts.record)
+      note("luagent: recorded %d exchange(s) to %s", rec.count, opts.record)
     end
   end
   if opts.events then

@@ -32,6 +32,7 @@ M.kinds = {
   outcome_unknown = true,-- an unflagged tool may have done its work; `tool`, `call_id`, `arguments`
   journal = true,        -- the run journal failed: cannot open, corrupt, locked, full; `file`, `code_name`, `corrupt`
   divergence = true,     -- a durable run's script no longer matches its journal; `step`
+  cost_limit = true,     -- a max_cost cap refused a call before its request; `limit`, `spent`, `scope`
 }
 
 -- One metatable for records made in C and in Lua, owned by the core

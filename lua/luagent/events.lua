@@ -1,7 +1,7 @@
 -- Events are the spine: every model call's events are returned to its
 -- caller and published here, where consumers (the JSON-lines writer, the
--- retry-safe filter, later logs, traces and the cost meter) subscribe. A new
--- kind of observer is a new consumer; the retry loop does not change.
+-- retry-safe filter, logs, traces and the cost meter) subscribe. A new kind
+-- of observer is a new consumer; the retry loop does not change.
 local json = require "luagent.json"
 local errors = require "luagent.errors"
 local queue = require "luagent.queue"
@@ -13,32 +13,62 @@ local M = {}
 -- The bus
 ------------------------------------------------------------------------------
 
-local subscribers = {}
+-- Consumers in two groups: annotators (they add fields to events, so they
+-- run first) and the others; in each, consumers of every event (`all`) and
+-- consumers of some types only (`typed[type]`), so an event nobody asked
+-- for by type (a text delta) costs nothing but the `all` consumers.
+local groups = { { all = {}, typed = {} }, { all = {}, typed = {} } }
+local ANNOTATE, NORMAL = groups[1], groups[2]
 
--- subscribe(fn) -> unsubscribe function. fn(event) runs for every event
--- published, in order. A consumer that raises is removed and reported once:
--- an observer must never break the call it observes.
-function M.subscribe(fn)
+-- subscribe(fn [, opts]) -> unsubscribe function. fn(event) runs for every
+-- event published (or, with opts.types = {"agent_end", ...}, for events of
+-- those types only), in order. A consumer that raises is removed and
+-- reported once: an observer must never break the call it observes. With
+-- opts.annotate, fn runs before every other consumer, so the fields it adds
+-- (the cost meter's `agent_end.cost`) reach them all.
+function M.subscribe(fn, opts)
   if type(fn) ~= "function" then error("events.subscribe: expects a function", 2) end
-  subscribers[#subscribers + 1] = fn
+  local group = opts and opts.annotate and ANNOTATE or NORMAL
+  local lists = {}
+  if opts and opts.types then
+    for _, t in ipairs(opts.types) do
+      group.typed[t] = group.typed[t] or {}
+      lists[#lists + 1] = group.typed[t]
+    end
+  else
+    lists[1] = group.all
+  end
+  for _, list in ipairs(lists) do list[#list + 1] = fn end
   return function()
-    for i, f in ipairs(subscribers) do
-      if f == fn then table.remove(subscribers, i) return end
+    for _, list in ipairs(lists) do
+      for i, f in ipairs(list) do
+        if f == fn then table.remove(list, i) break end
+      end
     end
   end
 end
 
--- publish(event): hands the event to every subscriber.
-function M.publish(ev)
-  for i = #subscribers, 1, -1 do
-    local fn = subscribers[i]
+local function deliver(list, ev)
+  for i = #list, 1, -1 do
+    local fn = list[i]
     local ok, err = pcall(fn, ev)
     if not ok then
       if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
-      table.remove(subscribers, i)
-      io.stderr:write("luagent: an event consumer failed on a ", tostring(ev.type),
-        " event and was removed: ", secrets.text(tostring(err)), "\n")
+      table.remove(list, i)
+      require("luagent.log").write("warn", "an event consumer failed on a " .. tostring(ev.type)
+        .. " event and was removed: " .. secrets.text(tostring(err)))
     end
+  end
+end
+
+-- publish(event): hands the event to every subscriber that wants it.
+function M.publish(ev)
+  local t = ev.type
+  for g = 1, 2 do
+    local group = groups[g]
+    local typed = group.typed[t]
+    if typed and typed[1] then deliver(typed, ev) end
+    if group.all[1] then deliver(group.all, ev) end
   end
 end
 

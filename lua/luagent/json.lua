@@ -107,6 +107,14 @@ local function quote(s)
   end) .. '"'
 end
 
+-- quote(s) -> the JSON string literal of `s` (as encode writes it); plain
+-- text (no control, quote, backslash or non-ASCII byte) takes a fast path,
+-- for writers of many small strings (log lines, spans).
+function M.quote(s)
+  if not s:find('[%c"\\\128-\255]') then return '"' .. s .. '"' end
+  return quote(s)
+end
+
 -- How non-finite numbers encode: nil raises (request bodies must not
 -- change meaning silently); "null" writes null (event lines).
 local nonfinite = nil

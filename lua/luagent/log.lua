@@ -1,18 +1,42 @@
--- The library's own diagnostic lines (a policy edit rejected, a hook that
--- failed, a retry announced), with a level each, written to a sink.
+-- Logs: one structured line per event worth logging, and the library's own
+-- diagnostic lines (a policy edit rejected, a hook that failed, a retry
+-- announced), all with the same fields: time, level, agent, model or tool
+-- and call id, trace and span id, message, and the event's own fields.
 --
--- The events are the full story of a run; these lines are for people. A retry
--- is `info` (it is expected behaviour, and scripts show retries from their
--- events), what a user must act on is `warn`. The threshold comes from
--- LUAGENT_LOG or `luagent run --log LEVEL`; the default is `warn`.
+-- The events are the full story of a run; these lines are for people and
+-- log pipelines. The threshold comes from LUAGENT_LOG or `luagent run --log
+-- LEVEL` (default `warn`). Lines are JSON when stderr is not a terminal (or
+-- with `--log-format json`), a compact readable form on a terminal (colour
+-- unless NO_COLOR is set). Metadata is always logged; message content
+-- (answers, tool arguments and results) only with `--log-content`, cut to
+-- M.content_max bytes and passed through the policy's `redact(text)` hook.
+-- Every line goes through the key scrubber (lua/luagent/secrets.lua).
+local core = require "luagent.core"
+local json = require "luagent.json"
+local secrets = require "luagent.secrets"
+
 local M = {}
 
 M.LEVELS = { debug = 1, info = 2, warn = 3, error = 4, off = 5 }
 
 local threshold = M.LEVELS[os.getenv("LUAGENT_LOG") or ""] or M.LEVELS.warn
 
--- Where lines go: function(level, line). Embedders and specs replace it.
-M.sink = function(_, line) io.stderr:write(line, "\n") end
+-- Where lines go: function(level, line, record). Embedders and specs
+-- replace it (record is the line's fields as a table, already scrubbed).
+M.sink = function(_, line) io.stderr:write(line .. "\n") end -- one write(2) per line
+
+-- "auto" (JSON unless stderr is a terminal), "json" or "text".
+M.format = "auto"
+-- Message content in lines (--log-content), and its bound in bytes.
+M.content = false
+M.content_max = 2048
+-- function(text) -> text: the policy's redact hook, set by `luagent run`.
+M.redact = nil
+-- function(ev) -> trace_id, span_id: set by lua/luagent/trace.lua.
+M.context = nil
+-- True while the event consumer is subscribed: the retry loop's own
+-- "INFO provider error ..." line is then left to its provider_retry event.
+M.events_logged = false
 
 -- Sets the threshold by name; raises for a name not in M.LEVELS.
 function M.set_level(name)
@@ -29,9 +53,339 @@ end
 -- Whether a line at `level` would be written.
 function M.enabled(level) return M.LEVELS[level] >= threshold and threshold < M.LEVELS.off end
 
--- Writes `line` at `level` when the threshold lets it through.
-function M.write(level, line)
-  if M.enabled(level) then M.sink(level, line) end
+------------------------------------------------------------------------------
+-- Formatting one line
+------------------------------------------------------------------------------
+
+local last_second, last_text -- the date and time of the last line's second
+local function iso_time(t)
+  local s = math.floor(t)
+  if s ~= last_second then last_second, last_text = s, os.date("!%Y-%m-%dT%H:%M:%S", s) end
+  return string.format("%s.%03dZ", last_text, math.floor((t - s) * 1000))
+end
+
+local function clock_time(t)
+  local s = math.floor(t)
+  return os.date("%H:%M:%S", s) .. string.format(".%03d", math.floor((t - s) * 1000))
+end
+
+local is_json, colour -- decided at the first line
+local function decide()
+  local tty = core.isatty and core.isatty(2) or false
+  if M.format == "json" then is_json = true
+  elseif M.format == "text" then is_json = false
+  else is_json = not tty end
+  local nc = os.getenv("NO_COLOR")
+  colour = not is_json and tty and not (nc and nc ~= "")
+end
+
+-- Sets the format ("auto", "json", "text"); raises for another name.
+function M.set_format(name)
+  if name ~= "auto" and name ~= "json" and name ~= "text" then
+    error("log.set_format: unknown format '" .. tostring(name) .. "' (auto, json, text)", 2)
+  end
+  M.format, is_json = name, nil
+end
+
+local COLOUR = { debug = "\27[2m", info = "\27[36m", warn = "\27[33m", error = "\27[31m" }
+-- The fields every line leads with, in this order (the rest follow sorted).
+local HEAD = { "time", "level", "agent", "model", "tool", "call", "call_id", "trace_id", "span_id", "msg" }
+local IS_HEAD = {}
+for _, k in ipairs(HEAD) do IS_HEAD[k] = true end
+
+-- A field's value in the text form: quoted when it has spaces or quotes.
+local function text_value(v)
+  if type(v) == "table" then return json.encode(v) end
+  local s = tostring(v)
+  if type(v) == "string" and (s == "" or s:find("[%s\"=]")) then return string.format("%q", s):gsub("\\\n", "\\n") end
+  return s
+end
+
+-- A field's value as JSON: strings and integers the quick way (a line
+-- per event must stay cheap), the rest through the encoder.
+local function json_value(v)
+  local t = type(v)
+  if t == "string" then return json.quote(v) end
+  if math.type(v) == "integer" then return tostring(v) end
+  if t == "boolean" then return tostring(v) end
+  return json.encode(v, { nonfinite = "null" })
+end
+
+local keys_json = {} -- field name -> ',"name":'
+local function key_json(k)
+  local q = keys_json[k]
+  if not q then
+    q = "," .. json.quote(k) .. ":"
+    keys_json[k] = q
+  end
+  return q
+end
+
+-- The line for `record` in the current format.
+local function render(record, epoch)
+  if is_json == nil then decide() end
+  if is_json then
+    -- one buffer, one concatenation: ',"key":' and the value, field by field
+    local b = {}
+    for _, k in ipairs(HEAD) do
+      local v = record[k]
+      if v ~= nil then b[#b + 1], b[#b + 2] = key_json(k), json_value(v) end
+    end
+    local rest = {}
+    for k in pairs(record) do if not IS_HEAD[k] then rest[#rest + 1] = k end end
+    table.sort(rest)
+    for _, k in ipairs(rest) do b[#b + 1], b[#b + 2] = key_json(k), json_value(record[k]) end
+    b[1] = "{" .. b[1]:sub(2) -- the first field has no comma before it
+    b[#b + 1] = "}"
+    return table.concat(b)
+  end
+  local who = {}
+  if record.agent then who[#who + 1] = record.agent end
+  if record.model then who[#who + 1] = record.model end
+  if record.tool then who[#who + 1] = record.tool end
+  if record.call then who[#who + 1] = "#" .. record.call end
+  if record.call_id then who[#who + 1] = record.call_id end
+  local lvl = string.format("%-5s", record.level:upper())
+  if colour then lvl = COLOUR[record.level] .. lvl .. "\27[0m" end
+  local out = { clock_time(epoch), lvl }
+  if #who > 0 then out[#out + 1] = table.concat(who, " ") end
+  out[#out + 1] = record.msg
+  local rest = {}
+  for k in pairs(record) do
+    if not IS_HEAD[k] and k ~= "event" then rest[#rest + 1] = k end
+  end
+  table.sort(rest)
+  local kv = {}
+  for _, k in ipairs(rest) do kv[#kv + 1] = k .. "=" .. text_value(record[k]) end
+  if #kv > 0 then out[#out + 1] = table.concat(kv, " ") end
+  return table.concat(out, "  ")
+end
+
+-- write(level, msg [, fields]): one line at `level` when the threshold lets
+-- it through: {time, level, msg, ...fields}, scrubbed of every key.
+function M.write(level, msg, fields)
+  if not M.enabled(level) then return end
+  local record = {}
+  for k, v in pairs(fields or {}) do record[k] = v end
+  local epoch = core.wall()
+  record.time = iso_time(epoch)
+  record.level, record.msg = level, msg
+  secrets.scrub(record)
+  M.sink(level, secrets.text(render(record, epoch)), record)
+end
+
+-- library(line): a diagnostic line of the library ("luagent: ...", or
+-- "INFO ..." from the retry loop), at the level its prefix names (warn when
+-- none). The retry loop's announcement is dropped while the event consumer
+-- logs provider_retry itself.
+function M.library(line)
+  line = tostring(line)
+  local prefix, rest = line:match("^(%u+) (.*)$")
+  local level = prefix and M.LEVELS[prefix:lower()] and prefix:lower()
+  if level then line = rest else level = "warn" end
+  if M.events_logged and level == "info" and line:find("^provider error") then return end
+  M.write(level, (line:gsub("^luagent: ", "")))
+end
+
+------------------------------------------------------------------------------
+-- Content: cut, redacted, scrubbed
+------------------------------------------------------------------------------
+
+local reported -- a failing redact hook is reported once
+
+-- content_text(text) -> the text as a log line may carry it: cut to
+-- M.content_max bytes, passed through M.redact, scrubbed of keys.
+function M.content_text(text)
+  text = tostring(text)
+  local more = #text > M.content_max
+  local cut = secrets.cut(more and text:sub(1, M.content_max + secrets.margin) or text, M.content_max, more)
+  if more then cut = cut .. string.format("...[%d bytes]", #text) end
+  if M.redact then
+    local ok, red = pcall(M.redact, cut)
+    if not ok or type(red) ~= "string" then
+      if not reported then
+        reported = true
+        M.write("warn", "the policy's redact hook failed; content is left out of the log: "
+          .. tostring(ok and ("it returned a " .. type(red)) or red))
+      end
+      return "[redact failed]"
+    end
+    cut = red
+  end
+  return secrets.text(cut)
+end
+
+------------------------------------------------------------------------------
+-- The event consumer
+------------------------------------------------------------------------------
+
+-- Copies a usage table's token counts into a line's fields.
+local function usage_fields(r, u, prefix)
+  if type(u) ~= "table" then return end
+  r[prefix .. "input_tokens"] = u.input_tokens
+  r[prefix .. "output_tokens"] = u.output_tokens
+  if (u.cache_read_tokens or 0) > 0 then r[prefix .. "cache_read_tokens"] = u.cache_read_tokens end
+  if (u.cache_write_tokens or 0) > 0 then r[prefix .. "cache_write_tokens"] = u.cache_write_tokens end
+end
+
+-- An error record as text ("kind: message"), or nil.
+local function err_text(e)
+  if e == nil then return nil end
+  return tostring(e)
+end
+
+-- duration(seconds) -> "37.968s", "1.3ms", "191µs".
+function M.duration(d)
+  if not d then return "?" end
+  if d >= 1 then return string.format("%.3fs", d) end
+  if d >= 0.001 then return string.format("%.1fms", d * 1000) end
+  return string.format("%dµs", math.floor(d * 1e6 + 0.5))
+end
+local secs = M.duration
+
+-- Per event type: function(ev, fields) -> level, message. Fields hold the
+-- event's metadata; types not listed (deltas) are never logged.
+local EVENTS = {
+  agent_start = function(ev, r)
+    r.history = ev.history
+    return "info", "agent started"
+  end,
+  agent_end = function(ev, r)
+    r.stop_reason, r.turns, r.reason, r.error = ev.stop_reason, ev.turns, ev.reason, err_text(ev.error)
+    usage_fields(r, ev.usage, "")
+    if ev.cost then r.cost = ev.cost.total; r.cost_unpriced = ev.cost.unpriced end
+    if M.content and ev.messages and #ev.messages > 0 then
+      local last = ev.messages[#ev.messages]
+      if last.role == "assistant" then r.content = M.content_text(last.content or "") end
+    end
+    return ev.stop_reason == "error" and "error" or "info", "agent ended: " .. tostring(ev.stop_reason)
+  end,
+  turn_start = function(ev, r) r.turn = ev.turn return "debug", "turn started" end,
+  turn_end = function(ev, r)
+    r.turn = ev.turn
+    r.tool_results = ev.tool_results and #ev.tool_results or 0
+    return "debug", "turn ended"
+  end,
+  message_start = function(ev, r)
+    r.provider, r.response_model, r.response_id = ev.provider, ev.model, ev.id
+    return "debug", "answer started"
+  end,
+  usage = function(ev, r) usage_fields(r, ev, "") return "debug", "usage reported" end,
+  stream_reset = function(ev, r) r.attempt = ev.attempt return "debug", "partial answer reset for a retry" end,
+  message_end = function(ev, r)
+    r.stop_reason, r.raw_stop_reason = ev.stop_reason, ev.raw_stop_reason
+    usage_fields(r, ev.usage, "")
+    if not ev.final then
+      r.error = err_text(ev.error)
+      return "debug", ev.error_message or "answer ended"
+    end
+    r.attempts, r.status = ev.attempts, ev.status
+    usage_fields(r, ev.total_usage, "total_")
+    if ev.started then r.duration = tonumber(string.format("%.6f", core.now() - ev.started)) end
+    if ev.stop_reason == "error" then
+      r.error, r.reason = err_text(ev.error), ev.reason
+      return "warn", "model call failed after " .. tostring(ev.attempts) .. " attempt(s)"
+    elseif ev.stop_reason == "aborted" then
+      return "info", "model call aborted"
+    end
+    if M.content and ev.message then r.content = M.content_text(ev.message.content or "") end
+    return "info", "model call done in " .. secs(r.duration)
+  end,
+  call_aborted = function(ev, r) r.attempts = ev.attempts return "info", "model call aborted" end,
+  provider_retry = function(ev, r)
+    r.attempt, r.max_attempts, r.delay_ms, r.class, r.source, r.status =
+      ev.attempt, ev.max_attempts, ev.delay_ms, ev.class, ev.source, ev.status
+    usage_fields(r, ev.usage, "")
+    return "info", string.format("provider error (attempt %d/%d), retrying in %.2fs: %s",
+      ev.attempt, ev.max_attempts, (ev.delay_ms or 0) / 1000, tostring(ev.error))
+  end,
+  context_compacted = function(ev, r)
+    r.attempt, r.before, r.after = ev.attempt, ev.before, ev.after
+    return "info", "context compacted"
+  end,
+  circuit_open = function(ev, r)
+    r.endpoint, r.trips = ev.endpoint, ev.trips
+    return "warn", "circuit opened"
+  end,
+  circuit_half_open = function(ev, r) r.endpoint = ev.endpoint return "info", "circuit half open" end,
+  circuit_close = function(ev, r) r.endpoint = ev.endpoint return "info", "circuit closed" end,
+  retry_budget_exhausted = function(ev, r)
+    r.endpoint, r.tokens = ev.endpoint, ev.tokens
+    return "warn", "retry budget exhausted"
+  end,
+  cooldown = function(ev, r) r.endpoint = ev.endpoint return "info", "endpoint cooling down" end,
+  tool_execution_start = function(ev, r)
+    if M.content and ev.arguments then r.content = M.content_text(json.encode(ev.arguments)) end
+    return "info", "tool call started"
+  end,
+  tool_execution_update = function(_, _) return "debug", "tool progress" end,
+  tool_retry = function(ev, r)
+    r.attempt, r.max_attempts, r.delay_ms = ev.attempt, ev.max_attempts, ev.delay_ms
+    return "info", string.format("tool failed (attempt %d/%d), retrying in %.2fs: %s", ev.attempt,
+      ev.max_attempts, (ev.delay_ms or 0) / 1000, tostring(ev.error))
+  end,
+  tool_execution_end = function(ev, r)
+    r.attempts = ev.attempts
+    r.duration = ev.duration and tonumber(string.format("%.6f", ev.duration))
+    if ev.error then
+      r.error = err_text(ev.error)
+      if M.content then r.content = M.content_text(ev.error.message or "") end
+      return "info", "tool call failed"
+    end
+    if M.content and ev.result then r.content = M.content_text(ev.result) end
+    return "info", "tool call done in " .. secs(ev.duration)
+  end,
+  tools_changed = function(ev, r)
+    r.version = ev.version
+    r.added, r.removed, r.changed = ev.added, ev.removed, ev.changed
+    return "info", "tools changed"
+  end,
+  tools_reload_failed = function(ev, r)
+    r.file, r.line = ev.file, ev.line
+    return "warn", "tool file failed to load: " .. tostring(ev.message)
+  end,
+}
+-- The highest level each type may be logged at: what cannot pass the
+-- threshold is rejected before any work.
+local MOST = {
+  agent_start = "info", agent_end = "error", turn_start = "debug", turn_end = "debug",
+  message_start = "debug", usage = "debug", stream_reset = "debug", message_end = "warn",
+  call_aborted = "info", provider_retry = "info", context_compacted = "info", circuit_open = "warn",
+  circuit_half_open = "info", circuit_close = "info", retry_budget_exhausted = "warn", cooldown = "info",
+  tool_execution_start = "info", tool_execution_update = "debug", tool_retry = "info",
+  tool_execution_end = "info", tools_changed = "info", tools_reload_failed = "warn",
+}
+
+-- The event types the consumer logs (events.subscribe's `types`).
+M.TYPES = {}
+for t in pairs(MOST) do M.TYPES[#M.TYPES + 1] = t end
+table.sort(M.TYPES)
+
+-- consumer() -> a bus consumer writing one line per event worth logging
+-- (lua/luagent/events.lua); subscribe it for M.TYPES. Deltas are never
+-- logged.
+function M.consumer()
+  local models = {} -- call -> model, for the events that do not name it
+  return function(ev)
+    local t = ev.type
+    local most = MOST[t]
+    if not most or not M.enabled(most) then
+      if ev.final and ev.call then models[ev.call] = nil end
+      return
+    end
+    local r = { event = t, agent = ev.agent }
+    if ev.call then
+      if ev.request_model then models[ev.call] = ev.request_model
+      elseif t == "message_start" and ev.model and not models[ev.call] then models[ev.call] = ev.model end
+      r.model, r.call = models[ev.call], ev.call
+      if ev.final then models[ev.call] = nil end
+    elseif ev.call_id then
+      r.tool, r.call_id = ev.name, ev.call_id
+    end
+    if M.context then r.trace_id, r.span_id = M.context(ev) end
+    local level, msg = EVENTS[t](ev, r)
+    if M.enabled(level) then M.write(level, msg, r) end
+  end
 end
 
 return M

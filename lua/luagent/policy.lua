@@ -217,6 +217,7 @@ local FIELDS = {
   breaker = check.table_or_false, budget = check.table_or_false, cooldown = check.table_or_false,
   tool = check.table,
   shared = check.table_or_false,
+  redact = check.fn, traceparent = check.boolean,
 }
 -- shared = {redis = "redis://HOST:PORT/DB", prefix = "luagent:", timeout = 0.25}
 local SHARED_FIELDS = {
@@ -483,6 +484,8 @@ function M.new(t, source, text)
     tool = M.tool_section(t.tool),
     shared = t.shared and { redis = t.shared.redis, prefix = t.shared.prefix, timeout = t.shared.timeout }
       or t.shared, -- nil: LUAGENT_REDIS_URL decides; false: local state only
+    redact = t.redact,
+    traceparent = t.traceparent or false,
   }, Policy)
 end
 
@@ -616,7 +619,7 @@ local function watch(loader)
       w:wait()
       local _, err = loader:reload()
       if err then
-        log.write("warn", "luagent: policy " .. tostring(err.message) .. " (the previous policy stays in force)")
+        log.library("luagent: policy " .. tostring(err.message) .. " (the previous policy stays in force)")
       end
     end
   end)

@@ -202,7 +202,8 @@ end
 -- request: {system=, messages=, tools=, max_tokens=, temperature=} (model is
 -- the provider's unless given). opts.timeout overrides timeouts;
 -- opts.max_bytes caps the bytes of the answer's event data (past it the
--- attempt fails with kind `too_large`). The iterator raises an error record
+-- attempt fails with kind `too_large`); opts.headers are added to the
+-- request's (lowercase names: the retry loop's `traceparent`). The iterator raises an error record
 -- when the stream fails after it began. The response is the generic for's
 -- closing value: leaving the loop early aborts the transfer at once. Keys
 -- are scrubbed from every event and error (lua/luagent/secrets.lua).
@@ -213,6 +214,7 @@ function Provider:stream(request, opts)
   req.model = req.model or self.model
   local ok, built = pcall(self.adapter.build, req, { base_url = self.base_url, api_key = key, headers = self.headers })
   if not ok then error(secrets.text(tostring(built)), 2) end
+  for name, value in pairs(opts and opts.headers or {}) do built.headers[name] = value end -- traceparent
   local resp, err = http.request {
     method = built.method, url = built.url, headers = built.headers, body = built.body,
     timeout = timeouts(self, opts and opts.timeout), http_version = self.http_version,

@@ -42,6 +42,16 @@ local M = {}
 -- lines go to lua/luagent/log.lua: a retry's at level info, what needs a
 -- look at warn; the events carry them always.
 
+-- Gates asked before every attempt, before any request: function(opts)
+-- -> nil, or an error record that ends the call at once (final, not
+-- retried). lua/luagent/cost.lua adds the max_cost cap here.
+M.gates = {}
+
+-- Set by lua/luagent/trace.lua: function(call, attempt, opts) -> headers
+-- for the attempt's request ({traceparent = ...}), asked only when the
+-- policy's `traceparent` is true.
+M.trace_headers = nil
+
 ------------------------------------------------------------------------------
 -- Policies: a name, a file (watched and reloaded: policies.watched), a
 -- table, or the default
@@ -152,6 +162,7 @@ function Call.new(opts, provider, policy_src)
   local seed = opts.seed or (run_seed and run_seed + call_id) or math.random(0, 2 ^ 31)
   return setmetatable({
     id = call_id, provider = provider, policy_src = policy_src, policy = policy_src:get(),
+    opts = opts,            -- the caller's (agent, agent_id; the gates see them)
     rng = luagent_core.backoff_rng(seed),
     request = {
       system = opts.system, messages = opts.messages or {}, tools = opts.tools,
@@ -173,7 +184,19 @@ function Call.new(opts, provider, policy_src)
     cut_by_deadline = nil,  -- the attempt's time limit is the total deadline's
     compacted = false,      -- a context overflow was resent once already
     open_end = false,       -- a message_end of the call closed no final message yet
+    attempt_started = nil,  -- the attempt's start (loop clock)
+    status = nil,           -- its HTTP status
   }, Call)
+end
+
+-- What observers need on the call's final event and its provider_retry
+-- (EVENTS.md, "Call events"): when the call and its last attempt started,
+-- the last status, and what was asked of whom. Returns `ev`.
+function Call:describe(ev)
+  ev.started, ev.attempt_started, ev.status = self.started, self.attempt_started, self.status
+  local provider = self.provider
+  ev.request_model, ev.provider_kind, ev.endpoint = provider.model, provider.kind, provider.base_url
+  return ev
 end
 
 local function now() return luagent_core.now() end
@@ -196,8 +219,9 @@ end
 -- Ends the call with its final failure.
 function Call:final_failure(err, reason)
   err = final_error(err, reason, self.attempt, self.last_err)
-  self.out:push { type = "message_end", stop_reason = "error", error = err, usage = self.attempt_usage,
-                  total_usage = self.usage_total, attempts = self.attempt, reason = reason, final = true }
+  self.out:push(self:describe { type = "message_end", stop_reason = "error", error = err,
+    usage = self.attempt_usage, total_usage = self.usage_total, attempts = self.attempt, reason = reason,
+    final = true })
   self.state = "done"
 end
 
@@ -210,8 +234,9 @@ end
 function Call:abort(err)
   self:record(false, false) -- frees the breaker's probe slot if this was the probe
   if self.resp then self.resp:close() self.resp = nil end
-  self.out:push { type = self.open_end and "call_aborted" or "message_end", stop_reason = "aborted",
-                  error = err, final = true, total_usage = self.usage_total, attempts = self.attempt }
+  self.out:push(self:describe { type = self.open_end and "call_aborted" or "message_end",
+    stop_reason = "aborted", error = err, final = true, total_usage = self.usage_total,
+    attempts = self.attempt })
   self.pending_error, self.state = err, "raise"
 end
 
@@ -237,7 +262,7 @@ function Call:compact_request(err)
       end
     end
   end
-  if what then log.write("warn", "luagent: " .. what) return nil end
+  if what then log.library("luagent: " .. what) return nil end
   return res
 end
 
@@ -300,17 +325,17 @@ function Call:announce_retry(err, d, side, shorter, wait, why)
     out:push { type = "context_compacted", attempt = attempt, before = #self.request.messages, after = #shorter }
     self.request.messages, self.compacted = shorter, true
   end
-  out:push { type = "provider_retry", attempt = attempt, max_attempts = max_attempts, error = err,
-             error_message = text, delay = wait, delay_ms = math.floor(wait * 1000 + 0.5),
-             class = d.class, source = why }
+  out:push(self:describe { type = "provider_retry", attempt = attempt, max_attempts = max_attempts,
+    error = err, error_message = text, delay = wait, delay_ms = math.floor(wait * 1000 + 0.5),
+    class = d.class, source = why, usage = self.attempt_usage })
   if log.enabled("info") then
-    log.write("info", string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s",
+    log.library(string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s",
       attempt, max_attempts, wait, text))
   end
   if policy.on_retry then
     local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
       { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
-    if not ok then log.write("warn", "luagent: " .. tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
+    if not ok then log.library("luagent: " .. tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
   end
   self.delay = wait
   if why ~= "compaction" then self.prev_delay = wait end
@@ -328,13 +353,14 @@ function Call:failed(err)
   if err.kind == "timeout" then self:name_timeout(err) end
   local policy, ep = self.policy, self.ep
   self.last_err = err
+  self.status = math.tointeger(err.status) or self.status
   if type(err.usage) == "table" then self.attempt_usage = err.usage end -- what the cut stream had reported
   self.usage_total = add_usage(self.usage_total, self.attempt_usage)
   local left = self:time_left()
   local d = classify.classify(err, {
     attempt = self.attempt,
     deadline_expired = left ~= nil and left <= 0,
-    report = function(msg) log.write("warn", "luagent: " .. msg) end,
+    report = function(msg) log.library("luagent: " .. msg) end,
   }, policy)
   err.class = err.class or d.class
   local side = self:record(false, COUNTED[d.class] or false)
@@ -391,8 +417,15 @@ function Call:begin_attempt()
     end
     self.was_probe = probe_or_err or false
   end
+  for _, gate in ipairs(M.gates) do
+    local refusal = gate(self.opts)
+    if refusal then
+      self:record(false, false) -- frees the breaker's probe slot if this was the probe
+      return self:final_failure(refusal, refusal.reason or refusal.message)
+    end
+  end
   self.attempt = self.attempt + 1
-  self.opened, self.attempt_usage = false, nil
+  self.opened, self.attempt_usage, self.attempt_started, self.status = false, nil, now(), nil
   local limit = seconds(policy.attempt_timeout)
   self.cut_by_deadline = left ~= nil and (limit == nil or left < limit)
   if left then limit = limit and math.min(limit, left) or left end
@@ -401,10 +434,12 @@ function Call:begin_attempt()
   local ok, stream, perr, _, r = pcall(provider.stream, provider, self.request, {
     timeout = { total = limit, idle = seconds(policy.idle_timeout) },
     max_bytes = policy.max_answer_bytes or nil,
+    headers = policy.traceparent and M.trace_headers and M.trace_headers(self.id, self.attempt, self.opts) or nil,
   })
   if not ok then return self:failed(stream) end -- cancelled while connecting, or a bug
   if not stream then return self:failed(perr) end
   self.it, self.resp = stream, r
+  self.status = r and r.status
   self.state = "streaming"
 end
 
@@ -436,6 +471,7 @@ function Call:next_event()
     ev.total_usage = self.usage_total
     ev.attempts = self.attempt
     ev.final = true
+    self:describe(ev)
     self.state = "done"
     out:push_all(side)
   end
@@ -467,7 +503,7 @@ local STEP = { start = Call.begin_attempt, streaming = Call.next_event, waiting 
 function Call:deliver()
   local ev = self.out:pop()
   if ev then
-    ev.call = self.id
+    ev.call, ev.agent, ev.agent_id = self.id, self.opts.agent, self.opts.agent_id
     events.publish(ev)
   end
   return ev

@@ -1,5 +1,6 @@
 -- Busted output handler for `make test`: a dot per test, the details of every
--- failure and error, and one closing line "N passed, N failed[, N skipped]"
+-- failure and error, the reason of every skipped spec, and one closing line
+-- "N passed, N failed[, N skipped]"
 -- (errors count as failures: a spec that crashed did not pass).
 local pretty = require "pl.pretty"
 
@@ -33,6 +34,10 @@ return function(options)
     io.write("\n")
     for _, f in ipairs(handler.failures) do io.write(describe(f, "FAILED"), "\n") end
     for _, e in ipairs(handler.errors) do io.write(describe(e, "ERROR"), "\n") end
+    -- a skipped spec says why (a peer not installed, ...)
+    for _, p in ipairs(handler.pendings) do
+      io.write("SKIPPED: ", tostring(p.name), type(p.message) == "string" and (": " .. p.message) or "", "\n")
+    end
     local failed = handler.failuresCount + handler.errorsCount
     local line = string.format("%d passed, %d failed", handler.successesCount, failed)
     if handler.pendingsCount > 0 then

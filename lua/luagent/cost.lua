@@ -1,0 +1,355 @@
+-- Cost: a consumer of the event bus that prices every attempt of every
+-- model call (failed attempts included: their usage is billed too) with the
+-- price table (lua/luagent/prices.lua, overridable), and keeps a meter per
+-- agent, per call and for the whole run. A model without a price is
+-- reported as "no price", never as free.
+--
+-- It also enforces `max_cost` (an agent's option, or the run's `--max-cost`):
+-- through the retry loop's gates, a call (or a retry) that would start once
+-- the cap is reached is refused with a `cost_limit` error before any
+-- request is sent. The totals of an agent's run are added to its
+-- `agent_end` event as `cost`.
+local errors = require "luagent.errors"
+local events = require "luagent.events"
+
+local M = {}
+
+M.currency = "USD"
+-- The run's cap (`luagent run --max-cost N`), or nil.
+M.run_limit = nil
+-- How many call records are kept for the costliest turns (at least).
+M.keep = 50
+
+------------------------------------------------------------------------------
+-- Prices
+------------------------------------------------------------------------------
+
+local prices = {}
+for k, v in pairs(require "luagent.prices") do prices[k] = v end
+local found = {} -- model name -> entry or false: lookups made, until the table changes
+
+local PRICE_FIELDS = { input = true, output = true, cache_read = true, cache_write = true }
+
+-- Checks one price entry; returns nil or what is wrong.
+local function bad_entry(model, p)
+  if type(model) ~= "string" or model == "" then return "a key is not a model name" end
+  if type(p) ~= "table" then return model .. ": expected a table {input=, output=, ...}" end
+  for k, v in pairs(p) do
+    if not PRICE_FIELDS[k] then
+      return model .. ": unknown field '" .. tostring(k) .. "' (input, output, cache_read, cache_write)"
+    end
+    if type(v) ~= "number" or v ~= v or v < 0 or v == math.huge then
+      return model .. "." .. k .. " must be a number >= 0 (dollars per million tokens)"
+    end
+  end
+  if p.input == nil or p.output == nil then return model .. ": input and output prices are required" end
+end
+
+-- set_prices(t [, source]) -> true | nil, message: entries of `t` replace
+-- the table's, model by model.
+function M.set_prices(t, source)
+  source = source or "prices"
+  if type(t) ~= "table" then return nil, source .. ": expected a table of models" end
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    local why = bad_entry(k, t[k])
+    if why then return nil, source .. ": " .. why end
+  end
+  for _, k in ipairs(keys) do prices[k] = t[k] end
+  found = {}
+  return true
+end
+
+-- load_prices(path) -> true | nil, message: a Lua file returning a price
+-- table, run as text in an empty environment.
+function M.load_prices(path)
+  local chunk, err = loadfile(path, "t", {})
+  if not chunk then return nil, err end
+  local ok, t = pcall(chunk)
+  if not ok then return nil, tostring(t) end
+  return M.set_prices(t, path)
+end
+
+-- The entry for a model: its own, its name without a vendor prefix, or the
+-- longest key its dated name starts with.
+local function lookup(model)
+  local p = prices[model]
+  if p then return p end
+  local bare = model:match("^[^/]+/(.+)$")
+  if bare and prices[bare] then return prices[bare] end
+  local name, best = bare or model, nil
+  for k, v in pairs(prices) do
+    local suffix = #k < #name and name:sub(1, #k) == k and name:sub(#k + 1)
+    if suffix and (suffix:match("^%-%d") or suffix == "-latest") and (not best or #k > #best) then best, p = k, v end
+  end
+  return p
+end
+
+-- price(model) -> the entry for a model name, or nil (no price).
+function M.price(model)
+  if type(model) ~= "string" then return nil end
+  local p = found[model]
+  if p == nil then
+    p = lookup(model) or false
+    found[model] = p
+  end
+  return p or nil
+end
+
+-- usage_cost(usage, price) -> dollars: uncached input, cache reads and
+-- writes, and output, each at its price per million tokens.
+function M.usage_cost(u, p)
+  local input, out = u.input_tokens or 0, u.output_tokens or 0
+  local cr, cw = u.cache_read_tokens or 0, u.cache_write_tokens or 0
+  local uncached = math.max(0, input - cr - cw)
+  return (uncached * p.input + cr * (p.cache_read or p.input) + cw * (p.cache_write or p.input)
+    + out * p.output) / 1e6
+end
+
+------------------------------------------------------------------------------
+-- Meters
+------------------------------------------------------------------------------
+
+local USAGE = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens" }
+
+-- Usage counters at zero; add(total, u [, sign]) adds u's counts (or
+-- subtracts them, sign = -1).
+local function zero() return { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 } end
+
+local function add(total, u, sign)
+  if type(u) ~= "table" then return end
+  for _, f in ipairs(USAGE) do total[f] = total[f] + (sign or 1) * (tonumber(u[f]) or 0) end
+end
+
+-- A meter: calls, attempts, usage and cost of an agent (or of the run).
+local function new_meter(name)
+  return { name = name, calls = 0, attempts = 0, usage = zero(), cost = 0, unpriced = 0 }
+end
+
+-- The meters of the run: per agent (by id, in first-seen order), the calls
+-- in flight, the finished calls' records, each agent's current turn.
+local state -- {agents=, order=, calls=, done=, turns=, run=}
+local function reset()
+  state = { agents = {}, order = {}, calls = {}, done = {}, turns = {}, run = new_meter("total") }
+end
+reset()
+
+-- The meter of the agent an event belongs to ("(no agent)" for bare calls).
+local function agent_meter(ev)
+  local key = ev.agent_id or ev.agent or "(no agent)"
+  local m = state.agents[key]
+  if not m then
+    m = new_meter(ev.agent or "(no agent)")
+    state.agents[key] = m
+    state.order[#state.order + 1] = key
+  end
+  return m
+end
+
+-- The record of call `ev.call`: {call, agent, turn, model, attempts,
+-- usage, cost (nil: no price), message_id (the last answer's id),
+-- generation_id (OpenRouter: the same id, to look the price up by),
+-- attempt_costs}.
+local function call_record(ev)
+  local r = state.calls[ev.call]
+  if not r then
+    r = { call = ev.call, agent = ev.agent, agent_id = ev.agent_id, turn = state.turns[ev.agent_id or ""],
+          attempts = 0, usage = zero(), cost = 0, attempt_costs = {} }
+    state.calls[ev.call] = r
+  end
+  return r
+end
+
+-- Charges one attempt's usage to the call, its agent and the run.
+local function charge(r, ev, u)
+  r.model = r.model or ev.request_model
+  r.provider_kind = r.provider_kind or ev.provider_kind
+  r.attempts = r.attempts + 1
+  local p = M.price(r.model)
+  local c = p and type(u) == "table" and M.usage_cost(u, p) or (p and 0 or nil)
+  r.attempt_costs[#r.attempt_costs + 1] = c or false
+  add(r.usage, u)
+  local a, run = agent_meter(ev), state.run
+  a.attempts, run.attempts = a.attempts + 1, run.attempts + 1
+  add(a.usage, u)
+  add(run.usage, u)
+  if c then a.cost, run.cost = a.cost + c, run.cost + c end
+  if c and r.cost then r.cost = r.cost + c else r.cost = nil end
+end
+
+-- A call ended: counted on its meters, its record kept for the report.
+local function finish_call(r, ev)
+  state.calls[ev.call] = nil
+  local unpriced = r.cost == nil
+  local a, run = agent_meter(ev), state.run
+  a.calls, run.calls = a.calls + 1, run.calls + 1
+  if unpriced then a.unpriced, run.unpriced = a.unpriced + 1, run.unpriced + 1 end
+  if r.provider_kind == "openrouter" then r.generation_id = r.message_id end
+  local done = state.done
+  done[#done + 1] = r
+  -- keep the costliest M.keep (for the report), not every call of a long run
+  if #done > 2 * M.keep then
+    table.sort(done, function(a, b)
+      local x, y = a.cost or -1, b.cost or -1
+      if x ~= y then return x > y end
+      return a.call < b.call
+    end)
+    for i = #done, M.keep + 1, -1 do done[i] = nil end
+    table.sort(done, function(a, b) return a.call < b.call end)
+  end
+end
+
+-- The consumer.
+local function consume(ev)
+  local t = ev.type
+  if t == "turn_start" then
+    state.turns[ev.agent_id or ""] = ev.turn
+  elseif t == "message_start" and ev.call then
+    if ev.id then call_record(ev).message_id = ev.id end
+  elseif t == "provider_retry" then
+    charge(call_record(ev), ev, ev.usage)
+  elseif (t == "message_end" and ev.final) or t == "call_aborted" then
+    local r = call_record(ev)
+    if (ev.attempts or 0) > r.attempts then
+      -- the last attempt: what the call's total holds beyond the attempts
+      -- charged so far (so the meter always adds up to total_usage)
+      local rest = zero()
+      add(rest, ev.total_usage)
+      add(rest, r.usage, -1)
+      charge(r, ev, rest)
+    end
+    finish_call(r, ev)
+  elseif t == "agent_end" then
+    ev.cost = M.totals(ev.agent_id or ev.agent)
+  end
+end
+
+-- totals([agent_id]) -> {total=<dollars or nil when no call was priced>,
+-- calls=, attempts=, unpriced_calls=, usage=, currency=} of an agent (by
+-- id) or of the whole run.
+function M.totals(key)
+  local m = key and state.agents[key] or (not key and state.run)
+  if not m then m = new_meter(key) end
+  local priced = m.calls - m.unpriced
+  return { total = (priced > 0 or m.calls == 0) and m.cost or nil, calls = m.calls, attempts = m.attempts,
+           unpriced_calls = m.unpriced, usage = m.usage, currency = M.currency }
+end
+
+-- records() -> the finished calls' records in call order: every one, or
+-- (in a long run) at least the M.keep costliest.
+function M.records() return state.done end
+
+------------------------------------------------------------------------------
+-- The cap
+------------------------------------------------------------------------------
+
+-- "$0.0123", or "no price".
+local function money(v) return v and string.format("$%.4f", v) or "no price" end
+M.money = money
+
+-- The model name a call asks for (from its `model` option).
+local function model_of(opts)
+  local m = opts.model
+  if type(m) == "string" then return m:match("^[%w_]+/(.+)$") or m end
+  return type(m) == "table" and m.model or nil
+end
+
+-- The retry loop's gate: a refusal when a cap applies and is reached, or
+-- when a cap applies and the model has no price (the cap could not hold).
+local function gate(opts)
+  local limits = {}
+  if opts.max_cost then
+    local m = state.agents[opts.agent_id or opts.agent or ""]
+    limits[#limits + 1] = { limit = opts.max_cost, spent = m and m.cost or 0,
+      scope = "agent", what = "the agent '" .. tostring(opts.agent) .. "'" }
+  end
+  if M.run_limit then
+    limits[#limits + 1] = { limit = M.run_limit, spent = state.run.cost, scope = "run", what = "the run" }
+  end
+  if #limits == 0 then return nil end
+  local model = model_of(opts)
+  for _, l in ipairs(limits) do
+    local msg
+    if not M.price(model) then
+      msg = string.format("max_cost of %s (%s) cannot hold: model '%s' has no price (add it with --prices)",
+        l.what, money(l.limit), tostring(model))
+    elseif l.spent >= l.limit then
+      msg = string.format("max_cost of %s (%s) reached: %s spent; the call was not sent",
+        l.what, money(l.limit), money(l.spent))
+    end
+    if msg then
+      return errors.new("cost_limit", msg, { limit = l.limit, spent = l.spent, scope = l.scope,
+        retryable = false, reason = "max_cost reached" })
+    end
+  end
+end
+
+------------------------------------------------------------------------------
+-- Starting, the table
+------------------------------------------------------------------------------
+
+local unsubscribe
+
+-- start(): subscribes the meter (once) and installs the cap's gate.
+function M.start()
+  if unsubscribe then return end
+  unsubscribe = events.subscribe(consume, { annotate = true, types = { "turn_start", "message_start",
+    "provider_retry", "message_end", "call_aborted", "agent_end" } })
+  local gates = require("luagent.retry").gates
+  gates[#gates + 1] = gate
+end
+
+-- stop(): unsubscribes and forgets every meter.
+function M.stop()
+  if not unsubscribe then return end
+  unsubscribe()
+  unsubscribe = nil
+  local gates = require("luagent.retry").gates
+  for i, g in ipairs(gates) do if g == gate then table.remove(gates, i) break end end
+  reset()
+end
+
+-- report([top]) -> lines: a table per agent (calls, attempts, tokens,
+-- cost) with the run's total, then the `top` costliest turns.
+function M.report(top)
+  top = top or 5
+  local lines = {}
+  local fmt = "%-20s %6s %8s %10s %10s %10s %10s %12s"
+  lines[1] = string.format("cost (%s; prices per million tokens, lua/luagent/prices.lua or --prices)", M.currency)
+  lines[2] = string.format(fmt, "agent", "calls", "attempts", "input", "output", "cache_read", "cache_write", "cost")
+  local function row(name, key)
+    local t = M.totals(key)
+    local cost = money(t.total)
+    if t.total and t.unpriced_calls > 0 then cost = cost .. " + " .. t.unpriced_calls .. " unpriced" end
+    lines[#lines + 1] = string.format(fmt, name:sub(1, 20), t.calls, t.attempts, t.usage.input_tokens,
+      t.usage.output_tokens, t.usage.cache_read_tokens, t.usage.cache_write_tokens, cost)
+  end
+  for _, key in ipairs(state.order) do row(state.agents[key].name, key) end
+  row("total", nil)
+  local turns = {}
+  for _, r in ipairs(state.done) do turns[#turns + 1] = r end
+  table.sort(turns, function(a, b)
+    local x, y = a.cost or -1, b.cost or -1
+    if x ~= y then return x > y end
+    return a.call < b.call
+  end)
+  if #turns > 0 then
+    lines[#lines + 1] = "costliest turns:"
+    for i = 1, math.min(top, #turns) do
+      local r = turns[i]
+      local failed, failed_cost = #r.attempt_costs - 1, 0
+      for j = 1, failed do failed_cost = failed_cost and r.attempt_costs[j] and failed_cost + r.attempt_costs[j] end
+      lines[#lines + 1] = string.format("  %s%s call %d  %s  %d attempt%s%s  in %d out %d  %s%s",
+        r.agent and (r.agent .. " ") or "", r.turn and ("turn " .. r.turn .. ",") or "", r.call,
+        tostring(r.model), r.attempts, r.attempts == 1 and "" or "s",
+        failed > 0 and string.format(" (%d failed: %s)", failed, money(failed_cost or nil)) or "",
+        r.usage.input_tokens, r.usage.output_tokens, money(r.cost),
+        r.generation_id and ("  generation " .. r.generation_id) or "")
+    end
+  end
+  return lines
+end
+
+return M

@@ -1,0 +1,688 @@
+-- Traces: a consumer of the event bus that turns a run's events into spans
+-- after the OpenTelemetry GenAI semantic conventions:
+--
+--   invoke_agent {agent}          INTERNAL, one per agent run
+--     chat {model}                CLIENT, one per model call
+--       attempt N                 CLIENT, one per attempt (HTTP request)
+--     execute_tool {tool}         INTERNAL, one per tool call
+--       attempt N                 INTERNAL, one per tool attempt
+--
+-- A model call made outside an agent is a trace of its own (chat at the
+-- root). Spans are built from the events alone (their times: the events'
+-- `started` / `attempt_started` fields and the moment each event is
+-- published); the retry loop and the agent loop do not know about them.
+--
+-- When a trace's root span ends, the trace goes to the exporters: a file of
+-- OTLP JSON lines (one TracesData object per line: hex ids, 64-bit integers
+-- as strings), an OTLP/HTTP JSON collector (batched, on the loop, from a
+-- bounded queue; a collector that fails is logged once and never slows the
+-- run), and the tree printed by `luagent run --trace` at the end.
+local core = require "luagent.core"
+local json = require "luagent.json"
+local events = require "luagent.events"
+local secrets = require "luagent.secrets"
+local log = require "luagent.log"
+
+local M = {}
+
+M.KIND = { INTERNAL = 1, SERVER = 2, CLIENT = 3 }
+M.STATUS = { UNSET = 0, OK = 1, ERROR = 2 }
+
+-- gen_ai.provider.name per provider kind (OpenTelemetry's well-known
+-- values where there is one).
+M.PROVIDER_NAMES = { openai = "openai", openai_responses = "openai", anthropic = "anthropic",
+  openrouter = "openrouter" }
+
+------------------------------------------------------------------------------
+-- Ids and times
+------------------------------------------------------------------------------
+
+-- A per-process salt, so ids differ between runs even when a script seeds
+-- math.random with a constant.
+local salt = math.floor((core.wall() % 1000) * 1e6) * 0x9e3779b97f4a7c15
+
+-- A random id of `n` hex digits (16 or 32), never all zeros.
+local function hex_id(n)
+  local id = string.format("%016x", math.random(math.mininteger, math.maxinteger) ~ salt)
+  if n == 32 then id = id .. string.format("%016x", math.random(math.mininteger, math.maxinteger)) end
+  if id:match("^0+$") then return hex_id(n) end
+  return id
+end
+M.hex_id = hex_id
+
+local offset -- epoch seconds minus loop-clock seconds, fixed when tracing starts
+
+-- Unix nanoseconds of a loop-clock time, as an integer.
+local function unix_nano(t)
+  local e = t + offset
+  local s = math.floor(e)
+  return s * 1000000000 + math.floor((e - s) * 1e9)
+end
+M.unix_nano = unix_nano
+
+------------------------------------------------------------------------------
+-- Spans
+------------------------------------------------------------------------------
+
+local Span = {}
+Span.__index = Span
+
+-- new_span(name, kind, parent, start) -> span: a child of `parent` (a span)
+-- or a root with a new trace id.
+local function new_span(name, kind, parent, start)
+  local s = setmetatable({
+    name = name, kind = kind, parent = parent, start = start or core.now(),
+    trace_id = parent and parent.trace_id or hex_id(32), span_id = hex_id(16),
+    attrs = {}, keys = {}, children = {}, status = M.STATUS.UNSET,
+  }, Span)
+  if parent then parent.children[#parent.children + 1] = s end
+  return s
+end
+
+-- span:set(key, value): an attribute (nil values are left out).
+function Span:set(k, v)
+  if v == nil then return self end
+  if self.attrs[k] == nil then self.keys[#self.keys + 1] = k end
+  self.attrs[k] = v
+  return self
+end
+
+-- span:fail(type, message): an error status with its message, and
+-- `error.type`.
+function Span:fail(etype, message)
+  self.status, self.status_message = M.STATUS.ERROR, message and secrets.text(tostring(message))
+  self:set("error.type", etype)
+end
+
+-- span:finish([t]): ends the span at t (default now), once.
+function Span:finish(t)
+  if not self.stop then self.stop = t or core.now() end
+  return self
+end
+
+-- Appends an attribute value's OTLP JSON (AnyValue) to buffer `b`:
+-- integers as strings.
+local function any_value(b, v)
+  local n = #b
+  if type(v) == "string" then
+    b[n + 1], b[n + 2], b[n + 3] = '{"stringValue":', json.quote(v), "}"
+    return
+  end
+  local t = math.type(v)
+  if t == "integer" or (t == "float" and v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53) then
+    b[n + 1], b[n + 2], b[n + 3] = '{"intValue":"', string.format("%d", v), '"}'
+  elseif t == "float" then
+    local finite = v == v and v ~= math.huge and v ~= -math.huge
+    b[n + 1] = finite and ('{"doubleValue":' .. string.format("%.17g", v) .. "}")
+      or ('{"stringValue":"' .. tostring(v) .. '"}')
+  elseif type(v) == "boolean" then
+    b[n + 1] = v and '{"boolValue":true}' or '{"boolValue":false}'
+  elseif type(v) == "table" then
+    b[n + 1] = '{"arrayValue":{"values":['
+    for i, x in ipairs(v) do
+      if i > 1 then b[#b + 1] = "," end
+      any_value(b, x)
+    end
+    b[#b + 1] = "]}}"
+  else
+    b[n + 1], b[n + 2], b[n + 3] = '{"stringValue":', json.quote(tostring(v)), "}"
+  end
+end
+
+local key_heads = {} -- attribute key -> '{"key":"...","value":'
+
+-- Appends the span's OTLP JSON (opentelemetry.proto.trace.v1.Span) to
+-- buffer `b`, written by hand into one buffer: a span per model call and
+-- per tool call must stay cheap.
+function Span:otlp(b)
+  b[#b + 1] = '{"traceId":"' .. self.trace_id .. '","spanId":"' .. self.span_id
+    .. (self.parent and ('","parentSpanId":"' .. self.parent.span_id) or "") .. '","name":'
+  b[#b + 1] = json.quote(self.name)
+  b[#b + 1] = string.format(',"kind":%d,"startTimeUnixNano":"%d","endTimeUnixNano":"%d","attributes":[',
+    self.kind, unix_nano(self.start), unix_nano(self.stop or self.start))
+  local values = self.attrs
+  for i, k in ipairs(self.keys) do
+    local head = key_heads[k]
+    if not head then
+      head = '{"key":' .. json.quote(k) .. ',"value":'
+      key_heads[k] = head
+    end
+    b[#b + 1] = i > 1 and ("," .. head) or head
+    any_value(b, values[k])
+    b[#b + 1] = "}"
+  end
+  b[#b + 1] = '],"status":{"code":' .. self.status
+  if self.status_message then
+    b[#b + 1] = ',"message":'
+    b[#b + 1] = json.quote(self.status_message)
+  end
+  b[#b + 1] = "}}"
+end
+
+-- Every span of the tree under `root`, parents before children.
+local function flatten(root, out)
+  out = out or {}
+  out[#out + 1] = root
+  for _, c in ipairs(root.children) do flatten(c, out) end
+  return out
+end
+
+-- TracesData JSON text for a list of spans (one resource, one scope).
+local resource_head -- the TracesData text before the spans (made once)
+function M.traces_data(spans)
+  if not resource_head then
+    local b = { '{"resourceSpans":[{"resource":{"attributes":[' }
+    for i, kv in ipairs({ { "service.name", M.service_name }, { "telemetry.sdk.name", "luagent" },
+                          { "telemetry.sdk.language", "lua" }, { "telemetry.sdk.version", core.version } }) do
+      b[#b + 1] = (i > 1 and "," or "") .. '{"key":"' .. kv[1] .. '","value":'
+      any_value(b, kv[2])
+      b[#b + 1] = "}"
+    end
+    b[#b + 1] = ']},"scopeSpans":[{"scope":{"name":"luagent","version":' .. json.quote(core.version) .. '},"spans":['
+    resource_head = table.concat(b)
+  end
+  local b = { resource_head }
+  for i, s in ipairs(spans) do
+    if i > 1 then b[#b + 1] = "," end
+    s:otlp(b)
+  end
+  b[#b + 1] = "]}]}]}"
+  return secrets.text(table.concat(b))
+end
+
+M.service_name = os.getenv("OTEL_SERVICE_NAME") or "luagent"
+
+------------------------------------------------------------------------------
+-- Building spans from events
+------------------------------------------------------------------------------
+
+local runs = {}   -- agent_id -> invoke_agent span
+local calls = {}  -- call -> {span=, attempts={n=span}, response_model=, response_id=}
+local tools = {}  -- agent_id .. "\0" .. call_id -> {span=, attempts={}, next_start=}
+local sinks = {}  -- function(root): called when a trace's root ends
+local unsubscribe
+
+-- The span that just ended, per kind (r: agent run, c: call, t: tool), so
+-- that consumers of the same event running after this one (its log line)
+-- still find its ids. One each: they run in the same publish.
+local recent = {}
+local function ended(kind, key, span) recent[kind] = { key, span } end
+local function just_ended(kind, key)
+  local e = recent[kind]
+  return e and e[1] == key and e[2] or nil
+end
+
+-- The gen_ai.usage.* attributes of a usage table.
+local function usage_attrs(span, u)
+  if type(u) ~= "table" then return end
+  span:set("gen_ai.usage.input_tokens", u.input_tokens)
+  span:set("gen_ai.usage.output_tokens", u.output_tokens)
+  span:set("gen_ai.usage.cache_read.input_tokens", u.cache_read_tokens)
+  span:set("gen_ai.usage.cache_creation.input_tokens", u.cache_write_tokens)
+end
+
+-- A trace's root ended: every sink gets the tree.
+local function root_done(root)
+  for _, sink in ipairs(sinks) do sink(root) end
+end
+
+-- The chat span record of call `id` (made on first sight).
+local function call_of(id, agent_id, t)
+  local c = calls[id]
+  if c then return c end
+  local parent = agent_id and runs[agent_id]
+  c = { span = new_span("chat", M.KIND.CLIENT, parent, t), attempts = {} }
+  c.span:set("gen_ai.operation.name", "chat")
+  calls[id] = c
+  return c
+end
+
+-- The span of attempt `n` of call record `c` (made on first sight).
+local function attempt_of(c, n, t)
+  local a = c.attempts[n]
+  if a then return a end
+  a = new_span("attempt " .. n, M.KIND.CLIENT, c.span, t)
+  a:set("http.request.method", "POST")
+  if n > 1 then a:set("http.request.resend_count", n - 1) end
+  c.attempts[n] = a
+  return a
+end
+
+-- error.type of a failure: the classifier's class, else the error's kind.
+local function error_type(err, class)
+  if type(err) ~= "table" then return class or "error" end
+  return err.class or class or err.kind or "error"
+end
+
+-- server.address and server.port of a base URL (parsed once per URL).
+local servers = {} -- base URL -> {host, port}
+local function server_attrs(span, url)
+  if type(url) ~= "string" then return end
+  local hp = servers[url]
+  if not hp then
+    local host, port = url:match("^%a[%w+.-]*://%[?([^/%]]+)%]?:(%d+)")
+    if not host then host = url:match("^%a[%w+.-]*://([^/:]+)") end
+    hp = { host, math.tointeger(tonumber(port)) or (url:match("^https") and 443 or 80) }
+    servers[url] = hp
+  end
+  span:set("server.address", hp[1])
+  span:set("server.port", hp[2])
+end
+
+local H = {} -- per event type
+
+function H.agent_start(ev, now)
+  local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, nil, now)
+  s:set("gen_ai.operation.name", "invoke_agent")
+  s:set("gen_ai.agent.name", ev.agent)
+  s:set("gen_ai.agent.id", ev.agent_id)
+  runs[ev.agent_id or ev.agent] = s
+end
+
+function H.agent_end(ev, now)
+  local key = ev.agent_id or ev.agent
+  local s = runs[key]
+  if not s then return end
+  runs[key] = nil
+  ended("r", key, s)
+  usage_attrs(s, ev.usage)
+  s:set("luagent.stop_reason", ev.stop_reason)
+  s:set("luagent.turns", ev.turns)
+  if ev.cost and ev.cost.total then s:set("luagent.cost", ev.cost.total) end
+  if ev.stop_reason == "error" then s:fail(error_type(ev.error), ev.error and ev.error.message or ev.reason) end
+  s:finish(now)
+  root_done(s)
+end
+
+function H.message_start(ev, now)
+  local c = call_of(ev.call, ev.agent_id, now)
+  c.response_model, c.response_id = ev.model, ev.id
+end
+
+function H.provider_retry(ev, now)
+  local c = call_of(ev.call, ev.agent_id, ev.started or now)
+  local a = attempt_of(c, ev.attempt, ev.attempt_started or now)
+  a.start = ev.attempt_started or a.start
+  a:set("http.response.status_code", ev.status)
+  a:set("luagent.retry.delay_ms", ev.delay_ms)
+  a:set("luagent.retry.source", ev.source)
+  usage_attrs(a, ev.usage)
+  a:fail(ev.class or "error", ev.error)
+  a.delay = ev.delay_ms and ev.delay_ms / 1000
+  a:finish(now)
+end
+
+-- The call's final event (message_end final, or call_aborted).
+local function call_end(ev, now)
+  local c = call_of(ev.call, ev.agent_id, ev.started or now)
+  calls[ev.call] = nil
+  local s = c.span
+  ended("c", ev.call, s)
+  if ev.started then s.start = ev.started end
+  local n = ev.attempts or 0
+  if n > 0 then
+    local a = attempt_of(c, n, ev.attempt_started or now)
+    if ev.attempt_started then a.start = ev.attempt_started end
+    a:set("http.response.status_code", ev.status)
+    usage_attrs(a, ev.usage)
+    if ev.stop_reason == "error" then
+      a:fail(error_type(ev.error and ev.error.cause or ev.error), ev.error and ev.error.message)
+    elseif ev.stop_reason == "aborted" then
+      a:fail("cancelled", "aborted")
+    end
+    a:finish(now)
+  end
+  s.name = "chat " .. tostring(ev.request_model or c.response_model or "")
+  s:set("gen_ai.provider.name", M.PROVIDER_NAMES[ev.provider_kind] or ev.provider_kind)
+  s:set("gen_ai.request.model", ev.request_model)
+  if ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted" then
+    s:set("gen_ai.response.model", c.response_model)
+    s:set("gen_ai.response.id", c.response_id)
+  end
+  usage_attrs(s, ev.total_usage)
+  s:set("gen_ai.response.finish_reasons", json.array { ev.raw_stop_reason or ev.stop_reason })
+  server_attrs(s, ev.endpoint)
+  s:set("luagent.call", ev.call)
+  s:set("luagent.attempts", n)
+  if ev.stop_reason == "error" then
+    s:fail(error_type(ev.error), ev.error and ev.error.message)
+  elseif ev.stop_reason == "aborted" then
+    s:fail("cancelled", "aborted")
+  end
+  s:finish(now)
+  if not s.parent then root_done(s) end
+end
+
+function H.message_end(ev, now)
+  if ev.final then call_end(ev, now) end
+end
+H.call_aborted = call_end
+
+-- A tool call's key: its agent and call id.
+local function tool_key(ev) return tostring(ev.agent_id or ev.agent) .. "\0" .. tostring(ev.call_id) end
+
+function H.tool_execution_start(ev, now)
+  local parent = runs[ev.agent_id or ev.agent]
+  local s = new_span("execute_tool " .. tostring(ev.name), M.KIND.INTERNAL, parent, now)
+  s:set("gen_ai.operation.name", "execute_tool")
+  s:set("gen_ai.tool.name", ev.name)
+  s:set("gen_ai.tool.call.id", ev.call_id)
+  s:set("gen_ai.tool.type", "function")
+  tools[tool_key(ev)] = { span = s, n = 0, next_start = now }
+end
+
+-- Ends the next attempt of tool call `t` now: from the end of the wait
+-- before it, with its error and the wait after it, if any.
+local function tool_attempt(t, now, err, delay)
+  t.n = t.n + 1
+  -- the attempt began after the wait (delay_ms is rounded: never past now)
+  local a = new_span("attempt " .. t.n, M.KIND.INTERNAL, t.span, math.min(t.next_start, now))
+  if err then a:fail(err.kind or "tool_error", err.message or err) end
+  if delay then
+    a:set("luagent.retry.delay_ms", math.floor(delay * 1000 + 0.5))
+    a.delay = delay
+  end
+  a:finish(now)
+  t.next_start = now + (delay or 0)
+end
+
+function H.tool_retry(ev, now)
+  local t = tools[tool_key(ev)]
+  if not t then return end
+  local kind = tostring(ev.error):match("^([%w_]+):") or "tool_error"
+  tool_attempt(t, now, { kind = kind, message = ev.error }, (ev.delay_ms or 0) / 1000)
+end
+
+function H.tool_execution_end(ev, now)
+  local key = tool_key(ev)
+  local t = tools[key]
+  if not t then return end
+  tools[key] = nil
+  ended("t", key, t.span)
+  if (ev.attempts or 0) > t.n then tool_attempt(t, now, ev.error) end
+  if ev.error then t.span:fail(ev.error.kind or "tool_error", ev.error.message) end
+  t.span:finish(now)
+  if not t.span.parent then root_done(t.span) end
+end
+
+-- The bus consumer.
+local function consume(ev)
+  local h = H[ev.type]
+  if h then h(ev, core.now()) end
+end
+
+-- context(ev) -> trace_id, span_id of the span an event belongs to (for
+-- log lines), or nil.
+function M.context(ev)
+  local s
+  if ev.call then
+    local c = calls[ev.call]
+    s = c and c.span or just_ended("c", ev.call)
+  elseif ev.call_id then
+    local t = tools[tool_key(ev)]
+    s = t and t.span or just_ended("t", tool_key(ev))
+  end
+  local key = ev.agent_id or ev.agent
+  s = s or (key and (runs[key] or just_ended("r", key)))
+  if s then return s.trace_id, s.span_id end
+end
+
+-- headers(call, attempt, opts) -> {traceparent = ...} for an attempt's
+-- request (W3C Trace Context; the attempt's own span is the parent).
+function M.headers(call, attempt, opts)
+  local c = call_of(call, opts and opts.agent_id, core.now())
+  local a = attempt_of(c, attempt, core.now())
+  return { traceparent = "00-" .. a.trace_id .. "-" .. a.span_id .. "-01" }
+end
+
+------------------------------------------------------------------------------
+-- The tree, for `luagent run --trace`
+------------------------------------------------------------------------------
+
+M.duration = log.duration -- "37.968s", "1.3ms", "191µs"
+
+-- tree(root) -> lines: each span with its duration, children indented
+-- in start order; attempts say their status or error and the wait after.
+function M.tree(root, lines, depth)
+  lines, depth = lines or {}, depth or 0
+  local d = (root.stop or root.start) - root.start
+  local line = string.rep("  ", depth) .. root.name .. " " .. M.duration(d)
+  if root.name:match("^attempt ") then
+    local notes = {}
+    local status = root.attrs["http.response.status_code"]
+    if status then notes[#notes + 1] = "HTTP " .. status end
+    if root.status == M.STATUS.ERROR then
+      if not status then notes[#notes + 1] = root.status_message or root.attrs["error.type"] end
+      notes[#notes + 1] = root.delay and ("retried after " .. M.duration(root.delay)) or "failed"
+    end
+    if #notes > 0 then line = line .. "  " .. table.concat(notes, ", ") end
+  elseif root.status == M.STATUS.ERROR then
+    line = line .. "  error: " .. tostring(root.attrs["error.type"])
+  end
+  lines[#lines + 1] = secrets.text(line)
+  local kids = {}
+  for i, c in ipairs(root.children) do kids[i] = c end
+  -- a tool call that ran once, fine: its one attempt says nothing more
+  if root.name:match("^execute_tool ") and #kids == 1 and kids[1].status ~= M.STATUS.ERROR then kids = {} end
+  table.sort(kids, function(a, b) if a.start ~= b.start then return a.start < b.start end return a.span_id < b.span_id end)
+  for _, c in ipairs(kids) do M.tree(c, lines, depth + 1) end
+  return lines
+end
+
+------------------------------------------------------------------------------
+-- Exporters
+------------------------------------------------------------------------------
+
+-- file_exporter(path) -> sink, close | nil, message: one TracesData line
+-- per finished trace.
+function M.file_exporter(path)
+  local f, err = io.open(path, "w")
+  if not f then return nil, err end
+  return function(root)
+    f:write(M.traces_data(flatten(root)), "\n")
+    f:flush()
+  end, function() f:close() end
+end
+
+-- The URL spans are posted to: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is,
+-- else a base URL (OTEL_EXPORTER_OTLP_ENDPOINT, --otlp URL) plus
+-- /v1/traces unless it already ends so.
+function M.traces_url(base)
+  if base:match("/v1/traces/?$") then return base end
+  return (base:gsub("/+$", "")) .. "/v1/traces"
+end
+
+-- "k1=v1,k2=v2" (OTEL_EXPORTER_OTLP_HEADERS) -> headers; values are
+-- registered as secrets (they are usually a collector's credentials).
+local function parse_headers(text)
+  local h = {}
+  for pair in (text or ""):gmatch("[^,]+") do
+    local k, v = pair:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
+    if k and k ~= "" then
+      v = v:gsub("%%(%x%x)", function(x) return string.char(tonumber(x, 16)) end)
+      h[k:lower()] = v
+      secrets.register(v)
+    end
+  end
+  return h
+end
+
+-- http_exporter{url=, max_queue=, batch=, timeout=} -> exporter with
+-- :sink(root), :flush(seconds) and the counts sent, dropped, failures.
+-- Spans wait in a bounded queue; one sender task at a time posts them in
+-- batches; a failing collector is logged once, its spans dropped and
+-- counted, and the run goes on at its own pace.
+function M.http_exporter(opts)
+  local http = require "luagent.http"
+  local x = {
+    url = opts.url, max_queue = opts.max_queue or 2048, batch = opts.batch or 512,
+    timeout = opts.timeout or 5, queue = {}, head = 1, tail = 0, sent = 0, dropped = 0, failures = 0,
+    headers = parse_headers(opts.headers or os.getenv("OTEL_EXPORTER_OTLP_HEADERS")),
+  }
+  x.headers["content-type"] = "application/json"
+
+  -- Posts one batch within `total` seconds; a failure drops it (counted)
+  -- and is logged the first time.
+  local function post(spans, total)
+    x.inflight = #spans
+    local ok, resp, err = pcall(http.fetch, { method = "POST", url = x.url, headers = x.headers,
+      body = M.traces_data(spans), timeout = { connect = math.min(2, total), total = total } })
+    x.inflight = 0
+    if ok and resp then
+      x.sent = x.sent + #spans
+      return true
+    end
+    if not ok and type(resp) == "table" and resp.kind == "cancelled" then error(resp, 0) end
+    x.failures = x.failures + 1
+    x.dropped = x.dropped + #spans
+    if not x.reported then
+      x.reported = true
+      log.write("warn", "OTLP export to " .. x.url .. " failed (" .. tostring(ok and err or resp)
+        .. "); its spans are dropped and counted, the run goes on")
+    end
+    return false
+  end
+
+  -- The next batch off the queue, or nil when it is empty.
+  local function take()
+    local n = math.min(x.batch, x.tail - x.head + 1)
+    if n <= 0 then return nil end
+    local spans = table.move(x.queue, x.head, x.head + n - 1, 1, {})
+    for i = x.head, x.head + n - 1 do x.queue[i] = nil end
+    x.head = x.head + n
+    return spans
+  end
+
+  -- The sender task: posts batches until the queue is empty.
+  local function sender()
+    while true do
+      local spans = take()
+      if not spans then break end
+      post(spans, x.timeout)
+    end
+    x.task = nil
+  end
+
+  -- sink(root): queues a finished trace's spans (over the bound: dropped,
+  -- counted) and starts the sender when none runs.
+  function x.sink(root)
+    for _, s in ipairs(flatten(root)) do
+      if x.tail - x.head + 1 >= x.max_queue then
+        x.dropped = x.dropped + 1
+        x.overflow = (x.overflow or 0) + 1
+      else
+        x.tail = x.tail + 1
+        x.queue[x.tail] = s
+      end
+    end
+    if not x.task then
+      x.task = core.spawn(sender)
+      x.task:set_daemon(true)
+    end
+  end
+
+  -- flush(seconds): at the end of a run, posts what is left, bounded in
+  -- time (a sender still running keeps its batch; a failed collector gets
+  -- one more short try).
+  function x.flush(seconds)
+    local function body()
+      local limit = core.now() + seconds
+      while x.task and core.now() < limit do core.sleep(0.01) end
+      while true do
+        local left = limit - core.now()
+        if left <= 0.05 then break end
+        local spans = take()
+        if not spans then break end
+        post(spans, math.min(x.timeout, left))
+      end
+    end
+    if core.current() then
+      body() -- called from a task: wait here
+    else
+      core.spawn(body)
+      core.run()
+    end
+    if x.task then
+      -- a post still waiting on the collector: its spans are lost too
+      x.task:cancel()
+      x.dropped = x.dropped + (x.inflight or 0)
+      if not x.reported then
+        x.reported = true
+        log.write("warn", string.format("OTLP export to %s: the collector did not answer (the run's end waited %g s)",
+          x.url, seconds))
+      end
+    end
+    local lost = x.tail - x.head + 1
+    if lost > 0 then x.dropped = x.dropped + lost end
+    if x.dropped > 0 then
+      log.write("warn", string.format("OTLP export to %s: %d span(s) sent, %d dropped (%d over the queue bound of %d)",
+        x.url, x.sent, x.dropped, x.overflow or 0, x.max_queue))
+    end
+  end
+  return x
+end
+
+------------------------------------------------------------------------------
+-- Starting and stopping
+------------------------------------------------------------------------------
+
+local printed, exporters, closers = nil, {}, {}
+
+-- start{tree=bool, file=path, url=base URL, headers="k=v,..", max_queue=,
+-- batch=, timeout=}
+-- -> true | nil, message. Subscribes the span builder (once) and the
+-- exporters asked for; with none, spans still give log lines their ids.
+function M.start(opts)
+  opts = opts or {}
+  if not unsubscribe then
+    offset = core.wall() - core.now()
+    local types = {}
+    for t in pairs(H) do types[#types + 1] = t end
+    -- an annotator: it runs before the log lines that use its ids
+    unsubscribe = events.subscribe(consume, { annotate = true, types = types })
+    require("luagent.retry").trace_headers = M.headers
+    log.context = M.context
+  end
+  if opts.file then
+    local sink, close = M.file_exporter(opts.file)
+    if not sink then return nil, "cannot open '" .. opts.file .. "': " .. tostring(close) end
+    sinks[#sinks + 1] = sink
+    closers[#closers + 1] = close
+  end
+  if opts.url then
+    local x = M.http_exporter { url = M.traces_url(opts.url), headers = opts.headers, max_queue = opts.max_queue,
+      batch = opts.batch, timeout = opts.timeout }
+    sinks[#sinks + 1] = x.sink
+    exporters[#exporters + 1] = x
+  end
+  if opts.tree then
+    printed = printed or {}
+    -- kept as text: the spans themselves can go
+    sinks[#sinks + 1] = function(root) printed[#printed + 1] = table.concat(M.tree(root), "\n") end
+  end
+  return true
+end
+
+-- stop([out]) -> ends tracing: exports what is queued (bounded in time),
+-- closes files and writes the tree of every trace to `out` (a file, when
+-- `--trace`). Spans still open (a run cut short) are ended now.
+function M.stop(out, flush_seconds)
+  for key, s in pairs(runs) do
+    s:finish()
+    runs[key] = nil
+    root_done(s)
+  end
+  for _, x in ipairs(exporters) do x.flush(flush_seconds or 1) end
+  for _, close in ipairs(closers) do close() end
+  if printed and out then
+    for _, text in ipairs(printed) do out:write(text .. "\n") end
+  end
+  if unsubscribe then unsubscribe() end
+  require("luagent.retry").trace_headers = nil
+  log.context = nil
+  unsubscribe, printed, exporters, closers, sinks = nil, nil, {}, {}, {}
+  runs, calls, tools = {}, {}, {}
+  recent = {}
+end
+
+return M

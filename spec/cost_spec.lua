@@ -1,0 +1,179 @@
+-- The cost meter (lua/luagent/cost.lua) against the mock provider on
+-- loopback, on the virtual clock: every attempt's usage is priced, failed
+-- attempts included, so an agent's total is the sum of all attempts' usage
+-- times the prices; unknown models are "no price", never free; prices are
+-- overridden by table or file; max_cost refuses a call before its request;
+-- OpenRouter's generation id stays with the call.
+local luagent = require "luagent"
+local mock = require "luagent.mock"
+local retry = require "luagent.retry"
+local events = require "luagent.events"
+local cost = require "luagent.cost"
+
+-- A price nobody ships, so the expected figures are computed here.
+local PRICE = { input = 1.5, output = 4, cache_read = 0.25, cache_write = 2 }
+
+local function priced(u)
+  local input, cr, cw = u.input_tokens, u.cache_read_tokens, u.cache_write_tokens
+  return ((input - cr - cw) * PRICE.input + cr * PRICE.cache_read + cw * PRICE.cache_write
+    + u.output_tokens * PRICE.output) / 1e6
+end
+
+-- The model asks for the tool `turns - 1` times, then answers.
+local function script(turns)
+  return function(_, _, body)
+    local done = 0
+    for _, m in ipairs(body.messages or {}) do
+      if type(m.content) == "table" then
+        for _, part in ipairs(m.content) do if part.type == "tool_result" then done = done + 1 end end
+      elseif m.role == "tool" then
+        done = done + 1
+      end
+    end
+    if done + 1 >= turns then return { text = "all done" } end
+    return { text = "step", tools = { { id = "t" .. done, name = "noop", arguments = {} } } }
+  end
+end
+
+local noop = { name = "noop", description = "Does nothing", read_only = true, run = function() return "ok" end }
+
+local function run_agent(kind, model, faults, opts)
+  opts = opts or {}
+  local srv = assert(mock.start { faults = faults, seed = 3, script = script(opts.turns or 2) })
+  local seen = {}
+  local unsub = events.subscribe(function(ev) seen[#seen + 1] = ev end)
+  local a = luagent.agent { name = opts.name or "metered", tools = { noop }, max_cost = opts.max_cost,
+    policy = { backoff = { strategy = "fixed", base = 0.1 } },
+    model = { kind = kind, model = model, base_url = srv.url .. (kind == "openrouter" and "/api/v1" or "/v1"),
+              api_key = "k" } }
+  local last = a:run("go")
+  unsub()
+  local requests = #srv:requests()
+  srv:close()
+  return last, seen, requests
+end
+
+describe("cost", function()
+  before_each(function()
+    luagent.configure { log_sink = function() end }
+    luagent.clock.virtual()
+    require("luagent.endpoint").reset()
+    cost.stop()
+    cost.start()
+    assert(cost.set_prices { ["test-model"] = PRICE })
+  end)
+  after_each(function()
+    cost.stop()
+    cost.run_limit = nil
+    luagent.configure { log_sink = false }
+    luagent.clock.real()
+  end)
+
+  it("prices every attempt, failed ones with usage included: totals are the sum of all attempts", function()
+    local last, seen = run_agent("anthropic", "test-model",
+      "stream-error:overloaded_error@1,cut@2,stream-error:overloaded_error@4", { turns = 2 })
+    assert.equal("stop", last.stop_reason)
+    -- the attempts, as the events tell them: a failed one's usage is in its provider_retry
+    local attempts, failed_with_usage, total = {}, 0, { input_tokens = 0, output_tokens = 0,
+      cache_read_tokens = 0, cache_write_tokens = 0 }
+    for _, ev in ipairs(seen) do
+      if ev.type == "provider_retry" then
+        attempts[#attempts + 1] = ev.usage
+        if ev.usage and ev.usage.input_tokens > 0 then failed_with_usage = failed_with_usage + 1 end
+      elseif ev.type == "message_end" and ev.final then
+        attempts[#attempts + 1] = ev.usage
+      end
+    end
+    assert.equal(5, #attempts) -- 3 failed, 2 that answered
+    assert.equal(3, failed_with_usage) -- the cut streams had reported their usage
+    local expected = 0
+    for _, u in ipairs(attempts) do
+      for k in pairs(total) do total[k] = total[k] + u[k] end
+      expected = expected + priced(u)
+    end
+    assert.same(total, last.usage) -- the agent's usage is every attempt's
+    assert.is_table(last.cost)
+    assert.equal(2, last.cost.calls)
+    assert.equal(5, last.cost.attempts)
+    assert.equal(0, last.cost.unpriced_calls)
+    assert.is_true(math.abs(last.cost.total - expected) < 1e-12, last.cost.total .. " vs " .. expected)
+    assert.is_true(expected > priced(attempts[3]) + priced(attempts[5])) -- the failures cost something
+    -- per call: the first call made 3 attempts
+    local records = cost.records()
+    assert.equal(2, #records)
+    assert.equal(3, records[1].attempts)
+    assert.equal(1, records[1].turn)
+    assert.is_true(math.abs(records[1].cost - (priced(attempts[1]) + priced(attempts[2]) + priced(attempts[3]))) < 1e-12)
+    -- the run's meter adds up the same
+    assert.is_true(math.abs(cost.totals().total - expected) < 1e-12)
+  end)
+
+  it("reports a model without a price as 'no price', never as zero", function()
+    local last = run_agent("openai", "unheard-of-model", nil, { turns = 1 })
+    assert.equal("stop", last.stop_reason)
+    assert.is_nil(last.cost.total)
+    assert.equal(1, last.cost.unpriced_calls)
+    local report = table.concat(cost.report(), "\n")
+    assert.matches("metered%s+1%s+1%s+%d+%s+%d+%s+0%s+0%s+no price", report)
+    assert.matches("unheard%-of%-model.*no price", report)
+  end)
+
+  it("finds dated and vendor-prefixed names, and takes overrides from a file", function()
+    assert.equal(require("luagent.prices")["claude-3-5-haiku"], cost.price("claude-3-5-haiku-20241022"))
+    assert.equal(require("luagent.prices")["gpt-4o-mini"], cost.price("openai/gpt-4o-mini"))
+    assert.equal(require("luagent.prices")["gpt-4o-mini"], cost.price("gpt-4o-mini-2024-07-18"))
+    assert.equal(require("luagent.prices")["claude-3-5-haiku"], cost.price("claude-3-5-haiku-latest"))
+    assert.is_nil(cost.price("gpt-4o-minimal"))
+    assert.is_nil(cost.price("gpt-4o-mini-ish"))
+    assert.is_nil(cost.price("no-such-model"))
+    local bad = os.tmpname()
+    local f = assert(io.open(bad, "w"))
+    f:write('return { ["x-model"] = { input = 1, outptu = 2 } }\n')
+    f:close()
+    local ok, err = cost.load_prices(bad)
+    assert.is_nil(ok)
+    assert.equal(bad .. ": x-model: unknown field 'outptu' (input, output, cache_read, cache_write)", err)
+    f = assert(io.open(bad, "w"))
+    f:write('return { ["x-model"] = { input = 1, output = 2 } }\n')
+    f:close()
+    assert(cost.load_prices(bad))
+    os.remove(bad)
+    assert.same({ input = 1, output = 2 }, cost.price("x-model"))
+    assert.equal(3e-6, cost.usage_cost({ input_tokens = 1, output_tokens = 1 }, cost.price("x-model")))
+  end)
+
+  it("refuses a call past an agent's max_cost before its request is sent", function()
+    local last, seen, requests = run_agent("openai", "test-model", nil, { turns = 3, max_cost = 1e-9, name = "capped" })
+    assert.equal("error", last.stop_reason)
+    assert.equal("cost_limit", last.error.kind)
+    assert.matches("^max_cost of the agent 'capped' %(%$0%.0000%) reached: %$0%.%d+ spent; the call was not sent",
+      last.error.message)
+    assert.equal(1, requests) -- the first call ran; the second was never sent
+    assert.equal(2, last.turns)
+    local final
+    for _, ev in ipairs(seen) do if ev.type == "message_end" and ev.final then final = ev end end
+    assert.equal(0, final.attempts)
+  end)
+
+  it("refuses calls past the run's cap, and when a capped model has no price", function()
+    cost.run_limit = 0
+    local last, _, requests = run_agent("openai", "test-model", nil)
+    assert.equal("cost_limit", last.error.kind)
+    assert.equal(0, requests)
+    assert.matches("max_cost of the run", last.error.message)
+    cost.run_limit = 100
+    last, _, requests = run_agent("openai", "unheard-of-model", nil)
+    assert.equal(0, requests)
+    assert.matches("model 'unheard%-of%-model' has no price", last.error.message)
+  end)
+
+  it("keeps OpenRouter's generation id with the call", function()
+    assert(cost.set_prices { ["vendor/test-model"] = PRICE })
+    local last = run_agent("openrouter", "vendor/test-model", nil)
+    assert.equal("stop", last.stop_reason)
+    local r = cost.records()[1]
+    assert.equal("openrouter", r.provider_kind)
+    assert.matches("^chatcmpl%-mock%d+$", r.generation_id) -- the id the server gave
+    assert.matches("generation chatcmpl%-mock", table.concat(cost.report(), "\n"))
+  end)
+end)

@@ -1,0 +1,256 @@
+-- Traces (lua/luagent/trace.lua) from the file export: an agent run against
+-- the mock provider on loopback (a 503 on the first model request, a tool
+-- that fails once and is retried), on the virtual clock, exported as OTLP
+-- JSON lines and read back span by span: names, kinds, parent links, ids,
+-- times and the GenAI attributes field by field. Also: `traceparent` on
+-- provider requests when the policy asks for it (and only then), and the
+-- tree `luagent run --trace` prints.
+local luagent = require "luagent"
+local mock = require "luagent.mock"
+local retry = require "luagent.retry"
+local trace = require "luagent.trace"
+local errors = require "luagent.errors"
+local cjson = require "cjson"
+local testserver = require "spec.support.testserver"
+local slurp = require("spec.support.helpers").slurp
+
+-- The model asks for `lookup` once, then answers.
+local function script(_, _, body)
+  for _, m in ipairs(body.messages or {}) do
+    if m.role == "tool" then return { text = "done: " .. tostring(m.content) } end
+  end
+  return { text = "looking", tools = { { id = "call_1", name = "lookup", arguments = { q = "x" } } } }
+end
+
+local function lookup_tool()
+  local runs = 0
+  return { name = "lookup", description = "Looks up", read_only = true,
+    params = { type = "object", properties = { q = { type = "string" } } },
+    run = function()
+      runs = runs + 1
+      if runs == 1 then return nil, errors.new("reset", "connection reset by the lookup service") end
+      return "found"
+    end }
+end
+
+-- Runs the agent with tracing to a file; returns the decoded lines and
+-- the agent's last event.
+local function traced_run(policy)
+  local file = os.tmpname()
+  assert(trace.start { file = file })
+  local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })
+  local a = luagent.agent { name = "triage", tools = { lookup_tool() }, policy = policy,
+    model = { kind = "openai", model = "gpt-4o-mini", base_url = srv.url .. "/v1", api_key = "k" } }
+  local last = a:run("go")
+  srv:close()
+  trace.stop()
+  local lines = {}
+  for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(line) end
+  os.remove(file)
+  return lines, last
+end
+
+local function attrs_of(span)
+  local t = {}
+  for _, kv in ipairs(span.attributes or {}) do t[kv.key] = kv.value end
+  return t
+end
+
+describe("trace, from the OTLP file export", function()
+  before_each(function()
+    luagent.configure { log_sink = function() end }
+    luagent.clock.virtual()
+    require("luagent.endpoint").reset()
+  end)
+  after_each(function()
+    luagent.configure { log_sink = false }
+    luagent.clock.real()
+  end)
+
+  it("writes one TracesData line per agent run: spans, kinds, parents and GenAI attributes", function()
+    local lines, last = traced_run({ backoff = { strategy = "fixed", base = 0.5 } })
+    assert.equal("stop", last.stop_reason)
+    assert.equal(1, #lines)
+    local rs = lines[1].resourceSpans
+    assert.equal(1, #rs)
+    local res = {}
+    for _, kv in ipairs(rs[1].resource.attributes) do res[kv.key] = kv.value.stringValue end
+    assert.equal("luagent", res["service.name"])
+    assert.equal("luagent", rs[1].scopeSpans[1].scope.name)
+    local spans = rs[1].scopeSpans[1].spans
+    local by_id, trace_id = {}, spans[1].traceId
+    for _, s in ipairs(spans) do
+      assert.matches("^%x+$", s.traceId)
+      assert.equal(32, #s.traceId)
+      assert.equal(trace_id, s.traceId) -- one trace
+      assert.equal(16, #s.spanId)
+      assert.matches("^%x+$", s.spanId)
+      assert.is_nil(by_id[s.spanId])
+      by_id[s.spanId] = s
+      assert.matches("^%d+$", s.startTimeUnixNano) -- 64-bit integers as strings
+      assert.matches("^%d+$", s.endTimeUnixNano)
+      assert(math.tointeger(s.endTimeUnixNano) >= math.tointeger(s.startTimeUnixNano), s.name .. " " .. s.startTimeUnixNano .. " " .. s.endTimeUnixNano)
+    end
+    local function children(s, name)
+      local out = {}
+      for _, c in ipairs(spans) do
+        if c.parentSpanId == s.spanId and (not name or c.name == name) then out[#out + 1] = c end
+      end
+      table.sort(out, function(a, b) return math.tointeger(a.startTimeUnixNano) < math.tointeger(b.startTimeUnixNano) end)
+      return out
+    end
+    assert.equal(9, #spans) -- agent, 2 chats with 3 attempts, a tool with 2 attempts
+
+    -- invoke_agent: the root
+    local root
+    for _, s in ipairs(spans) do if not s.parentSpanId then assert.is_nil(root) root = s end end
+    assert.equal("invoke_agent triage", root.name)
+    assert.equal(trace.KIND.INTERNAL, root.kind)
+    local ra = attrs_of(root)
+    assert.same({ stringValue = "invoke_agent" }, ra["gen_ai.operation.name"])
+    assert.same({ stringValue = "triage" }, ra["gen_ai.agent.name"])
+    assert.equal(last.agent_id, ra["gen_ai.agent.id"].stringValue)
+    assert.same({ intValue = tostring(last.usage.input_tokens) }, ra["gen_ai.usage.input_tokens"])
+    assert.same({ intValue = tostring(last.usage.output_tokens) }, ra["gen_ai.usage.output_tokens"])
+
+    -- two chat spans under it, CLIENT
+    local chats = children(root, "chat gpt-4o-mini")
+    assert.equal(2, #chats)
+    for i, chat in ipairs(chats) do
+      assert.equal(trace.KIND.CLIENT, chat.kind)
+      local ca = attrs_of(chat)
+      assert.same({ stringValue = "chat" }, ca["gen_ai.operation.name"])
+      assert.same({ stringValue = "openai" }, ca["gen_ai.provider.name"])
+      assert.same({ stringValue = "gpt-4o-mini" }, ca["gen_ai.request.model"])
+      assert.same({ stringValue = "gpt-4o-mini" }, ca["gen_ai.response.model"])
+      assert.matches("^chatcmpl%-mock%d+$", ca["gen_ai.response.id"].stringValue)
+      assert.matches("^%d+$", ca["gen_ai.usage.input_tokens"].intValue)
+      assert.is_true(math.tointeger(ca["gen_ai.usage.input_tokens"].intValue) > 0)
+      assert.is_true(math.tointeger(ca["gen_ai.usage.output_tokens"].intValue) > 0)
+      assert.same({ intValue = "0" }, ca["gen_ai.usage.cache_read.input_tokens"])
+      assert.same({ intValue = "0" }, ca["gen_ai.usage.cache_creation.input_tokens"])
+      assert.same({ arrayValue = { values = { { stringValue = i == 1 and "tool_calls" or "stop" } } } },
+        ca["gen_ai.response.finish_reasons"])
+      assert.same({ stringValue = "127.0.0.1" }, ca["server.address"])
+      assert.matches("^%d+$", ca["server.port"].intValue)
+      assert.is_nil(ca["error.type"])
+      assert.equal(trace.STATUS.UNSET, chat.status.code)
+    end
+
+    -- the first call: attempt 1 failed with a 503 and was retried, attempt 2 answered
+    local attempts = children(chats[1])
+    assert.equal(2, #attempts)
+    assert.equal("attempt 1", attempts[1].name)
+    assert.equal(trace.KIND.CLIENT, attempts[1].kind)
+    local a1 = attrs_of(attempts[1])
+    assert.same({ intValue = "503" }, a1["http.response.status_code"])
+    assert.same({ stringValue = "overloaded" }, a1["error.type"])
+    assert.same({ intValue = "500" }, a1["luagent.retry.delay_ms"])
+    assert.is_nil(a1["http.request.resend_count"])
+    assert.equal(trace.STATUS.ERROR, attempts[1].status.code)
+    assert.matches("HTTP 503", attempts[1].status.message)
+    local a2 = attrs_of(attempts[2])
+    assert.equal("attempt 2", attempts[2].name)
+    assert.same({ intValue = "200" }, a2["http.response.status_code"])
+    assert.same({ intValue = "1" }, a2["http.request.resend_count"])
+    assert.is_nil(a2["error.type"])
+    -- the wait followed attempt 1: attempt 2 starts 0.5 s after it ended
+    assert.equal(500000000, math.tointeger(attempts[2].startTimeUnixNano) - math.tointeger(attempts[1].endTimeUnixNano))
+    assert.equal(1, #children(chats[2]))
+
+    -- execute_tool, INTERNAL, with its two attempts
+    local tools = children(root, "execute_tool lookup")
+    assert.equal(1, #tools)
+    local tool = tools[1]
+    assert.equal(trace.KIND.INTERNAL, tool.kind)
+    local ta = attrs_of(tool)
+    assert.same({ stringValue = "execute_tool" }, ta["gen_ai.operation.name"])
+    assert.same({ stringValue = "lookup" }, ta["gen_ai.tool.name"])
+    assert.same({ stringValue = "call_mockcall_1" }, ta["gen_ai.tool.call.id"]) -- as the mock names it
+    local tool_attempts = children(tool)
+    assert.equal(2, #tool_attempts)
+    assert.equal("attempt 1", tool_attempts[1].name)
+    assert.equal(trace.STATUS.ERROR, tool_attempts[1].status.code)
+    assert.same({ stringValue = "reset" }, attrs_of(tool_attempts[1])["error.type"])
+    assert.equal(trace.STATUS.UNSET, tool_attempts[2].status.code)
+    -- the tool ran between the two model calls
+    assert.is_true(math.tointeger(tool.startTimeUnixNano) >= math.tointeger(chats[1].endTimeUnixNano))
+    assert.is_true(math.tointeger(chats[2].startTimeUnixNano) >= math.tointeger(tool.endTimeUnixNano))
+  end)
+
+  it("marks a call that failed for good with error.type and an error status", function()
+    local file = os.tmpname()
+    assert(trace.start { file = file })
+    local srv = assert(mock.start { faults = "401", seed = 1 })
+    local msg, err = luagent.complete { model = { kind = "anthropic", model = "claude-3-5-haiku",
+      base_url = srv.url .. "/v1", api_key = "k" }, messages = { { role = "user", content = "hi" } } }
+    srv:close()
+    trace.stop()
+    assert.is_nil(msg)
+    assert.equal("http", err.kind)
+    local spans = cjson.decode(slurp(file)).resourceSpans[1].scopeSpans[1].spans
+    os.remove(file)
+    assert.equal(2, #spans) -- a call without an agent is a trace of its own: chat at the root
+    local chat, attempt = spans[1], spans[2]
+    assert.equal("chat claude-3-5-haiku", chat.name)
+    assert.is_nil(chat.parentSpanId)
+    assert.equal(chat.spanId, attempt.parentSpanId)
+    assert.equal(trace.STATUS.ERROR, chat.status.code)
+    local ca = attrs_of(chat)
+    assert.same({ stringValue = "anthropic" }, ca["gen_ai.provider.name"])
+    assert.same({ stringValue = "auth" }, ca["error.type"])
+    assert.same({ intValue = "401" }, attrs_of(attempt)["http.response.status_code"])
+  end)
+
+  it("sends traceparent (the attempt's span) when the policy enables it, and only then", function()
+    local seen = {}
+    local srv = testserver.serve(function(conn, req)
+      seen[#seen + 1] = req.headers.traceparent or false
+      local body = table.concat({
+        'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}',
+        'data: {"id":"c1","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}',
+        "data: [DONE]", "", "" }, "\n\n")
+      conn:write(testserver.head(200, { "Content-Type: text/event-stream", "Content-Length: " .. #body,
+        "Connection: close" }) .. body)
+    end)
+    local file = os.tmpname()
+    assert(trace.start { file = file })
+    local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    local msgs = { { role = "user", content = "hi" } }
+    assert(luagent.complete { model = model, messages = msgs, policy = { traceparent = true } })
+    assert(luagent.complete { model = model, messages = msgs })
+    trace.stop()
+    srv.close()
+    assert.equal(2, #seen)
+    assert.is_false(seen[2])
+    local first = cjson.decode(slurp(file):match("^[^\n]+")).resourceSpans[1].scopeSpans[1].spans
+    os.remove(file)
+    local attempt
+    for _, s in ipairs(first) do if s.name == "attempt 1" then attempt = s end end
+    assert.equal("00-" .. attempt.traceId .. "-" .. attempt.spanId .. "-01", seen[1])
+  end)
+
+  it("prints the tree with durations, the failed attempts and their waits", function()
+    assert(trace.start { tree = true })
+    local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })
+    local a = luagent.agent { name = "triage", tools = { lookup_tool() },
+      policy = { backoff = { strategy = "fixed", base = 0.5 }, tool = { backoff = { strategy = "fixed", base = 0.25 } } },
+      model = { kind = "openai", model = "gpt-4o-mini", base_url = srv.url .. "/v1", api_key = "k" } }
+    a:run("go")
+    srv:close()
+    local out = {}
+    trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
+    local text = table.concat(out)
+    local lines = {}
+    for l in text:gmatch("[^\n]+") do lines[#lines + 1] = l end
+    assert.matches("^invoke_agent triage [%d.]+m?s$", lines[1])
+    assert.matches("^  chat gpt%-4o%-mini ", lines[2])
+    assert.matches("^    attempt 1 %S+  HTTP 503, retried after 500%.0ms$", lines[3])
+    assert.matches("^    attempt 2 %S+  HTTP 200$", lines[4])
+    assert.matches("^  execute_tool lookup ", lines[5])
+    assert.matches("^    attempt 1 %S+  reset: connection reset by the lookup service, retried after 250%.0ms$", lines[6])
+    assert.matches("^    attempt 2 ", lines[7])
+    assert.matches("^  chat gpt%-4o%-mini ", lines[8])
+    assert.equal(9, #lines)
+  end)
+end)
