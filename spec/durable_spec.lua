@@ -161,7 +161,7 @@ describe("a durable triage run whose provider fails for good at turn 3", functio
       "--events", "jsonl:" .. dir .. "/ev1", "examples/triage.lua")
     assert.equal(1, r.code, r.stderr)
     local id = run_id(r.stderr)
-    assert.matches("%[error after 3 turn%(s%)", r.stderr)
+    assert.matches("%[error after 3 turn%(s%)", r.stdout)
     local count = {}
     for _, l in ipairs(lines(dir .. "/ev1")) do
       local e = json.decode(l)
@@ -178,7 +178,7 @@ describe("a durable triage run whose provider fails for good at turn 3", functio
     assert.equal(0, r.code, r.stderr)
     assert.equal(3, #lines(dir .. "/rec.jsonl"))
     assert.matches("Triage of 3 crash reports:", r.stdout)
-    assert.matches("%[stop after 5 turn%(s%)", r.stderr)
+    assert.matches("%[stop after 5 turn%(s%)", r.stdout)
     local replayed = 0
     for _, l in ipairs(lines(dir .. "/ev2")) do
       local e = json.decode(l)

@@ -280,6 +280,8 @@ describe("endpoint state shared through Redis", function()
     local lines = {}
     local sink, every = log.sink, shared.retry_every
     log.sink = function(_, line) lines[#lines + 1] = line end
+    local level = log.level()
+    log.set_level("warn") -- `make test` runs with --log off
     shared.retry_every = 0.05
     local srv = assert(mock.start { faults = "503" })
     local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
@@ -342,6 +344,7 @@ describe("endpoint state shared through Redis", function()
       assert.is_true(#fields > 0)
     end)
     log.sink, shared.retry_every = sink, every
+    log.set_level(level)
     srv:close()
     assert(ok, failure)
   end)
@@ -350,6 +353,8 @@ describe("endpoint state shared through Redis", function()
     local sink, every = log.sink, shared.retry_every
     local lines = {}
     log.sink = function(_, line) lines[#lines + 1] = line end
+    local level = log.level()
+    log.set_level("warn") -- `make test` runs with --log off
     shared.retry_every = 0.05
     local opts = { breaker = { consecutive = 1000, window = 0 }, budget = false,
                    shared = { redis = redis.url, timeout = 0.2 } }
@@ -376,6 +381,7 @@ describe("endpoint state shared through Redis", function()
       assert.equal("redis", ep:snapshot().backend)
     end)
     log.sink, shared.retry_every = sink, every
+    log.set_level(level)
     os.execute("kill -CONT " .. redis.pid)
     assert(ok, failure)
     local down = 0
@@ -416,8 +422,11 @@ describe("endpoint state shared through Redis", function()
     local lines = {}
     local sink = log.sink
     log.sink = function(_, line) lines[#lines + 1] = line end
+    local level = log.level()
+    log.set_level("warn") -- `make test` runs with --log off
     finally(function() -- one finally per case: busted keeps the last one given
       log.sink = sink
+      log.set_level(level)
       stop_redis(secured)
     end)
     local good = endpoint.get("http://auth/v1", { shared = { redis = "redis://:s3cret@127.0.0.1:" .. secured.port .. "/3" } })
