@@ -4,6 +4,7 @@
 #include "errors.h"
 
 #include <lauxlib.h>
+#include <stdarg.h>
 
 #define ERROR_MT "luagent.Error"
 
@@ -17,6 +18,17 @@ static const char *const kind_names[LG_ERR_NKINDS] = {
     [LG_ERR_PROCESS] = "process",     [LG_ERR_USAGE] = "usage",
     [LG_ERR_JOURNAL] = "journal",
 };
+
+int lg_error_fail(lua_State *L, lg_error_kind kind, const char *fmt, ...) {
+  lua_pushnil(L);
+  va_list ap;
+  va_start(ap, fmt);
+  const char *msg = lua_pushvfstring(L, fmt, ap);
+  va_end(ap);
+  lg_error_push(L, kind, msg);
+  lua_remove(L, -2); /* the message: the record holds it */
+  return 2;
+}
 
 /* Pushes a new record; the caller owns it (a plain table). */
 void lg_error_push(lua_State *L, lg_error_kind kind, const char *message) {

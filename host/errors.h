@@ -27,6 +27,11 @@ typedef enum {
 /* Pushes a new record {kind=, message=} with the shared metatable. */
 void lg_error_push(lua_State *L, lg_error_kind kind, const char *message);
 
+/* Pushes nil and a new record whose message is formatted as lua_pushfstring
+ * does; returns 2, for `return lg_error_fail(L, kind, fmt, ...)` as the
+ * `nil, err` of an operational failure. */
+int lg_error_fail(lua_State *L, lg_error_kind kind, const char *fmt, ...);
+
 /* Creates the metatable and sets core.error_metatable and core.error_kinds
  * (the list of names above) in the table on the stack. */
 void lg_errors_register(lua_State *L);

@@ -61,7 +61,6 @@ typedef struct request {
   int state;
   int in_multi;
   int paused;
-  int headers_done;     /* the final response's headers are complete */
   long status;
   bytebuf head;         /* raw header lines of the final response */
   bytebuf in;           /* body bytes not yet read by Lua */
@@ -245,7 +244,6 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
   if (len <= 2 && (len == 0 || data[0] == '\r' || data[0] == '\n')) {
     if (r->status >= 200 && r->state == R_HEADERS) {
       r->state = R_BODY;
-      r->headers_done = 1;
       r->phase = P_BODY;
       lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
       if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
@@ -262,7 +260,6 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
   size_t len = size * n;
   if (r->state == R_HEADERS) { /* body without a header block end; accept */
     r->state = R_BODY;
-    r->headers_done = 1;
     r->phase = P_BODY;
     lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
   }
@@ -521,7 +518,7 @@ static long check_http_version(lua_State *L) {
 static int request_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   request *r = lua_touserdata(L, (int)ctx);
-  if (r->headers_done) {
+  if (r->phase == P_BODY) { /* the final response's headers are complete */
     lua_settop(L, (int)ctx);
     return 1;
   }

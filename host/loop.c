@@ -271,12 +271,18 @@ static int resume_k(lua_State *L, int status, lua_KContext ctx) {
   return t->k(L, status, t->kctx);
 }
 
+/* Ends a wait nobody will wake: detaches it and undoes what its primitive
+ * began (the cancel hook). */
+static void drop_wait(lg_wait *w) {
+  w->task = NULL;
+  if (w->cancel) w->cancel(w);
+}
+
 int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k) {
   lg_loop *loop = lg_loop_get(L);
   lg_task *t = task_of(L);
   if (t && t->cancel_pending) {
-    w->task = NULL;
-    if (w->cancel) w->cancel(w);
+    drop_wait(w);
     return raise_cancelled(L, t);
   }
   if (t && lua_isyieldable(L)) {
@@ -290,8 +296,7 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
   if (lg_sandbox_running(L)) {
     /* Sandboxed code runs to completion: a wait would let other tasks run
      * inside its bounds. */
-    w->task = NULL;
-    if (w->cancel) w->cancel(w);
+    drop_wait(w);
     return luaL_error(L, "sandboxed code may not wait (it runs to completion)");
   }
   if (t) {
@@ -299,8 +304,7 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
      * gsub callback, a metamethod called from C). Running the scheduler on
      * this C stack would nest waits: other tasks' wake-ups would wait for
      * this one. Refuse, as OpenResty does, and undo what the primitive began. */
-    w->task = NULL;
-    if (w->cancel) w->cancel(w);
+    drop_wait(w);
     return luaL_error(L, "luagent: cannot wait inside a C call that cannot yield "
                          "(a table.sort comparator, a gsub callback, a metamethod): "
                          "move the wait out of it");
@@ -317,8 +321,7 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
   int rc = run_until(loop, L, root_ready, &root);
   if (rc != 0) {
     root.wait = NULL;
-    w->task = NULL; /* root dies with this frame */
-    if (w->cancel) w->cancel(w);
+    drop_wait(w); /* root dies with this frame */
     return luaL_error(L, "luagent: deadlock: waiting on something that can never happen");
   }
   if (root.cancelled) return raise_cancelled(L, NULL);

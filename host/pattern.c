@@ -264,12 +264,6 @@ static const char *do_match(lg_match *m, const char *s, const char *p) {
   return s;
 }
 
-int lg_pattern_match_at(lg_match *m, const char *s, const char *p, size_t plen,
-                        const char **end) {
-  const char *start;
-  return lg_pattern_search(m, s, p, plen, 1, NULL, &start, end);
-}
-
 /* The search loop of lg_pattern_search, outside the frame of its setjmp. */
 static int search(lg_match *m, const char *s, const char *p, int anchored, const char *avoid,
                   const char **start, const char **end) {

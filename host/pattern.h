@@ -32,15 +32,10 @@ typedef struct {
 /* Prepares m for the subject s[0..len) (steps and errors reset once). */
 void lg_pattern_init(lg_match *m, const char *s, size_t len, int (*tick)(void *), void *ud);
 
-/* Matches pattern p[0..plen) (no leading '^' handling) at s exactly.
- * Returns 1 and sets *end, 0 for no match, -1 when the pattern is malformed
- * or tick stopped it (m->error says which). Captures are in m. */
-int lg_pattern_match_at(lg_match *m, const char *s, const char *p, size_t plen,
-                        const char **end);
-
 /* Finds the first position >= s where p matches with an end other than
- * `avoid` (NULL: any); only at s when `anchored`. Same returns as above,
- * *start set too. */
+ * `avoid` (NULL: any); only at s when `anchored`. Returns 1 and sets *start
+ * and *end, 0 for no match, -1 when the pattern is malformed or tick
+ * stopped it (m->error says which); captures are in m. */
 int lg_pattern_search(lg_match *m, const char *s, const char *p, size_t plen, int anchored,
                       const char *avoid, const char **start, const char **end);
 

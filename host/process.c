@@ -234,7 +234,7 @@ int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) 
   p->arg = o->arg;
   p->grace.fire = grace_fire;
   p->drain.fire = drain_fire;
-  if (o->input) {
+  if (o->input && !o->stream) { /* stream mode writes it through lg_process_write (a copy of its own) */
     p->input = malloc(o->input_len ? o->input_len : 1);
     if (!p->input) {
       free(p);

@@ -117,11 +117,7 @@ static void push_result(lua_State *L, lg_process *p) {
 
 /* A wait that another task's close ended: nil and an eof record. */
 static int closed_while_waiting(lua_State *L, const char *fn) {
-  lua_pushnil(L);
-  lua_pushfstring(L, "%s: the process was closed while this task waited", fn);
-  lg_error_push(L, LG_ERR_EOF, lua_tostring(L, -1));
-  lua_remove(L, -2);
-  return 2;
+  return lg_error_fail(L, LG_ERR_EOF, "%s: the process was closed while this task waited", fn);
 }
 
 /* Continuation of wait(): the result once finished, else suspends again. */
@@ -184,12 +180,8 @@ static int l_proc_write(lua_State *L) {
   }
   lg_process_info in;
   lg_process_info_get(u->p, &in);
-  lua_pushnil(L);
-  lua_pushfstring(L, "write to process %d: %s", in.pid,
-                  rc == UV_EPIPE ? "its stdin is closed" : uv_strerror(rc));
-  lg_error_push(L, rc == UV_EPIPE ? LG_ERR_EOF : LG_ERR_PROCESS, lua_tostring(L, -1));
-  lua_remove(L, -2);
-  return 2;
+  return lg_error_fail(L, rc == UV_EPIPE ? LG_ERR_EOF : LG_ERR_PROCESS, "write to process %d: %s",
+                       in.pid, rc == UV_EPIPE ? "its stdin is closed" : uv_strerror(rc));
 }
 
 /* proc:close_stdin(): the child reads end of file. Stream mode. */
@@ -221,11 +213,8 @@ static int read_line_k(lua_State *L, int status, lua_KContext ctx) {
     return 1;
   }
   if (full) {
-    lua_pushnil(L);
-    lua_pushfstring(L, "read_line: a line of stdout is longer than %d bytes (max_output)", (int)len);
-    lg_error_push(L, LG_ERR_PROTOCOL, lua_tostring(L, -1));
-    lua_remove(L, -2);
-    return 2;
+    return lg_error_fail(L, LG_ERR_PROTOCOL,
+                         "read_line: a line of stdout is longer than %d bytes (max_output)", (int)len);
   }
   if (u->reading) return luaL_error(L, "read_line: another task is already reading");
   u->reading = 1;
@@ -377,11 +366,7 @@ static int l_process_spawn(lua_State *L) {
   int rc = lg_process_spawn(loop, &o, &u->p);
   if (rc != 0) {
     u->p = NULL;
-    lua_pushnil(L);
-    lua_pushfstring(L, "cannot start '%s': %s", argv[0], uv_strerror(rc));
-    lg_error_push(L, LG_ERR_PROCESS, lua_tostring(L, -1));
-    lua_remove(L, -2);
-    return 2;
+    return lg_error_fail(L, LG_ERR_PROCESS, "cannot start '%s': %s", argv[0], uv_strerror(rc));
   }
   return 1;
 }

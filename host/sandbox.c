@@ -44,7 +44,6 @@ typedef struct {
   lua_Integer instructions; /* over the box's life; 0: no bound */
   lua_Integer counted;      /* instructions so far */
   /* while armed (one resume) */
-  int armed;
   lua_Alloc base_f;         /* the state's allocator, wrapped */
   void *base_ud;
   long long used;           /* net bytes since arming (may go negative) */
@@ -177,7 +176,6 @@ static int l_box_resume(lua_State *L) {
   int nargs = lua_gettop(L) - 2;
   if (!lua_checkstack(co, nargs + LUA_MINSTACK)) return luaL_error(L, "sandbox: too many arguments");
   lua_xmove(L, co, nargs);
-  b->armed = 1;
   b->stop = RUN_OK;
   b->used = 0;
   b->co = co;
@@ -189,7 +187,6 @@ static int l_box_resume(lua_State *L) {
   int status = lua_resume(co, L, 0 + nargs, &nres);
   lua_setallocf(L, b->base_f, b->base_ud);
   lua_sethook(co, NULL, 0, 0);
-  b->armed = 0;
   b->co = NULL;
   if (status == LUA_OK || status == LUA_YIELD) {
     if (!lua_checkstack(L, nres + 1)) return luaL_error(L, "sandbox: too many results");

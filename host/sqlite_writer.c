@@ -421,10 +421,7 @@ static int l_sqlite_writer(lua_State *L) {
   int rc = uv_thread_create(&w->thread, writer_main, w);
   if (rc != 0) {
     uv_close((uv_handle_t *)&w->async, on_closed);
-    lua_pushnil(L);
-    lua_pushfstring(L, "%s: cannot start the writer thread: %s", path, uv_strerror(rc));
-    lg_error_push(L, LG_ERR_JOURNAL, lua_tostring(L, -1));
-    return 2;
+    return lg_error_fail(L, LG_ERR_JOURNAL, "%s: cannot start the writer thread: %s", path, uv_strerror(rc));
   }
   u->w = w;
   return 1;

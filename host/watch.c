@@ -96,10 +96,7 @@ static int l_watch(lua_State *L) {
   int rc = uv_fs_event_start(w->handle, on_change, dir, 0);
   if (rc != 0) {
     watcher_close(w);
-    lua_pushnil(L);
-    lua_pushfstring(L, "watch: cannot watch '%s': %s", dir, uv_strerror(rc));
-    lg_error_push(L, LG_ERR_USAGE, lua_tostring(L, -1));
-    return 2;
+    return lg_error_fail(L, LG_ERR_USAGE, "watch: cannot watch '%s': %s", dir, uv_strerror(rc));
   }
   lua_pop(L, 1);
   return 1;
@@ -143,11 +140,7 @@ static int l_list_dir(lua_State *L) {
   int rc = uv_fs_scandir(NULL, &req, path, 0, NULL);
   if (rc < 0) {
     uv_fs_req_cleanup(&req);
-    lua_pushnil(L);
-    lua_pushfstring(L, "cannot read folder '%s': %s", path, uv_strerror(rc));
-    lg_error_push(L, LG_ERR_USAGE, lua_tostring(L, -1));
-    lua_remove(L, -2);
-    return 2;
+    return lg_error_fail(L, LG_ERR_USAGE, "cannot read folder '%s': %s", path, uv_strerror(rc));
   }
   lua_createtable(L, rc, 0);
   uv_dirent_t ent;

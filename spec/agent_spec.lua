@@ -59,18 +59,7 @@ local function bodies()
   return out
 end
 
-local function tempfile()
-  local p = os.tmpname()
-  return p
-end
-
-local function slurp(p)
-  local f = io.open(p)
-  if not f then return "" end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local tempfile, slurp = os.tmpname, helpers.slurp
 
 local echo = { name = "echo", description = "Echoes its text", read_only = true,
   params = { type = "object", properties = { text = { type = "string", maxLength = 20 } }, required = { "text" },
@@ -245,13 +234,7 @@ describe("an agent", function()
     assert.is_true(luagent.now() - t0 >= 0.4) -- timeout, then the grace before SIGKILL
     assert.is_number(gpid)
     local deadline = luagent.now() + 5
-    local function gone()
-      local f = io.open("/proc/" .. gpid .. "/stat")
-      if not f then return true end
-      local z = f:read("a"):match("^%d+ %b() (%a)") == "Z"
-      f:close()
-      return z
-    end
+    local function gone() return not helpers.alive(gpid) end
     while not gone() and luagent.now() < deadline do luagent.sleep(0.01) end
     assert.is_true(gone())
   end)
@@ -397,10 +380,7 @@ describe("an agent", function()
     os.remove(pidfile)
     assert.equal("aborted", evs[#evs].stop_reason)
     assert.equal("cancelled", of_type(evs, "tool_execution_end")[1].error.kind)
-    local f = io.open("/proc/" .. gpid .. "/stat")
-    local alive = f and f:read("a"):match("^%d+ %b() (%a)") ~= "Z"
-    if f then f:close() end
-    assert.is_falsy(alive) -- the tool's end waited until its group was gone
+    assert.is_false(helpers.alive(gpid)) -- the tool's end waited until its group was gone
   end)
 
   it("aborts during the model call's backoff: no further request is sent", function()

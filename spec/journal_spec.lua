@@ -246,11 +246,7 @@ describe("a durable agent", function()
       model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
   end
 
-  local function drain(a, text)
-    local evs = {}
-    for ev in a:prompt(text) do evs[#evs + 1] = ev end
-    return evs, evs[#evs]
-  end
+  local drain = require("spec.support.helpers").drain
 
   it("journals its steps and, run again with the run id, replays them without a request or a tool run", function()
     start_mock()

@@ -232,9 +232,10 @@ describe("an MCP tool set on server-everything (stdio)", function()
     for _, m in ipairs(sent) do if m.method == "notifications/cancelled" then cancelled = m end end
     assert.is_truthy(cancelled, "no notifications/cancelled sent")
     assert.equal("cancelled by the client", cancelled.params.reason)
-    for _, m in ipairs(sent) do
-      if m.method == "tools/call" then assert.equal(m.id, cancelled.params.requestId) end
-    end
+    local call
+    for _, m in ipairs(sent) do if m.method == "tools/call" then call = m end end
+    assert.is_truthy(call, "no tools/call sent")
+    assert.equal(call.id, cancelled.params.requestId)
     set:close()
   end)
 

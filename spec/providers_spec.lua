@@ -135,12 +135,7 @@ local function run(provider, case)
   return events, err, where
 end
 
--- The events of one type.
-local function of_type(events, t)
-  local out = {}
-  for _, e in ipairs(events) do if e.type == t then out[#out + 1] = e end end
-  return out
-end
+local of_type = require("spec.support.helpers").of_type
 
 -- The types, in order.
 local function types(events)

@@ -102,7 +102,6 @@ function M.new(opts)
     messages = opts.messages or {},
     sources = tool_sources(opts.tools),
     cursors = {},
-    streak = { key = nil, count = 0 },
     rng = core.backoff_rng(math.random(0, 2 ^ 31)),
     running = false,
     durable = opts.durable,
@@ -177,6 +176,12 @@ function Agent:check_loop(calls)
   return nil
 end
 
+-- The result of a call whose outcome is unknown (`err`, kind
+-- outcome_unknown or a journal failure): it stops the run.
+local function unknown_outcome(err)
+  return { is_error = true, unknown = true, error = err, content = err.message, attempts = 0, duration = 0 }
+end
+
 -- An error result for a call that did not run.
 local function not_run(call, why)
   return { is_error = true, content = why, attempts = 0, duration = 0,
@@ -205,7 +210,7 @@ function Agent:run_call(box, call, i, emit, policy, turn)
   if jr then
     known, jerr = jr:call(turn, i, call, tool, function(t, c) return tools.check_outcome(t, c, ctx) end)
     if jerr then
-      return { is_error = true, unknown = true, error = jerr, content = jerr.message, attempts = 0, duration = 0 }
+      return unknown_outcome(jerr)
     end
   end
   local mark = known and (known.checked and "checked" or (known.outcome and "replayed")) or nil
@@ -217,10 +222,9 @@ function Agent:run_call(box, call, i, emit, policy, turn)
   if known and known.outcome then
     outcome = known.outcome
   elseif known and known.unknown then
-    outcome = { is_error = true, unknown = true, error = known.unknown, content = known.unknown.message,
-                attempts = 0, duration = 0 }
+    outcome = unknown_outcome(known.unknown)
   elseif jr and jr.failed then -- the write-ahead failed: the call does not run
-    outcome = { is_error = true, unknown = true, error = jr.failed, content = jr.failed.message, attempts = 0, duration = 0 }
+    outcome = unknown_outcome(jr.failed)
   elseif not tool then
     local names = {}
     for k in pairs(box.tools) do names[#names + 1] = k end
@@ -278,18 +282,11 @@ function Agent:run_tools(box, calls, emit, policy, turn)
   return results
 end
 
-local function add_usage(total, u)
-  if type(u) ~= "table" then return total end
-  total = total or { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 }
-  for k in pairs(total) do total[k] = total[k] + (tonumber(u[k]) or 0) end
-  return total
-end
-
 -- The journal binding of a durable agent for this run (journal.lua), or
 -- nil; nil, err when the journal cannot be opened.
 function Agent:journal_begin()
   local durable = self.durable
-  if durable == nil then durable = require("luagent.config").get("durable") or false end
+  if durable == nil then durable = config.get("durable") or false end
   if not durable then return nil end
   if not self.binder then
     local b, err = require("luagent.journal").bind(self)
@@ -320,11 +317,13 @@ function Agent:run_turns(emit, push)
     end
     turns = turns + 1
     emit { type = "turn_start", turn = turns }
+    -- a turn that ends without a message or tool results
+    local function end_empty_turn() emit { type = "turn_end", turn = turns, tool_results = json.array() } end
     local final, known, ok, cerr
     if jr then known, cerr = jr:turn(turns, self.messages, self.system) end
     if cerr then
       err, stop = cerr, "error"
-      emit { type = "turn_end", turn = turns, message = nil, tool_results = json.array() }
+      end_empty_turn()
       break
     end
     if known then -- answered from the journal: no request
@@ -344,20 +343,20 @@ function Agent:run_turns(emit, push)
     end) end
     if jr and jr.failed and ok then
       err, stop = jr.failed, "error"
-      emit { type = "turn_end", turn = turns, message = nil, tool_results = json.array() }
+      end_empty_turn()
       break
     end
     if not ok then
       if not errors.is_cancel(cerr) then error(cerr, 0) end
       self.aborted = self.aborted or cerr.reason or "aborted"
-      emit { type = "turn_end", turn = turns, message = nil, tool_results = json.array() }
+      end_empty_turn()
       stop = "aborted"
       break
     end
-    if final then usage = add_usage(usage, final.total_usage) end
+    if final then usage = retry.add_usage(usage, final.total_usage) end
     if not final or final.stop_reason == "error" or final.stop_reason == "aborted" then
       err = final and final.error or errors.new("truncated", "the model call ended without an answer")
-      emit { type = "turn_end", turn = turns, message = nil, tool_results = json.array() }
+      end_empty_turn()
       stop = final and final.stop_reason == "aborted" and "aborted" or "error"
       break
     end

@@ -367,7 +367,7 @@ local function prepare(opts, file)
       any_key() and "as asked" or "no API key set", srv.url,
       #what > 0 and " (" .. table.concat(what, ", ") .. ")" or "")
     cleanups[#cleanups + 1] = function()
-      for _, d in ipairs(srv:divergences()) do log.library("luagent: cassette divergence: " .. d) end
+      for _, d in ipairs(srv:divergences()) do log.write("warn", "cassette divergence: " .. d) end
       srv:close()
     end
   end

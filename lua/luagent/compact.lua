@@ -79,7 +79,7 @@ function M.drop_oldest(messages, opts)
     if u < from or u > to then
       local first, last = us[u][1], us[u][2]
       local opening = #out == head and u > to
-      if opening and (type(messages[first]) ~= "table" or messages[first].role ~= "user") then
+      if opening and not opens_with_user(u) then
         out[#out + 1] = { role = "user", content = M.marker }
       end
       for i = first, last do out[#out + 1] = messages[i] end

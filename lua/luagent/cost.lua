@@ -116,6 +116,13 @@ local USAGE = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_wri
 
 -- Usage counters at zero; add(total, u [, sign]) adds u's counts (or
 -- subtracts them, sign = -1).
+-- Sorts call records costliest first (no price sorts last), then by call.
+local function costliest_first(a, b)
+  local x, y = a.cost or -1, b.cost or -1
+  if x ~= y then return x > y end
+  return a.call < b.call
+end
+
 local function zero() return { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 } end
 
 local function add(total, u, sign)
@@ -191,11 +198,7 @@ local function finish_call(r, ev)
   done[#done + 1] = r
   -- keep the costliest M.keep (for the report), not every call of a long run
   if #done > 2 * M.keep then
-    table.sort(done, function(a, b)
-      local x, y = a.cost or -1, b.cost or -1
-      if x ~= y then return x > y end
-      return a.call < b.call
-    end)
+    table.sort(done, costliest_first)
     for i = #done, M.keep + 1, -1 do done[i] = nil end
     table.sort(done, function(a, b) return a.call < b.call end)
   end
@@ -330,11 +333,7 @@ function M.report(top)
   row("total", nil)
   local turns = {}
   for _, r in ipairs(state.done) do turns[#turns + 1] = r end
-  table.sort(turns, function(a, b)
-    local x, y = a.cost or -1, b.cost or -1
-    if x ~= y then return x > y end
-    return a.call < b.call
-  end)
+  table.sort(turns, costliest_first)
   if #turns > 0 then
     lines[#lines + 1] = "costliest turns:"
     for i = 1, math.min(top, #turns) do

@@ -174,17 +174,11 @@ function M.write(level, msg, fields)
   M.sink(level, secrets.text(render(record, epoch)), record)
 end
 
--- library(line): a diagnostic line of the library ("luagent: ...", or
--- "INFO ..." from the retry loop), at the level its prefix names (warn when
--- none). The retry loop's announcement is dropped while the event consumer
--- logs provider_retry itself.
+-- library(line): a diagnostic line in the form older code wrote to stderr
+-- ("luagent: ..."), logged at warn without the prefix. The library itself
+-- calls M.write.
 function M.library(line)
-  line = tostring(line)
-  local prefix, rest = line:match("^(%u+) (.*)$")
-  local level = prefix and M.LEVELS[prefix:lower()] and prefix:lower()
-  if level then line = rest else level = "warn" end
-  if M.events_logged and level == "info" and line:find("^provider error") then return end
-  M.write(level, (line:gsub("^luagent: ", "")))
+  M.write("warn", (tostring(line):gsub("^luagent: ", "")))
 end
 
 ------------------------------------------------------------------------------

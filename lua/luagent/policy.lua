@@ -619,7 +619,7 @@ local function watch(loader)
       w:wait()
       local _, err = loader:reload()
       if err then
-        log.library("luagent: policy " .. tostring(err.message) .. " (the previous policy stays in force)")
+        log.write("warn", "policy " .. tostring(err.message) .. " (the previous policy stays in force)")
       end
     end
   end)

@@ -94,12 +94,15 @@ end
 
 local USAGE_FIELDS = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens" }
 
+-- add_usage(total, u) -> total with u's token counts added (a new total
+-- when nil); the agent sums its calls with it too.
 local function add_usage(total, u)
   if type(u) ~= "table" then return total end
   total = total or { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 }
   for _, f in ipairs(USAGE_FIELDS) do total[f] = total[f] + (tonumber(u[f]) or 0) end
   return total
 end
+M.add_usage = add_usage
 
 -- The error a call that failed for good returns and its final message_end
 -- carries: the fields of `err` (the last attempt's error, or the refusal or
@@ -262,7 +265,7 @@ function Call:compact_request(err)
       end
     end
   end
-  if what then log.library("luagent: " .. what) return nil end
+  if what then log.write("warn", what) return nil end
   return res
 end
 
@@ -328,14 +331,15 @@ function Call:announce_retry(err, d, side, shorter, wait, why)
   out:push(self:describe { type = "provider_retry", attempt = attempt, max_attempts = max_attempts,
     error = err, error_message = text, delay = wait, delay_ms = math.floor(wait * 1000 + 0.5),
     class = d.class, source = why, usage = self.attempt_usage })
-  if log.enabled("info") then
-    log.library(string.format("INFO provider error (attempt %d/%d), retrying in %.2fs: %s",
+  -- the retry's own line, unless its provider_retry event is logged already
+  if log.enabled("info") and not log.events_logged then
+    log.write("info", string.format("provider error (attempt %d/%d), retrying in %.2fs: %s",
       attempt, max_attempts, wait, text))
   end
   if policy.on_retry then
     local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
       { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
-    if not ok then log.library("luagent: " .. tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
+    if not ok then log.write("warn", tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
   end
   self.delay = wait
   if why ~= "compaction" then self.prev_delay = wait end
@@ -360,7 +364,6 @@ function Call:failed(err)
   local d = classify.classify(err, {
     attempt = self.attempt,
     deadline_expired = left ~= nil and left <= 0,
-    report = function(msg) log.library("luagent: " .. msg) end,
   }, policy)
   err.class = err.class or d.class
   local side = self:record(false, COUNTED[d.class] or false)

@@ -96,7 +96,6 @@ local function position(info)
   local src = info.source:sub(1, 1) == "@" and info.source:sub(2) or info.short_src
   return src .. ":" .. info.currentline .. ": "
 end
-M.position = position
 
 -- The message of an error value, with the failing position added from the
 -- dead coroutine's stack when the message has none (error("x", 0), tables).

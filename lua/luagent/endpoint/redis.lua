@@ -299,7 +299,7 @@ function Client:up(conn)
   local was = self.state
   self.conn, self.state = conn, "up"
   if was == "down" then
-    log.library("luagent: redis " .. self.url .. " is back: endpoint state is shared again")
+    log.write("warn", "redis " .. self.url .. " is back: endpoint state is shared again")
   end
 end
 
@@ -309,7 +309,7 @@ end
 function Client:down(err)
   if self.conn then self.conn:close() self.conn = nil end
   if self.state ~= "down" then
-    log.library("luagent: redis " .. self.url .. " unreachable (" .. tostring(err)
+    log.write("warn", "redis " .. self.url .. " unreachable (" .. tostring(err)
       .. "): endpoint state is local to this host until it returns")
   end
   self.state = "down"

@@ -102,7 +102,7 @@ function M.open(path, opts)
   if not names then return nil, err end
   local self = setmetatable({
     path = path, files = {}, snap = { version = 0, tools = {}, names = {} },
-    log = {}, seq = 0, debounce = opts.debounce or M.debounce, reloads = 0,
+    log = {}, seq = 0, debounce = opts.debounce or M.debounce,
   }, Set)
   self:rescan()
   if opts.watch ~= false then self:watch() end
@@ -137,7 +137,6 @@ function Set:version() return self.snap.version end
 -- Reads the folder again and publishes a new snapshot if anything changed.
 -- Returns the number of files that failed.
 function Set:rescan()
-  self.reloads = self.reloads + 1
   local listing = core.list_dir(self.path) or {}
   local names = {}
   for _, n in ipairs(listing) do
