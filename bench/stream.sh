@@ -8,6 +8,10 @@
 #   provider  luagent's whole path (bench/stream_client.lua: HTTP, SSE in C,
 #           the OpenAI adapter, normalized events)
 #   sse, json  parts of it: HTTP + SSE events as Lua tables; + cjson.decode
+#   stream  the provider through the retry loop (luagent.stream): every
+#           event published on the bus
+#   observed  stream with logs, traces and cost all on (`--log info --trace
+#           --cost --otlp FILE`): their cost per chunk is observed / stream
 #   node    the official `openai` node SDK (bench/stream_node.js), when
 #           `make peers` installed it into .peers/node_modules
 # One at a time, the clients run interleaved for ROUNDS rounds and the best
@@ -75,6 +79,12 @@ until grep -q '^listening' "$tmp/server"; do
 done
 url="http://127.0.0.1:$(awk '{ print $2; exit }' "$tmp/server")"
 
+failed() {
+  echo "stream.sh: the $1 client failed:" >&2
+  tail -n 20 "$tmp/err" >&2
+  exit 1
+}
+
 # run_one PHASE MODE REQUESTS STREAMS: one client run; appends
 # "<phase> <mode> <requests> <streams> chunks=... text=... cpu=... rss=<KiB>"
 # to $tmp/results.
@@ -84,12 +94,14 @@ run_one() {
     memchr) set -- "$B/bench/floor_client" "$url" "$req" memchr "$conc" ;;
     cjson) set -- "$B/bench/floor_cjson" "$url" "$req" cjson "$conc" ;;
     node) set -- node bench/stream_node.js "$url" "$req" "$N" "$conc" ;;
+    observed) set -- "$B/luagent" run --log info --trace --cost --otlp "$tmp/otlp.jsonl" \
+      bench/stream_client.lua "$url" "$req" "$N" stream "$conc" ;;
     *) set -- "$B/luagent" run bench/stream_client.lua "$url" "$req" "$N" "$mode" "$conc" ;;
   esac
   if [ -n "$timed" ]; then
-    $on_client $timed -f "rss=%M" -o "$tmp/rss" "$@" >"$tmp/out"
+    $on_client $timed -f "rss=%M" -o "$tmp/rss" "$@" >"$tmp/out" 2>"$tmp/err" || failed "$mode"
   else
-    $on_client "$@" >"$tmp/out"
+    $on_client "$@" >"$tmp/out" 2>"$tmp/err" || failed "$mode"
     echo "rss=0" >"$tmp/rss"
   fi
   printf '%s %s %s %s %s %s\n' "$phase" "$mode" "$req" "$conc" "$(cat "$tmp/out")" \
@@ -99,7 +111,7 @@ run_one() {
 rnode=$((R / 5)) rcnode=$((RC / 5))
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
-  for m in $FLOORS provider sse json; do run_one one "$m" "$R" 1; done
+  for m in $FLOORS provider sse json stream observed; do run_one one "$m" "$R" 1; done
   if [ -n "$NODE" ]; then run_one one node "$rnode" 1; fi
   r=$((r + 1))
 done
@@ -134,6 +146,8 @@ awk -v events=$((N + 3)) -v C="$C" -v BIG="$BIG" '
     label["sse"] = "  part: HTTP + SSE to Lua"
     label["json"] = "  part: + cjson.decode"
     label["node"] = "node openai SDK"
+    label["stream"] = "luagent.stream (retry, bus)"
+    label["observed"] = "  + logs, traces, cost on"
     title["one"] = "one stream at a time"
     title["many"] = C " streams at once"
     title["big"] = BIG " streams at once"
@@ -152,4 +166,7 @@ awk -v events=$((N + 3)) -v C="$C" -v BIG="$BIG" '
           cpu[k], per, rss[k] / 1024, rss[k] / streams[k], xc, xr
       }
     }
+    if (("one observed" in cpu) && ("one stream" in cpu))
+      printf "observers: logs, traces and cost on cost %+.1f%% CPU per chunk (observed vs stream)\n",
+        (cpu["one observed"] / chunks["one observed"]) / (cpu["one stream"] / chunks["one stream"]) * 100 - 100
   }' "$tmp/results"

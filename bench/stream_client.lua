@@ -7,7 +7,11 @@
 -- N is the server's text chunks per response, to check what arrived. MODE
 -- splits the path to show where the CPU goes: "provider" (default, the
 -- whole path), "sse" (HTTP and SSE events as Lua tables, no decoding),
--- "json" (sse plus cjson.decode of every payload). One warm-up request
+-- "json" (sse plus cjson.decode of every payload), "stream" (the provider
+-- through the retry loop, luagent.stream: every event published on the
+-- bus, where `luagent run --log/--trace/--cost/--otlp` attach their
+-- consumers; bench/stream.sh's "observed" row is this mode with all of
+-- them on). One warm-up request
 -- (module loading, the connection) is not measured when C is 1; with C > 1
 -- the C connections are opened within the measure. Prints one line:
 -- "<mode> chunks=<SSE events> text=<text_delta events> cpu=<s>".
@@ -18,9 +22,9 @@ local common = require "luagent.providers.common"
 local url, r, n = arg[1], math.tointeger(tonumber(arg[2] or "")), math.tointeger(tonumber(arg[3] or ""))
 local mode = arg[4] or "provider"
 local c = math.tointeger(tonumber(arg[5] or "1"))
-if not url or not r or not n or not (mode == "provider" or mode == "sse" or mode == "json")
-  or not c or c < 1 then
-  io.stderr:write("usage: luagent run bench/stream_client.lua URL R N [provider|sse|json] [C]\n")
+local MODES = { provider = true, sse = true, json = true, stream = true }
+if not url or not r or not n or not MODES[mode] or not c or c < 1 then
+  io.stderr:write("usage: luagent run bench/stream_client.lua URL R N [provider|sse|json|stream] [C]\n")
   os.exit(2)
 end
 
@@ -47,7 +51,9 @@ provider.adapter = setmetatable({
 -- Whole path: streams one request through the provider; returns its
 -- text_delta count. Raises on a failure or on an end the server never sends.
 local function via_provider()
-  local events = assert(provider:stream(request))
+  local events = mode == "stream"
+    and luagent.stream { model = provider, messages = request.messages, max_tokens = request.max_tokens }
+    or assert(provider:stream(request))
   local text, stop, usage = 0, nil, nil
   for ev in events do
     local t = ev.type
@@ -85,7 +91,7 @@ local function via_http()
   if mode == "json" then return text end
 end
 
-local one = mode == "provider" and via_provider or via_http
+local one = (mode == "provider" or mode == "stream") and via_provider or via_http
 local text = 0
 if c == 1 then
   one()
