@@ -370,6 +370,42 @@ describe("policy.find", function()
   end)
 end)
 
+describe("policy.resolve", function()
+  local config = require "luagent.config"
+  after_each(function() config.set { policy = false } end)
+
+  it("gives a name's watched loader, looking the name up once per search path", function()
+    local a = policies.resolve("yoagent")
+    assert.equal(policies.watched("policies/yoagent.lua"), a)
+    assert.equal(a, policies.resolve("yoagent"))
+    -- found once: the lookup is not repeated for the next call
+    local find = policies.find
+    policies.find = function() error("looked up again") end
+    local ok, again = pcall(policies.resolve, "yoagent")
+    policies.find = find
+    assert.is_true(ok, again)
+    assert.equal(a, again)
+  end)
+
+  it("takes a table, an object with :get(), or nil for the configured policy", function()
+    assert.equal(3, policies.resolve({ max_retries = 3 }):get().max_retries)
+    local holder = { get = function() return "mine" end }
+    assert.equal(holder, policies.resolve(holder))
+    config.set { policy = { max_retries = 2 } }
+    assert.equal(2, policies.resolve():get().max_retries)
+  end)
+
+  it("raises a usage record for an unknown name and a message for a wrong type", function()
+    local ok, err = pcall(policies.resolve, "no_such_policy")
+    assert.is_false(ok)
+    assert.equal("usage", err.kind)
+    assert.matches("no policy named 'no_such_policy' %(looked in ", err.message)
+    local ok2, err2 = pcall(policies.resolve, 42)
+    assert.is_false(ok2)
+    assert.matches("policy must be a name, a file or a table", err2)
+  end)
+end)
+
 describe("policy.loader", function()
   local path
   before_each(function() path = os.tmpname() end)

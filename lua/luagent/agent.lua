@@ -113,15 +113,11 @@ end
 -- section of its retry policy (a name, file, table, or the default).
 function Agent:current_tool_policy()
   if self.tool_policy then return self.tool_policy end
-  local p = self.policy or config.get("policy")
-  if type(p) == "table" and p.get then p = p:get()
-  elseif type(p) == "string" then
-    local path = policies.find(p)
-    p = path and policies.watched(path):get() or nil
-  end
+  local ok, holder = pcall(policies.resolve, self.policy)
+  local p = ok and holder:get()
   if type(p) == "table" then
-    local ok, pol = pcall(policies.new, p)
-    if ok and pol and pol.tool then return pol.tool end
+    local good, pol = pcall(policies.new, p)
+    if good and pol and pol.tool then return pol.tool end
   end
   return policies.tool_section(nil)
 end

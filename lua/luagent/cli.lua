@@ -219,13 +219,8 @@ end
 
 -- The run's default policy as it is now (it may be reloaded), or nil.
 local function current_policy()
-  local spec = config.get("policy")
-  local policies = require "luagent.policy"
-  if type(spec) == "table" then return spec end
-  local path = type(spec) == "string" and policies.find(spec)
-  if not path then return nil end
-  local ok, loader = pcall(policies.watched, path)
-  return ok and loader:get() or nil
+  local ok, holder = pcall(require("luagent.policy").resolve)
+  return ok and holder:get() or nil
 end
 
 -- Sets up logs, traces and cost (the bus's observers) as the options ask;

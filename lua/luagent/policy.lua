@@ -640,6 +640,38 @@ function M.watched(path)
   return loader
 end
 
+-- A name's file per search path, found once: package.searchpath opens
+-- every candidate, which is not to be done for every call.
+local found = {} -- search path -> {name -> path}
+
+-- resolve(spec [, level]) -> something whose :get() is the policy in force
+-- for `spec`: a name or a file (its watched loader), a table (checked
+-- now), an object with :get() (as is), or nil (the configured policy, else
+-- the default). Raises a "usage" record for a name found nowhere, or the
+-- table's error; `level` places a wrong type's error (default: the caller).
+function M.resolve(spec, level)
+  if spec == nil then spec = config.get("policy") end
+  if type(spec) == "table" and spec.get then return spec end
+  if type(spec) == "table" then
+    local p, err = M.new(spec, "policy table")
+    if not p then error(err, 0) end
+    return { get = function() return p end }
+  end
+  if type(spec) ~= "string" then error("policy must be a name, a file or a table", (level or 1) + 1) end
+  local where = M.search_path()
+  local names = found[where]
+  if not names then
+    names = {}
+    found[where] = names
+  end
+  local path = names[spec] or M.find(spec)
+  if not path then
+    error(errors.new("usage", "no policy named '" .. spec .. "' (looked in " .. where .. ")"), 0)
+  end
+  names[spec] = path
+  return M.watched(path)
+end
+
 -- Stops watching the policy file `path` and forgets its loader (specs; an
 -- embedder that is done with a file).
 function M.forget(path)

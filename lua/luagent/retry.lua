@@ -53,26 +53,6 @@ M.gates = {}
 M.trace_headers = nil
 
 ------------------------------------------------------------------------------
--- Policies: a name, a file (watched and reloaded: policies.watched), a
--- table, or the default
-------------------------------------------------------------------------------
-
--- Resolves opts.policy into something with :get() returning a policy.
-local function resolve_policy(spec)
-  if spec == nil then spec = config.get("policy") end
-  if type(spec) == "table" and spec.get then return spec end
-  if type(spec) == "table" then
-    local p, err = policies.new(spec, "policy table")
-    if not p then error(err, 0) end
-    return { get = function() return p end }
-  end
-  if type(spec) ~= "string" then error("stream: policy must be a name, a file or a table", 3) end
-  local path = policies.find(spec)
-  if not path then error(errors.new("usage", "stream: no policy named '" .. spec .. "' (looked in " .. policies.search_path() .. ")"), 0) end
-  return policies.watched(path)
-end
-
-------------------------------------------------------------------------------
 -- Usage arithmetic
 ------------------------------------------------------------------------------
 
@@ -543,7 +523,7 @@ function M.stream(opts)
   local provider = opts.model
   if provider == nil then error("stream: model is required", 2) end
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(provider) end
-  local call = Call.new(opts, provider, resolve_policy(opts.policy))
+  local call = Call.new(opts, provider, policies.resolve(opts.policy, 2))
   local closer = setmetatable({}, { __close = function() call:close() end })
   return function() return call:pull() end, nil, nil, closer
 end
