@@ -64,7 +64,7 @@ describe("cost", function()
   end)
   after_each(function()
     cost.stop()
-    cost.run_limit = nil
+    luagent.configure { max_cost = false }
     luagent.configure { log_sink = false }
     luagent.clock.real()
   end)
@@ -156,12 +156,12 @@ describe("cost", function()
   end)
 
   it("refuses calls past the run's cap, and when a capped model has no price", function()
-    cost.run_limit = 0
+    luagent.configure { max_cost = 0 }
     local last, _, requests = run_agent("openai", "test-model", nil)
     assert.equal("cost_limit", last.error.kind)
     assert.equal(0, requests)
     assert.matches("max_cost of the run", last.error.message)
-    cost.run_limit = 100
+    luagent.configure { max_cost = 100 }
     last, _, requests = run_agent("openai", "unheard-of-model", nil)
     assert.equal(0, requests)
     assert.matches("model 'unheard%-of%-model' has no price", last.error.message)

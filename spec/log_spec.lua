@@ -9,7 +9,6 @@
 local luagent = require "luagent"
 local mock = require "luagent.mock"
 local retry = require "luagent.retry"
-local events = require "luagent.events"
 local log = require "luagent.log"
 local trace = require "luagent.trace"
 local policy = require "luagent.policy"
@@ -33,16 +32,11 @@ local lookup = { name = "lookup", description = "Looks up", read_only = true,
 local function logged(level, opts)
   opts = opts or {}
   local lines, levels = {}, {}
-  local saved = { sink = log.sink, level = log.level(), content = log.content, redact = log.redact,
-    events_logged = log.events_logged }
-  log.events_logged = true -- as under `luagent run`: the retry's own line is left to its event
-  log.sink = function(lvl, line) lines[#lines + 1] = line levels[#levels + 1] = lvl end
-  log.set_level(level)
-  log.set_format(opts.format or "json")
-  log.content = opts.content or false
-  log.redact = opts.redact
+  local saved = luagent.configure { log_sink = function(lvl, line) lines[#lines + 1] = line levels[#levels + 1] = lvl end,
+    log_level = level, log_format = opts.format or "json", log_content = opts.content or false,
+    policy = opts.redact and { redact = opts.redact } or false }
   trace.start()
-  local unsub = events.subscribe(log.consumer())
+  log.start() -- as under `luagent run`: the retry's own line is left to its event
   local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })
   local ok, err = pcall(function()
     local a = luagent.agent { name = "triage", tools = { lookup }, policy = { backoff = { strategy = "fixed", base = 0.5 } },
@@ -51,11 +45,9 @@ local function logged(level, opts)
     log.library("luagent: a library message") -- the library's own line
   end)
   srv:close()
-  unsub()
+  log.stop()
   trace.stop()
-  log.sink, log.content, log.redact, log.events_logged = saved.sink, saved.content, saved.redact, saved.events_logged
-  log.set_level(saved.level)
-  log.set_format("auto")
+  luagent.configure(saved)
   assert(ok, err)
   return lines, levels
 end

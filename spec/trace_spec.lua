@@ -220,14 +220,51 @@ describe("trace, from the OTLP file export", function()
     assert(luagent.complete { model = model, messages = msgs, policy = { traceparent = true } })
     assert(luagent.complete { model = model, messages = msgs })
     trace.stop()
+    -- nothing traced: still a well-formed header, with ids of its own
+    assert(luagent.complete { model = model, messages = msgs, policy = { traceparent = true } })
     srv.close()
-    assert.equal(2, #seen)
+    assert.equal(3, #seen)
     assert.is_false(seen[2])
-    local first = cjson.decode(slurp(file):match("^[^\n]+")).resourceSpans[1].scopeSpans[1].spans
+    assert.matches("^00%-" .. string.rep("%x", 32) .. "%-" .. string.rep("%x", 16) .. "%-01$", seen[3])
+    assert.not_equal(seen[1], seen[3])
+    local spans = cjson.decode(slurp(file):match("^[^\n]+")).resourceSpans[1].scopeSpans[1].spans
     os.remove(file)
-    local attempt
-    for _, s in ipairs(first) do if s.name == "attempt 1" then attempt = s end end
-    assert.equal("00-" .. attempt.traceId .. "-" .. attempt.spanId .. "-01", seen[1])
+    local attempts = {}
+    for _, s in ipairs(spans) do
+      if s.name == "attempt 1" then attempts[#attempts + 1] = "00-" .. s.traceId .. "-" .. s.spanId .. "-01" end
+    end
+    assert.equal(2, #attempts) -- both calls' spans, in one batch
+    assert.equal(attempts[1], seen[1])
+  end)
+
+  it("batches the file export: traces that end within a second share a line", function()
+    local events = require "luagent.events"
+    local function call(id)
+      events.publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
+      events.publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
+        request_model = "m", provider_kind = "openai", status = 200 }
+    end
+    local file = os.tmpname()
+    assert(trace.start { file = file })
+    local t = luagent.spawn(function()
+      call(1)
+      luagent.sleep(0.5)
+      call(2) -- within a second of the first: the same line
+      luagent.sleep(2)
+      assert.matches("^{", slurp(file)) -- written by the batch's timer, before the run ends
+      call(3)
+    end)
+    t:join()
+    trace.stop()
+    local lines = {}
+    for line in slurp(file):gmatch("[^\n]+") do
+      local spans = cjson.decode(line).resourceSpans[1].scopeSpans[1].spans
+      local names = {}
+      for _, sp in ipairs(spans) do names[#names + 1] = sp.name end
+      lines[#lines + 1] = table.concat(names, ",")
+    end
+    os.remove(file)
+    assert.same({ "chat m,attempt 1,chat m,attempt 1", "chat m,attempt 1" }, lines)
   end)
 
   it("prints the tree with durations, the failed attempts and their waits", function()

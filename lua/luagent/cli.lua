@@ -218,11 +218,6 @@ local function parse_run_args(args)
 end
 
 -- The run's default policy as it is now (it may be reloaded), or nil.
-local function current_policy()
-  local ok, holder = pcall(require("luagent.policy").resolve)
-  return ok and holder:get() or nil
-end
-
 -- Sets up logs, traces and cost (the bus's observers) as the options ask;
 -- returns their cleanup (exports, the tree, the cost table), or nil and an
 -- exit code after reporting the problem.
@@ -231,22 +226,12 @@ local function observe(opts, usage_error)
   local events = require "luagent.events"
   local trace = require "luagent.trace"
   local cost = require "luagent.cost"
-  if opts["log-format"] then log.set_format(opts["log-format"]) end
-  log.content = opts["log-content"] or false
-  -- the policy's redact(text) hook, run under the hook limits
-  log.redact = function(text)
-    local p = current_policy()
-    if not (p and p.redact) then return text end
-    local policies = require "luagent.policy"
-    local ok, out = policies.run_limited(p.redact, policies.limits.hook, text)
-    if not ok then error(out, 0) end
-    return out
-  end
+  config.set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false }
   if opts.prices then
     local ok, err = cost.load_prices(opts.prices)
     if not ok then return nil, usage_error("run: --prices: %s", err) end
   end
-  cost.run_limit = opts["max-cost"] and tonumber(opts["max-cost"])
+  config.set { max_cost = opts["max-cost"] and tonumber(opts["max-cost"]) or false }
   -- --otlp FILE and a collector (--otlp URL, or the OTEL_ variables) may go together
   local file = opts.otlp and not opts.otlp:match("^https?://") and opts.otlp or nil
   local url = not file and opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -261,11 +246,9 @@ local function observe(opts, usage_error)
   end
   if opts.cost or opts.prices or opts["max-cost"] then cost.start() end
   -- `--log off` asked for silence: no consumer at all
-  local unsubscribe = opts.log ~= "off" and events.subscribe(log.consumer(), { types = log.TYPES })
-  log.events_logged = unsubscribe and true or false
+  if opts.log ~= "off" then log.start() end
   return function()
-    if unsubscribe then unsubscribe() end
-    log.events_logged = false
+    log.stop()
     trace.stop(opts.trace and io.stderr or nil)
     if opts.cost then io.stderr:write(table.concat(cost.report(), "\n"), "\n") end
     cost.stop()

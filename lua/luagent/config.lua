@@ -20,6 +20,12 @@
 --               read as luagent.options; {} elsewhere
 --   log_level   the threshold of the library's own lines (lua/luagent/log.lua)
 --   log_sink    where those lines go: function(level, line)
+--   log_format  "auto" (JSON unless stderr is a terminal), "json" or
+--               "text" (`--log-format`)
+--   log_content message content in log lines, cut and redacted
+--               (`--log-content`); default false
+--   max_cost    the run's cost cap in the price table's currency
+--               (`--max-cost`; lua/luagent/cost.lua), or nil
 --   durable     every agent of the script is durable (`--durable`)
 --   journal_file the run journal's file (`--journal FILE`); nil: the
 --               default (lua/luagent/journal.lua, path)
@@ -41,6 +47,9 @@ local CHECKS = {
   options = function(v) return type(v) == "table", "a table" end,
   log_level = function(v) return require("luagent.log").LEVELS[v] ~= nil, "debug, info, warn, error or off" end,
   log_sink = function(v) return type(v) == "function", "a function(level, line)" end,
+  log_format = function(v) return v == "auto" or v == "json" or v == "text", "auto, json or text" end,
+  log_content = function(v) return type(v) == "boolean", "true or false" end,
+  max_cost = function(v) return type(v) == "number" and v >= 0 and v < math.huge, "a number of 0 or more" end,
   durable = function(v) return type(v) == "boolean", "true or false" end,
   journal_file = function(v) return type(v) == "string", "a file name" end,
   run_info = function(v) return type(v) == "table" and type(v.script) == "string", "a table {script=, args=, options=, cwd=}" end,
@@ -52,9 +61,16 @@ local DELEGATED = {
     get = function() return require("luagent.log").level() end,
     set = function(v) require("luagent.log").set_level(v or "warn") end,
   },
+  log_format = {
+    get = function() return require("luagent.log").format end,
+    set = function(v) require("luagent.log").set_format(v or "auto") end,
+  },
   log_sink = {
     get = function() return require("luagent.log").sink end,
-    set = function(v) require("luagent.log").sink = v or function(_, line) io.stderr:write(line, "\n") end end,
+    set = function(v)
+      local log = require "luagent.log"
+      log.sink = v or log.default_sink
+    end,
   },
 }
 

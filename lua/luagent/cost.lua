@@ -9,14 +9,13 @@
 -- the cap is reached is refused with a `cost_limit` error before any
 -- request is sent. The totals of an agent's run are added to its
 -- `agent_end` event as `cost`.
+local config = require "luagent.config"
 local errors = require "luagent.errors"
 local events = require "luagent.events"
 
 local M = {}
 
 M.currency = "USD"
--- The run's cap (`luagent run --max-cost N`), or nil.
-M.run_limit = nil
 -- How many call records are kept for the costliest turns (at least).
 M.keep = 50
 
@@ -268,8 +267,9 @@ local function gate(opts)
     limits[#limits + 1] = { limit = opts.max_cost, spent = m and m.cost or 0,
       scope = "agent", what = "the agent '" .. tostring(opts.agent) .. "'" }
   end
-  if M.run_limit then
-    limits[#limits + 1] = { limit = M.run_limit, spent = state.run.cost, scope = "run", what = "the run" }
+  local run_limit = config.get("max_cost") -- `luagent run --max-cost N`
+  if run_limit then
+    limits[#limits + 1] = { limit = run_limit, spent = state.run.cost, scope = "run", what = "the run" }
   end
   if #limits == 0 then return nil end
   local model = model_of(opts)

@@ -22,7 +22,7 @@ local M = {
 }
 
 -- configure{policy=, seed=, providers=, record=, policy_path=, options=,
--- log_level=, log_sink=} -> the previous values of the settings given
+-- log_level=, log_sink=, log_format=, log_content=, max_cost=, ...} -> the previous values of the settings given
 -- (false for those that were unset): the one configuration surface of the
 -- process (lua/luagent/config.lua says what each is; false clears one).
 -- configure() -> a copy of every setting. `luagent run` sets them from its

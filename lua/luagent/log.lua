@@ -11,7 +11,9 @@
 -- (answers, tool arguments and results) only with `--log-content`, cut to
 -- M.content_max bytes and passed through the policy's `redact(text)` hook.
 -- Every line goes through the key scrubber (lua/luagent/secrets.lua).
+local config = require "luagent.config"
 local core = require "luagent.core"
+local events = require "luagent.events"
 local json = require "luagent.json"
 local secrets = require "luagent.secrets"
 
@@ -23,20 +25,16 @@ local threshold = M.LEVELS[os.getenv("LUAGENT_LOG") or ""] or M.LEVELS.warn
 
 -- Where lines go: function(level, line, record). Embedders and specs
 -- replace it (record is the line's fields as a table, already scrubbed).
-M.sink = function(_, line) io.stderr:write(line .. "\n") end -- one write(2) per line
+-- The default writes the line to stderr, one write(2) per line.
+function M.default_sink(_, line) io.stderr:write(line .. "\n") end
+M.sink = M.default_sink
 
--- "auto" (JSON unless stderr is a terminal), "json" or "text".
+-- "auto" (JSON unless stderr is a terminal), "json" or "text"
+-- (luagent.configure{log_format=}).
 M.format = "auto"
--- Message content in lines (--log-content), and its bound in bytes.
-M.content = false
+-- The bound of message content in a line, in bytes. Whether lines carry
+-- content at all is the log_content setting (lua/luagent/config.lua).
 M.content_max = 2048
--- function(text) -> text: the policy's redact hook, set by `luagent run`.
-M.redact = nil
--- function(ev) -> trace_id, span_id: set by lua/luagent/trace.lua.
-M.context = nil
--- True while the event consumer is subscribed: the retry loop's own
--- "INFO provider error ..." line is then left to its provider_retry event.
-M.events_logged = false
 
 -- Sets the threshold by name; raises for a name not in M.LEVELS.
 function M.set_level(name)
@@ -161,17 +159,24 @@ local function render(record, epoch)
   return table.concat(out, "  ")
 end
 
+-- Writes the line of `record` (the caller's to give away) at `level`.
+-- The line is scrubbed whole; the record's strings only when a sink other
+-- than the default will see them.
+local function emit(level, msg, record)
+  local epoch = core.wall()
+  record.time = iso_time(epoch)
+  record.level, record.msg = level, msg
+  if M.sink ~= M.default_sink then secrets.scrub(record) end
+  M.sink(level, secrets.text(render(record, epoch)), record)
+end
+
 -- write(level, msg [, fields]): one line at `level` when the threshold lets
 -- it through: {time, level, msg, ...fields}, scrubbed of every key.
 function M.write(level, msg, fields)
   if not M.enabled(level) then return end
   local record = {}
   for k, v in pairs(fields or {}) do record[k] = v end
-  local epoch = core.wall()
-  record.time = iso_time(epoch)
-  record.level, record.msg = level, msg
-  secrets.scrub(record)
-  M.sink(level, secrets.text(render(record, epoch)), record)
+  emit(level, msg, record)
 end
 
 -- library(line): a diagnostic line in the form older code wrote to stderr
@@ -187,15 +192,19 @@ end
 
 local reported -- a failing redact hook is reported once
 
+-- Whether lines carry message content (`--log-content`).
+local function content() return config.get("log_content") end
+
 -- content_text(text) -> the text as a log line may carry it: cut to
--- M.content_max bytes, passed through M.redact, scrubbed of keys.
+-- M.content_max bytes, passed through the redact hook of the policy in
+-- force (lua/luagent/policy.lua, redact), scrubbed of keys.
 function M.content_text(text)
   text = tostring(text)
   local more = #text > M.content_max
   local cut = secrets.cut(more and text:sub(1, M.content_max + secrets.margin) or text, M.content_max, more)
   if more then cut = cut .. string.format("...[%d bytes]", #text) end
-  if M.redact then
-    local ok, red = pcall(M.redact, cut)
+  do
+    local ok, red = pcall(require("luagent.policy").redact, cut)
     if not ok or type(red) ~= "string" then
       if not reported then
         reported = true
@@ -248,7 +257,7 @@ local EVENTS = {
     r.stop_reason, r.turns, r.reason, r.error = ev.stop_reason, ev.turns, ev.reason, err_text(ev.error)
     usage_fields(r, ev.usage, "")
     if ev.cost then r.cost = ev.cost.total; r.cost_unpriced = ev.cost.unpriced end
-    if M.content and ev.messages and #ev.messages > 0 then
+    if content() and ev.messages and #ev.messages > 0 then
       local last = ev.messages[#ev.messages]
       if last.role == "assistant" then r.content = M.content_text(last.content or "") end
     end
@@ -282,7 +291,7 @@ local EVENTS = {
     elseif ev.stop_reason == "aborted" then
       return "info", "model call aborted"
     end
-    if M.content and ev.message then r.content = M.content_text(ev.message.content or "") end
+    if content() and ev.message then r.content = M.content_text(ev.message.content or "") end
     return "info", "model call done in " .. secs(r.duration)
   end,
   call_aborted = function(ev, r) r.attempts = ev.attempts return "info", "model call aborted" end,
@@ -309,7 +318,7 @@ local EVENTS = {
   end,
   cooldown = function(ev, r) r.endpoint = ev.endpoint return "info", "endpoint cooling down" end,
   tool_execution_start = function(ev, r)
-    if M.content and ev.arguments then r.content = M.content_text(json.encode(ev.arguments)) end
+    if content() and ev.arguments then r.content = M.content_text(json.encode(ev.arguments)) end
     return "info", "tool call started"
   end,
   tool_execution_update = function(_, _) return "debug", "tool progress" end,
@@ -326,7 +335,7 @@ local EVENTS = {
       if M.content then r.content = M.content_text(ev.error.message or "") end
       return "info", "tool call failed"
     end
-    if M.content and ev.result then r.content = M.content_text(ev.result) end
+    if content() and ev.result then r.content = M.content_text(ev.result) end
     return "info", "tool call done in " .. secs(ev.duration)
   end,
   tools_changed = function(ev, r)
@@ -355,6 +364,13 @@ M.TYPES = {}
 for t in pairs(MOST) do M.TYPES[#M.TYPES + 1] = t end
 table.sort(M.TYPES)
 
+-- The trace and span ids of the span an event belongs to, while tracing
+-- (lua/luagent/trace.lua, loaded on the first line that asks: it needs
+-- this module).
+local function trace_context(ev)
+  return require("luagent.trace").context(ev)
+end
+
 -- consumer() -> a bus consumer writing one line per event worth logging
 -- (lua/luagent/events.lua); subscribe it for M.TYPES. Deltas are never
 -- logged.
@@ -376,10 +392,27 @@ function M.consumer()
     elseif ev.call_id then
       r.tool, r.call_id = ev.name, ev.call_id
     end
-    if M.context then r.trace_id, r.span_id = M.context(ev) end
+    r.trace_id, r.span_id = trace_context(ev)
     local level, msg = EVENTS[t](ev, r)
-    if M.enabled(level) then M.write(level, msg, r) end
+    if M.enabled(level) then emit(level, msg, r) end
   end
 end
+
+local unsubscribe -- the consumer's, while lines are made from events
+
+-- start(): subscribes a consumer (once): events become log lines.
+function M.start()
+  if not unsubscribe then unsubscribe = events.subscribe(M.consumer(), { types = M.TYPES }) end
+end
+
+-- stop(): unsubscribes it.
+function M.stop()
+  if unsubscribe then unsubscribe() end
+  unsubscribe = nil
+end
+
+-- Whether events become log lines (the retry loop then leaves its own
+-- line for a retry to the provider_retry event's).
+function M.logging_events() return unsubscribe ~= nil end
 
 return M

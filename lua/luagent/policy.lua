@@ -672,6 +672,19 @@ function M.resolve(spec, level)
   return M.watched(path)
 end
 
+-- redact(text) -> `text` passed through the redact hook of the policy in
+-- force (the configured one: a log line's content), under the hook
+-- limits; `text` as is when that policy has no hook. Raises what the hook
+-- raised.
+function M.redact(text)
+  local ok, holder = pcall(M.resolve)
+  local p = ok and holder:get()
+  if not (type(p) == "table" and p.redact) then return text end
+  local good, out = M.run_limited(p.redact, M.limits.hook, text)
+  if not good then error(out, 0) end
+  return out
+end
+
 -- Stops watching the policy file `path` and forgets its loader (specs; an
 -- embedder that is done with a file).
 function M.forget(path)

@@ -47,11 +47,6 @@ local M = {}
 -- retried). lua/luagent/cost.lua adds the max_cost cap here.
 M.gates = {}
 
--- Set by lua/luagent/trace.lua: function(call, attempt, opts) -> headers
--- for the attempt's request ({traceparent = ...}), asked only when the
--- policy's `traceparent` is true.
-M.trace_headers = nil
-
 ------------------------------------------------------------------------------
 -- Usage arithmetic
 ------------------------------------------------------------------------------
@@ -312,7 +307,7 @@ function Call:announce_retry(err, d, side, shorter, wait, why)
     error = err, error_message = text, delay = wait, delay_ms = math.floor(wait * 1000 + 0.5),
     class = d.class, source = why, usage = self.attempt_usage })
   -- the retry's own line, unless its provider_retry event is logged already
-  if log.enabled("info") and not log.events_logged then
+  if log.enabled("info") and not log.logging_events() then
     log.write("info", string.format("provider error (attempt %d/%d), retrying in %.2fs: %s",
       attempt, max_attempts, wait, text))
   end
@@ -417,7 +412,7 @@ function Call:begin_attempt()
   local ok, stream, perr, _, r = pcall(provider.stream, provider, self.request, {
     timeout = { total = limit, idle = seconds(policy.idle_timeout) },
     max_bytes = policy.max_answer_bytes or nil,
-    headers = policy.traceparent and M.trace_headers and M.trace_headers(self.id, self.attempt, self.opts) or nil,
+    headers = policy.traceparent and require("luagent.trace").headers(self.id, self.attempt, self.opts) or nil,
   })
   if not ok then return self:failed(stream) end -- cancelled while connecting, or a bug
   if not stream then return self:failed(perr) end

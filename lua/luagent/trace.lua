@@ -428,8 +428,10 @@ function M.context(ev)
 end
 
 -- headers(call, attempt, opts) -> {traceparent = ...} for an attempt's
--- request (W3C Trace Context; the attempt's own span is the parent).
+-- request (W3C Trace Context; the attempt's own span is the parent, or,
+-- when nothing is traced, fresh ids that no span keeps).
 function M.headers(call, attempt, opts)
+  if not unsubscribe then return { traceparent = "00-" .. hex_id(32) .. "-" .. hex_id(16) .. "-01" } end
   local c = call_of(call, opts and opts.agent_id, core.now())
   local a = attempt_of(c, attempt, core.now())
   return { traceparent = "00-" .. a.trace_id .. "-" .. a.span_id .. "-01" }
@@ -473,15 +475,41 @@ end
 -- Exporters
 ------------------------------------------------------------------------------
 
--- file_exporter(path) -> sink, close | nil, message: one TracesData line
--- per finished trace.
+-- How the file exporter batches, as the OpenTelemetry SDK's batch span
+-- processor does: the spans of the traces that finish within `delay`
+-- seconds of the first go out as one TracesData line (one write, one
+-- flush), or sooner once `batch` spans wait.
+M.file_batch = { delay = 1, batch = 512 }
+
+-- file_exporter(path) -> sink, close | nil, message: TracesData lines of
+-- finished traces, batched as M.file_batch says; close() writes what waits.
 function M.file_exporter(path)
   local f, err = io.open(path, "w")
   if not f then return nil, err end
-  return function(root)
-    f:write(M.traces_data(flatten(root)), "\n")
+  local pending, timer = {}, nil
+  local function write_out()
+    if pending[1] == nil then return end
+    f:write(M.traces_data(pending), "\n")
     f:flush()
-  end, function() f:close() end
+    pending = {}
+  end
+  return function(root)
+    flatten(root, pending)
+    if #pending >= M.file_batch.batch then return write_out() end
+    if not timer then
+      timer = core.spawn(function()
+        core.sleep(M.file_batch.delay)
+        timer = nil
+        write_out()
+      end)
+      timer:set_daemon(true)
+    end
+  end, function()
+    if timer then timer:cancel() end
+    timer = nil
+    write_out()
+    f:close()
+  end
 end
 
 -- The URL spans are posted to: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is,
@@ -640,8 +668,6 @@ function M.start(opts)
     for t in pairs(H) do types[#types + 1] = t end
     -- an annotator: it runs before the log lines that use its ids
     unsubscribe = events.subscribe(consume, { annotate = true, types = types })
-    require("luagent.retry").trace_headers = M.headers
-    log.context = M.context
   end
   if opts.file then
     local sink, close = M.file_exporter(opts.file)
@@ -678,8 +704,6 @@ function M.stop(out, flush_seconds)
     for _, text in ipairs(printed) do out:write(text .. "\n") end
   end
   if unsubscribe then unsubscribe() end
-  require("luagent.retry").trace_headers = nil
-  log.context = nil
   unsubscribe, printed, exporters, closers, sinks = nil, nil, {}, {}, {}
   runs, calls, tools = {}, {}, {}
   recent = {}
