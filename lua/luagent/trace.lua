@@ -167,9 +167,22 @@ local function flatten(root, out)
   return out
 end
 
--- TracesData JSON text for a list of spans (one resource, one scope).
-local resource_head -- the TracesData text before the spans (made once)
-function M.traces_data(spans)
+-- The spans' OTLP JSON objects, comma-separated: a piece of a TracesData
+-- spans array.
+function M.spans_json(spans)
+  local b = {}
+  for i, s in ipairs(spans) do
+    if i > 1 then b[#b + 1] = "," end
+    s:otlp(b)
+  end
+  return table.concat(b)
+end
+
+-- The TracesData text before the spans, and after them (one resource,
+-- one scope).
+local resource_head
+local RESOURCE_TAIL = "]}]}]}"
+local function head()
   if not resource_head then
     local b = { '{"resourceSpans":[{"resource":{"attributes":[' }
     for i, kv in ipairs({ { "service.name", M.service_name }, { "telemetry.sdk.name", "luagent" },
@@ -181,13 +194,12 @@ function M.traces_data(spans)
     b[#b + 1] = ']},"scopeSpans":[{"scope":{"name":"luagent","version":' .. json.quote(core.version) .. '},"spans":['
     resource_head = table.concat(b)
   end
-  local b = { resource_head }
-  for i, s in ipairs(spans) do
-    if i > 1 then b[#b + 1] = "," end
-    s:otlp(b)
-  end
-  b[#b + 1] = "]}]}]}"
-  return secrets.text(table.concat(b))
+  return resource_head
+end
+
+-- TracesData JSON text for a list of spans, scrubbed of keys.
+function M.traces_data(spans)
+  return secrets.text(head() .. M.spans_json(spans) .. RESOURCE_TAIL)
 end
 
 M.service_name = os.getenv("OTEL_SERVICE_NAME") or "luagent"
@@ -478,7 +490,8 @@ end
 -- How the file exporter batches, as the OpenTelemetry SDK's batch span
 -- processor does: the spans of the traces that finish within `delay`
 -- seconds of the first go out as one TracesData line (one write, one
--- flush), or sooner once `batch` spans wait.
+-- flush), or sooner once `batch` spans wait. A trace is turned into JSON
+-- as it ends, while its spans are still in the cache, and let go.
 M.file_batch = { delay = 1, batch = 512 }
 
 -- file_exporter(path) -> sink, close | nil, message: TracesData lines of
@@ -486,16 +499,23 @@ M.file_batch = { delay = 1, batch = 512 }
 function M.file_exporter(path)
   local f, err = io.open(path, "w")
   if not f then return nil, err end
-  local pending, timer = {}, nil
+  f:setvbuf("full", 65536)
+  -- each trace's spans as JSON, scrubbed; written piece by piece into the
+  -- file's buffer, never joined into one string
+  local pieces, spans, timer = {}, 0, nil
   local function write_out()
-    if pending[1] == nil then return end
-    f:write(M.traces_data(pending), "\n")
+    if spans == 0 then return end
+    f:write(head())
+    for i, piece in ipairs(pieces) do f:write(i > 1 and "," or "", piece) end
+    f:write(RESOURCE_TAIL, "\n")
     f:flush()
-    pending = {}
+    pieces, spans = {}, 0
   end
   return function(root)
-    flatten(root, pending)
-    if #pending >= M.file_batch.batch then return write_out() end
+    local list = flatten(root)
+    pieces[#pieces + 1] = secrets.text(M.spans_json(list))
+    spans = spans + #list
+    if spans >= M.file_batch.batch then return write_out() end
     if not timer then
       timer = core.spawn(function()
         core.sleep(M.file_batch.delay)
