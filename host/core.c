@@ -16,6 +16,7 @@
 #include "errors.h"
 #include "guard.h"
 #include "http.h"
+#include "jsonw.h"
 #include "loop.h"
 #include "process.h"
 #include "sandbox.h"
@@ -122,6 +123,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_backoff_register(L);
   lg_sse_register(L);
   lg_chunk_register(L);
+  lg_jsonw_register(L);
   lg_loop_register(L);
   lg_tcp_register(L);
   lg_http_register(L);

@@ -8,6 +8,7 @@
 -- the order given, other tables sort their keys; tables marked with
 -- json.array are arrays even when empty; json.raw splices encoded text.
 local cjson = require "cjson"
+local core = require "luagent.core"
 
 local M = {}
 
@@ -44,11 +45,6 @@ function M.object(...)
   key_order[t] = keys
   return t
 end
-
-local escapes = {
-  ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
-  ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t",
-}
 
 -- The replacement character, U+FFFD, as UTF-8.
 M.REPLACEMENT = "\u{FFFD}"
@@ -98,22 +94,13 @@ function M.fix_surrogates(text)
   return table.concat(out)
 end
 
--- A JSON string literal; control bytes are escaped, bytes that are not
--- UTF-8 become U+FFFD (so every line luagent writes is valid UTF-8).
-local function quote(s)
-  s = M.clean_utf8(s)
-  return '"' .. s:gsub('[%c"\\]', function(c)
-    return escapes[c] or string.format("\\u%04x", c:byte())
-  end) .. '"'
-end
-
--- quote(s) -> the JSON string literal of `s` (as encode writes it); plain
--- text (no control, quote, backslash or non-ASCII byte) takes a fast path,
--- for writers of many small strings (log lines, spans).
-function M.quote(s)
-  if not s:find('[%c"\\\128-\255]') then return '"' .. s .. '"' end
-  return quote(s)
-end
+-- quote(s) -> the JSON string literal of `s` (as encode writes it):
+-- '"', '\\' and control bytes escaped (\n, \t, ... where JSON has a short
+-- form, else \u00XX), and every byte that does not start a valid UTF-8
+-- sequence written as U+FFFD, so every line luagent writes is valid UTF-8.
+-- In C (host/jsonw.c): one pass, one string.
+local quote = core.json_quote
+M.quote = quote
 
 -- How non-finite numbers encode: nil raises (request bodies must not
 -- change meaning silently); "null" writes null (event lines).

@@ -99,43 +99,16 @@ local function text_value(v)
   return s
 end
 
--- A field's value as JSON: strings and integers the quick way (a line
--- per event must stay cheap), the rest through the encoder.
-local function json_value(v)
-  local t = type(v)
-  if t == "string" then return json.quote(v) end
-  if math.type(v) == "integer" then return tostring(v) end
-  if t == "boolean" then return tostring(v) end
-  return json.encode(v, { nonfinite = "null" })
-end
-
-local keys_json = {} -- field name -> ',"name":'
-local function key_json(k)
-  local q = keys_json[k]
-  if not q then
-    q = "," .. json.quote(k) .. ":"
-    keys_json[k] = q
-  end
-  return q
-end
+-- A field's value that is no string, number or boolean, as JSON.
+local function encode_value(v) return json.encode(v, { nonfinite = "null" }) end
 
 -- The line for `record` in the current format.
 local function render(record, epoch)
   if is_json == nil then decide() end
   if is_json then
-    -- one buffer, one concatenation: ',"key":' and the value, field by field
-    local b = {}
-    for _, k in ipairs(HEAD) do
-      local v = record[k]
-      if v ~= nil then b[#b + 1], b[#b + 2] = key_json(k), json_value(v) end
-    end
-    local rest = {}
-    for k in pairs(record) do if not IS_HEAD[k] then rest[#rest + 1] = k end end
-    table.sort(rest)
-    for _, k in ipairs(rest) do b[#b + 1], b[#b + 2] = key_json(k), json_value(record[k]) end
-    b[1] = "{" .. b[1]:sub(2) -- the first field has no comma before it
-    b[#b + 1] = "}"
-    return table.concat(b)
+    -- the leading fields in order, then the rest sorted, written in C
+    -- (host/jsonw.c) into one string: a line per call must stay cheap
+    return core.json_fields(record, HEAD, encode_value)
   end
   local who = {}
   if record.agent then who[#who + 1] = record.agent end

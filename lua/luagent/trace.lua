@@ -100,63 +100,11 @@ function Span:finish(t)
   return self
 end
 
--- Appends an attribute value's OTLP JSON (AnyValue) to buffer `b`:
--- integers as strings.
-local function any_value(b, v)
-  local n = #b
-  if type(v) == "string" then
-    b[n + 1], b[n + 2], b[n + 3] = '{"stringValue":', json.quote(v), "}"
-    return
-  end
-  local t = math.type(v)
-  if t == "integer" or (t == "float" and v == math.floor(v) and v > -2 ^ 53 and v < 2 ^ 53) then
-    b[n + 1], b[n + 2], b[n + 3] = '{"intValue":"', string.format("%d", v), '"}'
-  elseif t == "float" then
-    local finite = v == v and v ~= math.huge and v ~= -math.huge
-    b[n + 1] = finite and ('{"doubleValue":' .. string.format("%.17g", v) .. "}")
-      or ('{"stringValue":"' .. tostring(v) .. '"}')
-  elseif type(v) == "boolean" then
-    b[n + 1] = v and '{"boolValue":true}' or '{"boolValue":false}'
-  elseif type(v) == "table" then
-    b[n + 1] = '{"arrayValue":{"values":['
-    for i, x in ipairs(v) do
-      if i > 1 then b[#b + 1] = "," end
-      any_value(b, x)
-    end
-    b[#b + 1] = "]}}"
-  else
-    b[n + 1], b[n + 2], b[n + 3] = '{"stringValue":', json.quote(tostring(v)), "}"
-  end
-end
-
-local key_heads = {} -- attribute key -> '{"key":"...","value":'
-
 -- Appends the span's OTLP JSON (opentelemetry.proto.trace.v1.Span) to
--- buffer `b`, written by hand into one buffer: a span per model call and
--- per tool call must stay cheap.
+-- buffer `b`. Written in C (host/jsonw.c) into one string: a span per
+-- model call and per attempt must stay cheap next to the call's stream.
 function Span:otlp(b)
-  b[#b + 1] = '{"traceId":"' .. self.trace_id .. '","spanId":"' .. self.span_id
-    .. (self.parent and ('","parentSpanId":"' .. self.parent.span_id) or "") .. '","name":'
-  b[#b + 1] = json.quote(self.name)
-  b[#b + 1] = string.format(',"kind":%d,"startTimeUnixNano":"%d","endTimeUnixNano":"%d","attributes":[',
-    self.kind, unix_nano(self.start), unix_nano(self.stop or self.start))
-  local values = self.attrs
-  for i, k in ipairs(self.keys) do
-    local head = key_heads[k]
-    if not head then
-      head = '{"key":' .. json.quote(k) .. ',"value":'
-      key_heads[k] = head
-    end
-    b[#b + 1] = i > 1 and ("," .. head) or head
-    any_value(b, values[k])
-    b[#b + 1] = "}"
-  end
-  b[#b + 1] = '],"status":{"code":' .. self.status
-  if self.status_message then
-    b[#b + 1] = ',"message":'
-    b[#b + 1] = json.quote(self.status_message)
-  end
-  b[#b + 1] = "}}"
+  b[#b + 1] = core.otlp_span(self, offset)
 end
 
 -- Every span of the tree under `root`, parents before children.
@@ -187,9 +135,8 @@ local function head()
     local b = { '{"resourceSpans":[{"resource":{"attributes":[' }
     for i, kv in ipairs({ { "service.name", M.service_name }, { "telemetry.sdk.name", "luagent" },
                           { "telemetry.sdk.language", "lua" }, { "telemetry.sdk.version", core.version } }) do
-      b[#b + 1] = (i > 1 and "," or "") .. '{"key":"' .. kv[1] .. '","value":'
-      any_value(b, kv[2])
-      b[#b + 1] = "}"
+      b[#b + 1] = (i > 1 and "," or "") .. '{"key":"' .. kv[1] .. '","value":{"stringValue":'
+        .. json.quote(kv[2]) .. "}}"
     end
     b[#b + 1] = ']},"scopeSpans":[{"scope":{"name":"luagent","version":' .. json.quote(core.version) .. '},"spans":['
     resource_head = table.concat(b)

@@ -1,0 +1,385 @@
+/* JSON text for the observers' hot paths (jsonw.h). A log line per model
+ * call and a span per attempt must cost little next to the call's stream;
+ * built in Lua, each field left a few small strings behind for the
+ * collector. Here each result is written into one luaL_Buffer. Values are
+ * read from the caller's tables, which keep them alive: a value is popped
+ * before the buffer is written to (the buffer owns the stack's top). */
+#include "jsonw.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 32
+
+/* The byte after the valid UTF-8 sequence at s, as Lua's strict utf8.len
+ * decodes (no surrogates, nothing past U+10FFFF, no overlong form), or NULL
+ * when s does not start one. s is a Lua string, so NUL-terminated: a cut
+ * sequence meets the NUL and fails. */
+static const unsigned char *utf8_next(const unsigned char *s) {
+  static const unsigned limits[] = {~0u, 0x80, 0x800, 0x10000u, 0x200000u, 0x4000000u};
+  unsigned c = s[0], res = 0;
+  int count = 0;
+  if (c < 0x80) return s + 1;
+  for (; c & 0x40; c <<= 1) {
+    unsigned cc = s[++count];
+    if ((cc & 0xC0) != 0x80) return NULL;
+    res = (res << 6) | (cc & 0x3F);
+  }
+  res |= (c & 0x7F) << (count * 5);
+  if (count > 5 || res > 0x7FFFFFFFu || res < limits[count]) return NULL;
+  if (res > 0x10FFFFu || (res >= 0xD800u && res <= 0xDFFFu)) return NULL;
+  return s + count + 1;
+}
+
+/* Appends s[0, n) as a JSON string, as json.lua's quote writes it: '"',
+ * '\\' and control bytes escaped (the short forms where JSON has them),
+ * every byte that does not start a valid UTF-8 sequence as U+FFFD. */
+static void put_string(luaL_Buffer *b, const char *s, size_t n) {
+  const unsigned char *p = (const unsigned char *)s, *end = p + n, *run = p;
+  luaL_addchar(b, '"');
+  while (p < end) {
+    unsigned c = *p;
+    if (c >= 0x20 && c < 0x7F && c != '"' && c != '\\') {
+      p++;
+      continue;
+    }
+    if (c >= 0x80) {
+      const unsigned char *q = utf8_next(p);
+      if (q && q <= end) {
+        p = q;
+        continue;
+      }
+    }
+    luaL_addlstring(b, (const char *)run, (size_t)(p - run));
+    switch (c) {
+      case '"': luaL_addstring(b, "\\\""); break;
+      case '\\': luaL_addstring(b, "\\\\"); break;
+      case '\b': luaL_addstring(b, "\\b"); break;
+      case '\f': luaL_addstring(b, "\\f"); break;
+      case '\n': luaL_addstring(b, "\\n"); break;
+      case '\r': luaL_addstring(b, "\\r"); break;
+      case '\t': luaL_addstring(b, "\\t"); break;
+      default:
+        if (c >= 0x80) {
+          luaL_addstring(b, "\xEF\xBF\xBD");
+        } else {
+          char esc[8];
+          snprintf(esc, sizeof esc, "\\u%04x", c);
+          luaL_addstring(b, esc);
+        }
+    }
+    run = ++p;
+  }
+  luaL_addlstring(b, (const char *)run, (size_t)(p - run));
+  luaL_addchar(b, '"');
+}
+
+/* Appends float x as json.lua writes a number: the shortest of %.15g,
+ * %.16g, %.17g that reads back equal; null when not finite. */
+static void put_float(luaL_Buffer *b, double x) {
+  char text[40];
+  if (!isfinite(x)) {
+    luaL_addstring(b, "null");
+    return;
+  }
+  for (int digits = 15; digits <= 17; digits++) {
+    snprintf(text, sizeof text, "%.*g", digits, x);
+    if (strtod(text, NULL) == x) break;
+  }
+  luaL_addstring(b, text);
+}
+
+static void put_integer(luaL_Buffer *b, long long v) {
+  char text[32];
+  snprintf(text, sizeof text, "%lld", v);
+  luaL_addstring(b, text);
+}
+
+/* ---- json_fields ---------------------------------------------------------- */
+
+typedef struct {
+  const char *p;
+  size_t n;
+} key;
+
+/* Lua's order of strings (in the C locale): bytes, then length. */
+static int key_cmp(const void *a, const void *b) {
+  const key *x = a, *y = b;
+  int c = memcmp(x->p, y->p, x->n < y->n ? x->n : y->n);
+  if (c != 0) return c;
+  return (x->n > y->n) - (x->n < y->n);
+}
+
+/* Appends ',"k":' (no comma first) and the value of field k of the table
+ * at t; nothing when it is nil. A value that is no string, number or
+ * boolean is encoded by the function at `encode`. */
+static void put_field(lua_State *L, luaL_Buffer *b, int t, int encode, key k, int *first) {
+  lua_pushlstring(L, k.p, k.n);
+  int type = lua_rawget(L, t);
+  if (type == LUA_TNIL) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (type == LUA_TSTRING || type == LUA_TNUMBER || type == LUA_TBOOLEAN) {
+    size_t n = 0;
+    const char *s = type == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL; /* kept by the table */
+    int is_int = type == LUA_TNUMBER && lua_isinteger(L, -1);
+    lua_Integer i = is_int ? lua_tointeger(L, -1) : 0;
+    lua_Number x = type == LUA_TNUMBER ? lua_tonumber(L, -1) : 0;
+    int yes = type == LUA_TBOOLEAN && lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (!*first) luaL_addchar(b, ',');
+    *first = 0;
+    put_string(b, k.p, k.n);
+    luaL_addchar(b, ':');
+    if (s) put_string(b, s, n);
+    else if (is_int) put_integer(b, (long long)i);
+    else if (type == LUA_TNUMBER) put_float(b, x);
+    else luaL_addstring(b, yes ? "true" : "false");
+    return;
+  }
+  lua_pop(L, 1);
+  if (!*first) luaL_addchar(b, ',');
+  *first = 0;
+  put_string(b, k.p, k.n);
+  luaL_addchar(b, ':');
+  lua_pushvalue(L, encode);
+  lua_pushlstring(L, k.p, k.n);
+  lua_rawget(L, t);
+  lua_call(L, 1, 1);
+  if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "json_fields: the encoder returned no string");
+  luaL_addvalue(b);
+}
+
+/* json_fields(t, head, encode) -> the JSON object of table t's string
+ * keys: those named in the list `head` first, in its order, then the
+ * others sorted. Strings, numbers and booleans are written here; any other
+ * value through encode(value) -> JSON text. */
+static int l_json_fields(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checktype(L, 3, LUA_TFUNCTION);
+  lua_Integer nhead = luaL_len(L, 2), nkeys = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    lua_pop(L, 1);
+    nkeys++;
+  }
+  /* the key list lives in a userdata: freed by the collector even when
+   * the encoder raises */
+  key *keys = lua_newuserdatauv(L, (size_t)(nhead + nkeys + 1) * sizeof(key), 0);
+  int ud = lua_gettop(L);
+  for (lua_Integer i = 1; i <= nhead; i++) {
+    lua_rawgeti(L, 2, i);
+    keys[i - 1].p = luaL_checklstring(L, -1, &keys[i - 1].n); /* kept by head */
+    lua_pop(L, 1);
+  }
+  key *rest = keys + nhead;
+  size_t nrest = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TSTRING) continue;
+    key k;
+    k.p = lua_tolstring(L, -1, &k.n); /* kept by t */
+    int in_head = 0;
+    for (lua_Integer i = 0; i < nhead && !in_head; i++) {
+      in_head = keys[i].n == k.n && memcmp(keys[i].p, k.p, k.n) == 0;
+    }
+    if (!in_head) rest[nrest++] = k;
+  }
+  qsort(rest, nrest, sizeof(key), key_cmp);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addchar(&b, '{');
+  int first = 1;
+  for (size_t i = 0; i < (size_t)nhead + nrest; i++) put_field(L, &b, 1, 3, keys[i], &first);
+  luaL_addchar(&b, '}');
+  luaL_pushresult(&b);
+  lua_remove(L, ud);
+  return 1;
+}
+
+/* json_quote(s) -> the JSON string literal of s, as json.lua writes it. */
+static int l_json_quote(lua_State *L) {
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  put_string(&b, s, n);
+  luaL_pushresult(&b);
+  return 1;
+}
+
+/* ---- otlp_span ------------------------------------------------------------ */
+
+/* Appends the OTLP AnyValue JSON of the value on top of the stack and pops
+ * it: integers (and whole floats within 2^53) as "intValue" strings,
+ * other finite floats as "doubleValue", the rest as OTLP has them. */
+static void put_any(lua_State *L, luaL_Buffer *b, int depth) {
+  int type = lua_type(L, -1);
+  if (type == LUA_TSTRING) {
+    size_t n;
+    const char *s = lua_tolstring(L, -1, &n); /* kept by its table */
+    lua_pop(L, 1);
+    luaL_addstring(b, "{\"stringValue\":");
+    put_string(b, s, n);
+    luaL_addchar(b, '}');
+  } else if (type == LUA_TNUMBER) {
+    int is_int = lua_isinteger(L, -1);
+    lua_Integer i = lua_tointeger(L, -1);
+    lua_Number x = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+    if (is_int || (x == floor(x) && x > -9007199254740992.0 && x < 9007199254740992.0)) {
+      luaL_addstring(b, "{\"intValue\":\"");
+      put_integer(b, is_int ? (long long)i : (long long)x);
+      luaL_addstring(b, "\"}");
+    } else if (isfinite(x)) {
+      char text[40];
+      snprintf(text, sizeof text, "{\"doubleValue\":%.17g}", x);
+      luaL_addstring(b, text);
+    } else {
+      char text[48];
+      snprintf(text, sizeof text, "{\"stringValue\":\"%.14g\"}", x); /* inf, -inf, nan */
+      luaL_addstring(b, text);
+    }
+  } else if (type == LUA_TBOOLEAN) {
+    int yes = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    luaL_addstring(b, yes ? "{\"boolValue\":true}" : "{\"boolValue\":false}");
+  } else if (type == LUA_TTABLE) {
+    if (depth >= MAX_DEPTH) luaL_error(L, "otlp_span: an attribute nests deeper than %d", MAX_DEPTH);
+    /* the elements go into a buffer of their own, above the table; its
+     * text then replaces the table and joins b */
+    int t = lua_gettop(L);
+    lua_Integer n = 0;
+    while (lua_rawgeti(L, t, n + 1) != LUA_TNIL) {
+      lua_pop(L, 1);
+      n++;
+    }
+    lua_pop(L, 1);
+    luaL_Buffer inner;
+    luaL_buffinit(L, &inner);
+    luaL_addstring(&inner, "{\"arrayValue\":{\"values\":[");
+    for (lua_Integer i = 1; i <= n; i++) {
+      if (i > 1) luaL_addchar(&inner, ',');
+      lua_rawgeti(L, t, i);
+      put_any(L, &inner, depth + 1);
+    }
+    luaL_addstring(&inner, "]}}");
+    luaL_pushresult(&inner);
+    lua_remove(L, t);
+    luaL_addvalue(b);
+  } else {
+    const char *name = luaL_typename(L, -1);
+    lua_pop(L, 1);
+    luaL_addstring(b, "{\"stringValue\":");
+    put_string(b, name, strlen(name));
+    luaL_addchar(b, '}');
+  }
+}
+
+/* Unix nanoseconds of loop-clock time t, given offset = epoch - loop clock
+ * (trace.lua's unix_nano). */
+static long long unix_nano(double t, double offset) {
+  double e = t + offset, s = floor(e);
+  return (long long)s * 1000000000LL + (long long)floor((e - s) * 1e9);
+}
+
+/* The string field k of the table at t (kept by the table), or NULL. */
+static const char *string_field(lua_State *L, int t, const char *k, size_t *n) {
+  lua_getfield(L, t, k);
+  const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, n) : NULL;
+  lua_pop(L, 1);
+  return s;
+}
+
+static double number_field(lua_State *L, int t, const char *k, double dflt) {
+  lua_getfield(L, t, k);
+  double x = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : dflt;
+  lua_pop(L, 1);
+  return x;
+}
+
+/* otlp_span(span, offset) -> the span's OTLP JSON
+ * (opentelemetry.proto.trace.v1.Span). span is lua/luagent/trace.lua's:
+ * trace_id, span_id, parent (its span_id), name, kind, start, stop, keys
+ * (attribute names in order), attrs, status, status_message. */
+static int l_otlp_span(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  double offset = luaL_checknumber(L, 2);
+  size_t ntrace = 0, nspan = 0, nname = 0, nparent = 0, nmsg = 0;
+  const char *trace_id = string_field(L, 1, "trace_id", &ntrace);
+  const char *span_id = string_field(L, 1, "span_id", &nspan);
+  const char *name = string_field(L, 1, "name", &nname);
+  const char *msg = string_field(L, 1, "status_message", &nmsg);
+  const char *parent = NULL;
+  if (lua_getfield(L, 1, "parent") == LUA_TTABLE) parent = string_field(L, -1, "span_id", &nparent);
+  lua_pop(L, 1); /* the parent table is kept by the span */
+  if (!trace_id || !span_id || !name) return luaL_error(L, "otlp_span: not a span (trace_id, span_id, name)");
+  double start = number_field(L, 1, "start", 0), stop = number_field(L, 1, "stop", start);
+  lua_Integer kind = (lua_Integer)number_field(L, 1, "kind", 0);
+  lua_Integer status = (lua_Integer)number_field(L, 1, "status", 0);
+  lua_getfield(L, 1, "keys");
+  lua_getfield(L, 1, "attrs");
+  int keys = lua_gettop(L) - 1, attrs = lua_gettop(L);
+  luaL_checktype(L, keys, LUA_TTABLE);
+  luaL_checktype(L, attrs, LUA_TTABLE);
+
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  char text[160];
+  luaL_addstring(&b, "{\"traceId\":\"");
+  luaL_addlstring(&b, trace_id, ntrace);
+  luaL_addstring(&b, "\",\"spanId\":\"");
+  luaL_addlstring(&b, span_id, nspan);
+  if (parent) {
+    luaL_addstring(&b, "\",\"parentSpanId\":\"");
+    luaL_addlstring(&b, parent, nparent);
+  }
+  luaL_addstring(&b, "\",\"name\":");
+  put_string(&b, name, nname);
+  snprintf(text, sizeof text,
+           ",\"kind\":%lld,\"startTimeUnixNano\":\"%lld\",\"endTimeUnixNano\":\"%lld\",\"attributes\":[",
+           (long long)kind, unix_nano(start, offset), unix_nano(stop, offset));
+  luaL_addstring(&b, text);
+  for (lua_Integer i = 1;; i++) {
+    size_t nk;
+    if (lua_rawgeti(L, keys, i) != LUA_TSTRING) {
+      lua_pop(L, 1);
+      break;
+    }
+    const char *k = lua_tolstring(L, -1, &nk); /* kept by keys */
+    lua_pop(L, 1);
+    luaL_addstring(&b, i > 1 ? ",{\"key\":" : "{\"key\":");
+    put_string(&b, k, nk);
+    luaL_addstring(&b, ",\"value\":");
+    lua_pushlstring(L, k, nk);
+    lua_rawget(L, attrs);
+    put_any(L, &b, 0);
+    luaL_addchar(&b, '}');
+  }
+  snprintf(text, sizeof text, "],\"status\":{\"code\":%lld", (long long)status);
+  luaL_addstring(&b, text);
+  if (msg) {
+    luaL_addstring(&b, ",\"message\":");
+    put_string(&b, msg, nmsg);
+  }
+  luaL_addstring(&b, "}}");
+  luaL_pushresult(&b);
+  return 1;
+}
+
+void lg_jsonw_register(lua_State *L) {
+  static const luaL_Reg fns[] = {
+    {"json_quote", l_json_quote},
+    {"json_fields", l_json_fields},
+    {"otlp_span", l_otlp_span},
+    {NULL, NULL},
+  };
+  luaL_setfuncs(L, fns, 0);
+}

@@ -1,0 +1,133 @@
+-- The observers' JSON writer in C (host/jsonw.c): json.quote, log lines'
+-- objects (core.json_fields) and OTLP spans (core.otlp_span), checked
+-- against a plain Lua statement of the same rules over random and hostile
+-- input (invalid UTF-8, control bytes, surrogates, non-finite numbers).
+local core = require "luagent.core"
+local json = require "luagent.json"
+local cjson = require "cjson"
+
+-- The rules in Lua: every byte that does not start a valid UTF-8
+-- sequence becomes U+FFFD, then '"', '\\' and control bytes are escaped.
+local SHORT = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
+  ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+local function reference_quote(s)
+  s = json.clean_utf8(s)
+  return '"' .. s:gsub('[%c"\\]', function(c) return SHORT[c] or string.format("\\u%04x", c:byte()) end) .. '"'
+end
+
+local PIECES = { "a", "Z", " ", '"', "\\", "\n", "\t", "\r", "\b", "\f", "\0", "\127", "\31", "é", "€", "😀",
+  "\u{10FFFF}", "\xF4\x90\x80\x80", "\xED\xA0\x80", "\xC0\xAF", "\xE0\x80\x80", "\x80", "\xFF", "\xE2\x82", "/" }
+
+local function random_string(rng)
+  local parts = {}
+  for i = 1, rng(0, 12) do parts[i] = PIECES[rng(#PIECES)] end
+  return table.concat(parts)
+end
+
+describe("json.quote (C)", function()
+  it("writes what the Lua rules write, for 20,000 random strings of hostile pieces", function()
+    local rng = math.random
+    math.randomseed(20261130)
+    for _ = 1, 20000 do
+      local s = random_string(rng)
+      assert.equal(reference_quote(s), json.quote(s))
+    end
+  end)
+
+  it("gives valid UTF-8 that decodes back to the cleaned text", function()
+    local s = "ok \xFF\xED\xA0\x80 \"q\" \0 end"
+    local q = json.quote(s)
+    assert.truthy(utf8.len(q))
+    assert.equal(json.clean_utf8(s), cjson.decode(q))
+  end)
+end)
+
+describe("core.json_fields (log lines)", function()
+  local function encode(v) return json.encode(v, { nonfinite = "null" }) end
+
+  it("puts the head keys first, in order, then the others sorted", function()
+    local line = core.json_fields({ msg = "hi", level = "info", z = 1, a = true, list = { 1, 2 }, time = "T",
+      [3] = "not a string key" }, { "time", "level", "agent", "msg" }, encode)
+    assert.equal('{"time":"T","level":"info","msg":"hi","a":true,"list":[1,2],"z":1}', line)
+  end)
+
+  it("writes numbers as json.encode does: integers exactly, floats shortest, non-finite as null", function()
+    for _, x in ipairs({ 0, -1, 1.5, 0.1, 1e300, -1e-300, 2 ^ 53, 2 ^ 63, 3.0, 123456789.123456789,
+                         math.mininteger, math.maxinteger, math.huge, -math.huge, 0 / 0 }) do
+      local want = math.type(x) == "integer" and tostring(x) or encode(x)
+      assert.equal('{"v":' .. want .. "}", core.json_fields({ v = x }, {}, encode))
+    end
+  end)
+
+  it("hands other values to the encoder and reports one that returns no string", function()
+    assert.equal('{"f":"ENC"}', core.json_fields({ f = {} }, {}, function() return '"ENC"' end))
+    assert.has_error(function() core.json_fields({ f = {} }, {}, function() return 1 end) end,
+      "json_fields: the encoder returned no string")
+  end)
+
+  it("writes an empty table as {} and many fields in order", function()
+    assert.equal("{}", core.json_fields({}, { "a" }, encode))
+    local t, want = {}, {}
+    for i = 1, 300 do t[("k%03d"):format(i)] = i end
+    for i = 1, 300 do want[i] = ('"k%03d":%d'):format(i, i) end
+    assert.equal("{" .. table.concat(want, ",") .. "}", core.json_fields(t, {}, encode))
+  end)
+end)
+
+describe("core.otlp_span", function()
+  local function span(attrs, keys, extra)
+    local s = { trace_id = string.rep("a", 32), span_id = string.rep("b", 16), name = "chat \"m\"\xFF",
+      kind = 3, start = 10.25, stop = 11.5, status = 2, status_message = "boom", attrs = attrs, keys = keys,
+      parent = { span_id = string.rep("c", 16) } }
+    for k, v in pairs(extra or {}) do s[k] = v end
+    return s
+  end
+
+  it("writes ids, parent, name, kind, times, attributes in order and the status", function()
+    local attrs = { s = "x\ny", i = 42, f = 2.5, whole = 7.0, big = 2 ^ 60, t = true, no = false,
+      list = { "stop", 1, { "deep" } }, inf = math.huge }
+    local keys = { "s", "i", "f", "whole", "big", "t", "no", "list", "inf", "missing" }
+    local d = cjson.decode(core.otlp_span(span(attrs, keys), 1000))
+    assert.equal(string.rep("a", 32), d.traceId)
+    assert.equal(string.rep("b", 16), d.spanId)
+    assert.equal(string.rep("c", 16), d.parentSpanId)
+    assert.equal('chat "m"\u{FFFD}', d.name)
+    assert.equal(3, d.kind)
+    assert.equal("1010250000000", d.startTimeUnixNano)
+    assert.equal("1011500000000", d.endTimeUnixNano)
+    assert.same({ code = 2, message = "boom" }, d.status)
+    local got = {}
+    for i, kv in ipairs(d.attributes) do got[i] = kv.key end
+    assert.same({ "s", "i", "f", "whole", "big", "t", "no", "list", "inf", "missing" }, got)
+    local v = {}
+    for _, kv in ipairs(d.attributes) do v[kv.key] = kv.value end
+    assert.same({ stringValue = "x\ny" }, v.s)
+    assert.same({ intValue = "42" }, v.i)
+    assert.same({ doubleValue = 2.5 }, v.f)
+    assert.same({ intValue = "7" }, v.whole)
+    assert.same({ doubleValue = 2 ^ 60 }, v.big) -- past 2^53: not exact as an integer
+    assert.same({ boolValue = true }, v.t)
+    assert.same({ boolValue = false }, v.no)
+    assert.same({ arrayValue = { values = { { stringValue = "stop" }, { intValue = "1" },
+      { arrayValue = { values = { { stringValue = "deep" } } } } } } }, v.list)
+    assert.same({ stringValue = "inf" }, v.inf)
+  end)
+
+  it("leaves out parentSpanId and the message when there are none; stop defaults to start", function()
+    local s = span({}, {}, { parent = false, status_message = false, stop = false })
+    local d = cjson.decode(core.otlp_span(s, 0))
+    assert.is_nil(d.parentSpanId)
+    assert.same({ code = 2 }, d.status)
+    assert.equal(d.startTimeUnixNano, d.endTimeUnixNano)
+    assert.same({}, d.attributes)
+  end)
+
+  it("refuses what is not a span, and an attribute nested past the bound", function()
+    assert.has_error(function() core.otlp_span({}, 0) end, "otlp_span: not a span (trace_id, span_id, name)")
+    local deep = {}
+    local t = deep
+    for _ = 1, 40 do t[1] = {} t = t[1] end
+    assert.has_error(function() core.otlp_span(span({ d = deep }, { "d" }), 0) end,
+      "otlp_span: an attribute nests deeper than 32")
+  end)
+end)
