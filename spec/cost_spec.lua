@@ -123,6 +123,11 @@ describe("cost", function()
     assert.equal(require("luagent.prices")["gpt-4o-mini"], cost.price("openai/gpt-4o-mini"))
     assert.equal(require("luagent.prices")["gpt-4o-mini"], cost.price("gpt-4o-mini-2024-07-18"))
     assert.equal(require("luagent.prices")["claude-3-5-haiku"], cost.price("claude-3-5-haiku-latest"))
+    -- a dated name of a later version with a price of its own takes that one
+    assert.equal(5, cost.price("claude-opus-4-5-20251101").input)
+    assert.equal(15, cost.price("claude-opus-4-1-20250805").input)
+    assert.equal(3, cost.price("claude-sonnet-4-5-20250929").input)
+    assert.is_nil(cost.price("o3-pro")) -- not a dated o3
     assert.is_nil(cost.price("gpt-4o-minimal"))
     assert.is_nil(cost.price("gpt-4o-mini-ish"))
     assert.is_nil(cost.price("no-such-model"))
