@@ -113,8 +113,6 @@ end
 
 local USAGE = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens" }
 
--- Usage counters at zero; add(total, u [, sign]) adds u's counts (or
--- subtracts them, sign = -1).
 -- Sorts call records costliest first (no price sorts last), then by call.
 local function costliest_first(a, b)
   local x, y = a.cost or -1, b.cost or -1
@@ -122,6 +120,8 @@ local function costliest_first(a, b)
   return a.call < b.call
 end
 
+-- Usage counters at zero; add(total, u [, sign]) adds u's counts (or
+-- subtracts them, sign = -1).
 local function zero() return { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 } end
 
 local function add(total, u, sign)

@@ -20,6 +20,11 @@ function Queue:push_all(vs)
   for _, v in ipairs(vs or {}) do self:push(v) end
 end
 
+-- How many elements wait.
+function Queue:len()
+  return self.tail - self.head + 1
+end
+
 -- The oldest element, removed; nil when empty.
 function Queue:pop()
   if self.head > self.tail then return nil end

@@ -22,6 +22,7 @@ local json = require "luagent.json"
 local events = require "luagent.events"
 local secrets = require "luagent.secrets"
 local log = require "luagent.log"
+local queue = require "luagent.queue"
 
 local M = {}
 
@@ -511,7 +512,7 @@ function M.http_exporter(opts)
   local http = require "luagent.http"
   local x = {
     url = opts.url, max_queue = opts.max_queue or 2048, batch = opts.batch or 512,
-    timeout = opts.timeout or 5, queue = {}, head = 1, tail = 0, sent = 0, dropped = 0, failures = 0,
+    timeout = opts.timeout or 5, queue = queue.new(), sent = 0, dropped = 0, failures = 0,
     headers = parse_headers(opts.headers or os.getenv("OTEL_EXPORTER_OTLP_HEADERS")),
   }
   x.headers["content-type"] = "application/json"
@@ -540,11 +541,10 @@ function M.http_exporter(opts)
 
   -- The next batch off the queue, or nil when it is empty.
   local function take()
-    local n = math.min(x.batch, x.tail - x.head + 1)
+    local n = math.min(x.batch, x.queue:len())
     if n <= 0 then return nil end
-    local spans = table.move(x.queue, x.head, x.head + n - 1, 1, {})
-    for i = x.head, x.head + n - 1 do x.queue[i] = nil end
-    x.head = x.head + n
+    local spans = {}
+    for i = 1, n do spans[i] = x.queue:pop() end
     return spans
   end
 
@@ -562,12 +562,11 @@ function M.http_exporter(opts)
   -- counted) and starts the sender when none runs.
   function x.sink(root)
     for _, s in ipairs(flatten(root)) do
-      if x.tail - x.head + 1 >= x.max_queue then
+      if x.queue:len() >= x.max_queue then
         x.dropped = x.dropped + 1
         x.overflow = (x.overflow or 0) + 1
       else
-        x.tail = x.tail + 1
-        x.queue[x.tail] = s
+        x.queue:push(s)
       end
     end
     if not x.task then
@@ -607,7 +606,7 @@ function M.http_exporter(opts)
           x.url, seconds))
       end
     end
-    local lost = x.tail - x.head + 1
+    local lost = x.queue:len()
     if lost > 0 then x.dropped = x.dropped + lost end
     if x.dropped > 0 then
       log.write("warn", string.format("OTLP export to %s: %d span(s) sent, %d dropped (%d over the queue bound of %d)",
