@@ -356,7 +356,12 @@ function M.consumer()
       if ev.final and ev.call then models[ev.call] = nil end
       return
     end
-    local r = { event = t, agent = ev.agent }
+    -- sized for a call's line at once (the fields given nil here are set
+    -- below or by EVENTS[t]; a table grown field by field rehashes 5 times)
+    local r = { event = t, agent = ev.agent, model = nil, call = nil, trace_id = nil, span_id = nil,
+      stop_reason = nil, raw_stop_reason = nil, input_tokens = nil, output_tokens = nil, attempts = nil,
+      status = nil, total_input_tokens = nil, total_output_tokens = nil, duration = nil, time = nil,
+      level = nil, msg = nil }
     if ev.call then
       if ev.request_model then models[ev.call] = ev.request_model
       elseif t == "message_start" and ev.model and not models[ev.call] then models[ev.call] = ev.model end

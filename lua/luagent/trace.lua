@@ -71,10 +71,15 @@ Span.__index = Span
 -- new_span(name, kind, parent, start) -> span: a child of `parent` (a span)
 -- or a root with a new trace id.
 local function new_span(name, kind, parent, start)
+  -- sized at once for a chat span's attributes (a table grown one field at
+  -- a time is rehashed at every power of two)
   local s = setmetatable({
     name = name, kind = kind, parent = parent, start = start or core.now(),
     trace_id = parent and parent.trace_id or hex_id(32), span_id = hex_id(16),
-    attrs = {}, keys = {}, children = {}, status = M.STATUS.UNSET,
+    attrs = { a = nil, b = nil, c = nil, d = nil, e = nil, f = nil, g = nil, h = nil,
+              i = nil, j = nil, k = nil, l = nil, m = nil, n = nil, o = nil, p = nil },
+    keys = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil },
+    children = {}, status = M.STATUS.UNSET, stop = nil, status_message = nil, delay = nil,
   }, Span)
   if parent then parent.children[#parent.children + 1] = s end
   return s
@@ -165,11 +170,10 @@ local unsubscribe
 -- The span that just ended, per kind (r: agent run, c: call, t: tool), so
 -- that consumers of the same event running after this one (its log line)
 -- still find its ids. One each: they run in the same publish.
-local recent = {}
-local function ended(kind, key, span) recent[kind] = { key, span } end
+local recent, recent_key = {}, {}
+local function ended(kind, key, span) recent[kind], recent_key[kind] = span, key end
 local function just_ended(kind, key)
-  local e = recent[kind]
-  return e and e[1] == key and e[2] or nil
+  return recent_key[kind] == key and recent[kind] or nil
 end
 
 -- The gen_ai.usage.* attributes of a usage table.
@@ -672,7 +676,7 @@ function M.stop(out, flush_seconds)
   if unsubscribe then unsubscribe() end
   unsubscribe, printed, exporters, closers, sinks = nil, nil, {}, {}, {}
   runs, calls, tools = {}, {}, {}
-  recent = {}
+  recent, recent_key = {}, {}
 end
 
 return M
