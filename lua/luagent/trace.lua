@@ -407,30 +407,47 @@ end
 
 M.duration = log.duration -- "37.968s", "1.3ms", "191µs"
 
+local INDENT = setmetatable({}, { __index = function(t, depth)
+  local s = string.rep("  ", depth)
+  t[depth] = s
+  return s
+end })
+
+-- Children in start order (ties: by span id).
+local function by_start(a, b)
+  if a.start ~= b.start then return a.start < b.start end
+  return a.span_id < b.span_id
+end
+
 -- tree(root) -> lines: each span with its duration, children indented
 -- in start order; attempts say their status or error and the wait after.
+-- Lines are not scrubbed: the caller scrubs their text.
 function M.tree(root, lines, depth)
   lines, depth = lines or {}, depth or 0
   local d = (root.stop or root.start) - root.start
-  local line = string.rep("  ", depth) .. root.name .. " " .. M.duration(d)
-  if root.name:match("^attempt ") then
-    local notes = {}
+  local line = INDENT[depth] .. root.name .. " " .. M.duration(d)
+  local tool = false
+  if root.name:find("^attempt ") then
     local status = root.attrs["http.response.status_code"]
-    if status then notes[#notes + 1] = "HTTP " .. status end
+    local note = status and ("HTTP " .. status)
     if root.status == M.STATUS.ERROR then
-      if not status then notes[#notes + 1] = root.status_message or root.attrs["error.type"] end
-      notes[#notes + 1] = root.delay and ("retried after " .. M.duration(root.delay)) or "failed"
+      local first = note or root.status_message or root.attrs["error.type"]
+      local more = root.delay and ("retried after " .. M.duration(root.delay)) or "failed"
+      note = first and (first .. ", " .. more) or more
     end
-    if #notes > 0 then line = line .. "  " .. table.concat(notes, ", ") end
-  elseif root.status == M.STATUS.ERROR then
-    line = line .. "  error: " .. tostring(root.attrs["error.type"])
+    if note then line = line .. "  " .. note end
+  else
+    tool = root.name:find("^execute_tool ") ~= nil
+    if root.status == M.STATUS.ERROR then line = line .. "  error: " .. tostring(root.attrs["error.type"]) end
   end
-  lines[#lines + 1] = secrets.text(line)
-  local kids = {}
-  for i, c in ipairs(root.children) do kids[i] = c end
+  lines[#lines + 1] = line
+  local kids = root.children
   -- a tool call that ran once, fine: its one attempt says nothing more
-  if root.name:match("^execute_tool ") and #kids == 1 and kids[1].status ~= M.STATUS.ERROR then kids = {} end
-  table.sort(kids, function(a, b) if a.start ~= b.start then return a.start < b.start end return a.span_id < b.span_id end)
+  if tool and #kids == 1 and kids[1].status ~= M.STATUS.ERROR then return lines end
+  if #kids > 1 then
+    kids = table.move(kids, 1, #kids, 1, {})
+    table.sort(kids, by_start)
+  end
   for _, c in ipairs(kids) do M.tree(c, lines, depth + 1) end
   return lines
 end
@@ -654,7 +671,7 @@ function M.start(opts)
   if opts.tree then
     printed = printed or {}
     -- kept as text: the spans themselves can go
-    sinks[#sinks + 1] = function(root) printed[#printed + 1] = table.concat(M.tree(root), "\n") end
+    sinks[#sinks + 1] = function(root) printed[#printed + 1] = secrets.text(table.concat(M.tree(root), "\n")) end
   end
   return true
 end
