@@ -19,6 +19,7 @@
 #include "loop.h"
 #include "process.h"
 #include "sandbox.h"
+#include "scrub.h"
 #include "sqlite_lua.h"
 #include "redis.h"
 #include "sse.h"
@@ -122,6 +123,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_backoff_register(L);
   lg_sse_register(L);
   lg_chunk_register(L);
+  lg_scrub_register(L);
   lg_loop_register(L);
   lg_tcp_register(L);
   lg_http_register(L);

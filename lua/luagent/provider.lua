@@ -151,48 +151,61 @@ local DELTA_FIELD = { text_delta = "text", thinking_delta = "text", tool_call_de
 -- (lua/luagent/secrets.lua). A delta ending with what may be the start of
 -- a key keeps that end back until the next delta of its stream shows
 -- whether a key goes on there; what is held is released before the next
--- event that is not a delta, so the deltas still add up to the text.
+-- event that is not a delta, so the deltas still add up to the text. The
+-- list is filtered in place unless held events must be put back into it.
 local function scrubbed_events()
   local held, order = {}, {} -- stream id -> {ev=<template>, text=}; ids in order
-  local function flush(out)
+  local delta, scrub = secrets.delta, secrets.scrub
+  -- appends the held events to out after its first j; returns the new count
+  local function flush(out, j)
     for _, id in ipairs(order) do
       local h = held[id]
       held[id] = nil
       h.ev[DELTA_FIELD[h.ev.type]] = h.text
-      out[#out + 1] = h.ev
+      j = j + 1
+      out[j] = h.ev
     end
     order = {}
+    return j
   end
   return function(list)
     -- no key registered and nothing held back: nothing to scrub
     if secrets.margin == 0 and order[1] == nil then return list end
-    local out = {}
-    for _, ev in ipairs(list) do
+    local out, j, n = list, 0, #list
+    for i = 1, n do
+      local ev = list[i]
       local field = DELTA_FIELD[ev.type]
       if not field then
-        flush(out)
-        out[#out + 1] = secrets.scrub(ev)
+        if order[1] ~= nil then
+          if out == list then out = table.move(list, 1, j, 1, {}) end
+          j = flush(out, j)
+        end
+        j = j + 1
+        out[j] = scrub(ev)
       else
-        local id = ev.type .. (ev.index or "")
+        local index = ev.index
+        local id = index and ev.type .. index or ev.type
         local h = held[id]
-        local text = secrets.text((h and h.text or "") .. ev[field])
-        local n = secrets.tail(text)
-        if n > 0 then
+        local text, tail = delta(h and h.text, ev[field])
+        if tail then
           if not h then order[#order + 1] = id end
           local copy = {}
           for k, v in pairs(ev) do copy[k] = v end
-          held[id] = { ev = copy, text = text:sub(-n) }
-          text = text:sub(1, -n - 1)
+          held[id] = { ev = copy, text = tail }
         elseif h then
           held[id] = nil
-          for i, o in ipairs(order) do if o == id then table.remove(order, i) break end end
+          for k, o in ipairs(order) do if o == id then table.remove(order, k) break end end
         end
         if text ~= "" then
           ev[field] = text
+          j = j + 1
           -- a text or thinking delta has no other field from the server
-          out[#out + 1] = field == "arguments" and secrets.scrub(ev) or ev
+          out[j] = field == "arguments" and scrub(ev) or ev
         end
       end
+    end
+    if out == list then
+      for k = j + 1, n do list[k] = nil end
     end
     return out
   end
