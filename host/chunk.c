@@ -332,12 +332,14 @@ static void push_str(lua_State *L, const lg_chunk_str *f) {
   else lua_pushnil(L);
 }
 
-/* openai_chunk(data) -> true, id, model, choices, content, thinking,
- * finish_reason (nil for each field that is not a string) | false when
- * the chunk must be decoded the ordinary way. */
+/* openai_chunk(data [, started]) -> true, id, model, choices, content,
+ * thinking, finish_reason (nil for each field that is not a string; id and
+ * model always nil when `started`: the message has them already) | false
+ * when the chunk must be decoded the ordinary way. */
 static int l_openai_chunk(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
+  int started = lua_toboolean(L, 2);
   char small[2048];
   char *scratch = n <= sizeof small ? small : lua_newuserdatauv(L, n, 0);
   lg_chunk c;
@@ -346,8 +348,13 @@ static int l_openai_chunk(lua_State *L) {
     return 1;
   }
   lua_pushboolean(L, 1);
-  push_str(L, &c.id);
-  push_str(L, &c.model);
+  if (started) {
+    lua_pushnil(L);
+    lua_pushnil(L);
+  } else {
+    push_str(L, &c.id);
+    push_str(L, &c.model);
+  }
   lua_pushinteger(L, c.choices);
   push_str(L, &c.content);
   push_str(L, &c.thinking);

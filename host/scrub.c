@@ -178,20 +178,20 @@ static int l_tail(lua_State *L) {
 /* s:delta(held, str) -> text, tail: the next piece of a stream of deltas.
  * held (nil or a string) is what the stream kept back last time. Scrubs
  * held .. str; text is it without its end that may start a form, tail is
- * that end (nil when none) to hold back until the next piece. */
-static int l_delta(lua_State *L) {
-  scrubber *s = check(L);
+ * that end (nil when none) to hold back until the next piece. `at` is
+ * held's stack index. */
+static int delta(lua_State *L, scrubber *s, int at) {
   size_t hn = 0, n;
-  const char *held = luaL_optlstring(L, 2, NULL, &hn);
-  const char *t = luaL_checklstring(L, 3, &n);
+  const char *held = luaL_optlstring(L, at, NULL, &hn);
+  const char *t = luaL_checklstring(L, at + 1, &n);
   if (held && hn > 0) {
-    lua_pushvalue(L, 2);
-    lua_pushvalue(L, 3);
+    lua_pushvalue(L, at);
+    lua_pushvalue(L, at + 1);
     lua_concat(L, 2);
     t = lua_tolstring(L, -1, &n);
     push_scrubbed(L, s, t, n, lua_gettop(L));
   } else {
-    push_scrubbed(L, s, t, n, 3);
+    push_scrubbed(L, s, t, n, at + 1);
   }
   t = lua_tolstring(L, -1, &n);
   size_t k = tail_len(s, t, n);
@@ -204,9 +204,26 @@ static int l_delta(lua_State *L) {
   return 2;
 }
 
+static int l_delta(lua_State *L) { return delta(L, check(L), 2); }
+
+/* The function s:delta_function() returns: s:delta bound to s. */
+static int l_bound_delta(lua_State *L) {
+  return delta(L, lua_touserdata(L, lua_upvalueindex(1)), 1);
+}
+
+/* s:delta_function() -> function(held, str): s:delta without the method
+ * call, for the per-delta path (the function keeps s alive). */
+static int l_delta_function(lua_State *L) {
+  check(L);
+  lua_settop(L, 1);
+  lua_pushcclosure(L, l_bound_delta, 1);
+  return 1;
+}
+
 void lg_scrub_register(lua_State *L) {
   static const luaL_Reg methods[] = {
-      {"add", l_add}, {"text", l_text}, {"tail", l_tail}, {"delta", l_delta}, {NULL, NULL}};
+      {"add", l_add},     {"text", l_text}, {"tail", l_tail}, {"delta", l_delta},
+      {"delta_function", l_delta_function}, {NULL, NULL}};
   lg_class_new(L, SCRUB_MT, methods, l_close, l_close);
   lua_pushcfunction(L, l_new);
   lua_setfield(L, -2, "scrubber");

@@ -304,6 +304,40 @@ describe("http.request", function()
     assert.equal(size, total)
   end)
 
+  it("pauses a fast SSE sender while Lua is slow and resumes it as the events are read", function()
+    -- events of 37 bytes never line up with curl's reads: a drained buffer
+    -- ends inside an event, and resuming refills it while the reader looks
+    local n = 100000
+    srv = server.serve(function(conn)
+      conn:write(sse_head())
+      local batch = {}
+      for i = 1, n do
+        batch[#batch + 1] = string.format("data: %030d\n\n", i)
+        if #batch == 1000 then conn:write(table.concat(batch)) batch = {} end
+      end
+    end)
+    -- a bound under two of curl's reads: a resumed transfer's first read
+    -- pauses it again, so the reader is woken by nothing but its own look
+    local resp = assert(http.request { url = srv.url, max_buffer = 8192 })
+    for _ = 1, 400 do
+      if resp:info().paused then break end
+      luagent.sleep(0.005)
+    end
+    assert.is_true(resp:info().paused)
+    local count, last = 0, nil
+    local reader = luagent.spawn(function()
+      for ev in resp:events() do count, last = count + 1, ev.data end
+    end)
+    -- a lost wake-up would leave the reader waiting on a paused transfer
+    for _ = 1, 1000 do
+      if reader:status() == "done" or reader:status() == "failed" then break end
+      luagent.sleep(0.005)
+    end
+    if reader:status() ~= "done" then reader:cancel("stuck") end
+    assert.equal(n, count)
+    assert.equal(string.format("%030d", n), last)
+  end)
+
   it("runs 1,000 concurrent streams on one loop", function()
     srv = server.serve(function(conn)
       conn:write(sse_head())

@@ -75,17 +75,30 @@ local function raise(resp, err)
   error(err, 0)
 end
 
--- resp:events() -> iterator of SSE events {event=, data=, id=, retry=,
--- offset=} (offset: the body byte just past the event).
+-- resp:next_event() -> the next SSE event {event=, data=, id=, retry=,
+-- offset=} (offset: the body byte just past the event), nil at the end, or
+-- nil and the error record of a failure (also left in resp.error).
+function Response:next_event()
+  local ev, err = self._req:event()
+  if ev then
+    if self._tap then self._tap:event(ev) end
+    return ev
+  end
+  if err then
+    err = M.name_kind(err)
+    self.error = err
+    return nil, err
+  end
+  return nil
+end
+
+-- resp:events() -> iterator of SSE events (resp:next_event()); a failure
+-- is raised.
 function Response:events()
   return function()
-    local ev, err = self._req:event()
-    if ev then
-      if self._tap then self._tap:event(ev) end
-      return ev
-    end
-    if err then raise(self, err) end
-    return nil
+    local ev, err = self:next_event()
+    if err then error(err, 0) end
+    return ev
   end
 end
 
@@ -160,8 +173,10 @@ end
 Response.__close = Response.close
 
 -- request{method=, url=, headers=, body=, timeout={connect=, first_byte=,
--- idle=, total=}, sse={max_line=, max_event=}, http_errors=true,
+-- idle=, total=}, sse={max_line=, max_event=}, max_buffer=, http_errors=true,
 -- http_version=, ca_file=, tap=} -> resp {status=, headers=} | nil, err.
+-- max_buffer: body bytes received and not yet read that a response holds
+-- before its transfer pauses until they are read (default 64 KiB).
 -- With http_errors (the default), a status >= 400 is returned as nil and an
 -- `http` error record with status, headers and the body (up to 64 KiB).
 -- http_version: "2" (the default: HTTP/2 when TLS offers it, else 1.1),

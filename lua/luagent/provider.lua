@@ -245,13 +245,15 @@ function Provider:stream(request, opts)
   end
   local dec = self.adapter.decoder { model = req.model }
   local content_type = resp.headers["content-type"]
+  -- events: nil for an event stream (resp:next_event() reads it), else
+  -- the sniffed body's iterator (it raises)
   local events, kept
-  if (content_type or ""):lower():find("text/event-stream", 1, true) then
-    events = resp:events()
-  else
+  if not (content_type or ""):lower():find("text/event-stream", 1, true) then
     events, kept = sniffed_events(resp)
   end
-  local batch, pos, finished = {}, 1, false -- events made, the next to hand out
+  -- events made, emptied as they are handed out (then filled again), and
+  -- the next one to hand out
+  local batch, pos, finished = {}, 1, false
   local max_bytes = opts and opts.max_bytes
   local bytes, nevents = 0, 0
   local scrub = scrubbed_events()
@@ -259,6 +261,7 @@ function Provider:stream(request, opts)
   local function fail(e)
     resp:close()
     finished = true
+    batch = {} -- what the failing feed made is dropped
     error(secrets.scrub(e), 0)
   end
 
@@ -282,15 +285,21 @@ function Provider:stream(request, opts)
   end
 
   return function()
-    while true do
-      local ev = batch[pos]
-      if ev then
-        pos = pos + 1
-        return ev
+    local ev = batch[pos]
+    if ev then
+      batch[pos], pos = nil, pos + 1
+      return ev
+    end
+    while not finished do
+      local sse, serr
+      if events then
+        local got
+        got, sse = pcall(events)
+        if not got then sse, serr = nil, sse end
+      else
+        sse, serr = resp:next_event()
       end
-      if finished then return nil end
-      local got, sse = pcall(events)
-      if not got then fail(sse) end
+      if serr then fail(serr) end
       local out, derr
       if sse then
         nevents = nevents + 1
@@ -300,7 +309,7 @@ function Provider:stream(request, opts)
             .. " (event data, at byte offset %d of the body)", max_bytes, sse.offset or 0),
             { limit = max_bytes, bytes = bytes, offset = sse.offset, delivered = dec.delivered }))
         end
-        out, derr = dec:feed(sse)
+        out, derr = dec:feed(sse, batch) -- batch is empty here
       else
         out, derr = dec:finish()
         if not out then derr = not_a_stream(derr) end
@@ -309,15 +318,21 @@ function Provider:stream(request, opts)
       end
       if not out then fail(derr) end
       out = scrub(out)
-      -- the answer is complete at its message_end: release the transfer
-      -- now (a caller may stop pulling here; a recording ends with it)
-      local last = out[#out]
-      if last and last.type == "message_end" and not finished then
-        finished = true
-        resp:close()
+      ev = out[1]
+      if ev then
+        -- the answer is complete at its message_end: release the transfer
+        -- now (a caller may stop pulling here; a recording ends with it)
+        local last = out[#out]
+        if last.type == "message_end" and not finished then
+          finished = true
+          resp:close()
+        end
+        batch, pos = out, 2
+        out[1] = nil
+        return ev
       end
-      batch, pos = out, 1
     end
+    return nil
   end, nil, nil, resp
 end
 

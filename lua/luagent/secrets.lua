@@ -109,14 +109,9 @@ end
 -- delta(held, s) -> text, tail: the next delta `s` of a stream of deltas,
 -- after `held` (nil or what the stream held back last time): held .. s
 -- scrubbed, without its end that may be the start of a key form (M.tail),
--- and that end (nil when none), to hold back until the next delta.
-function M.delta(held, s)
-  if nforms == 0 then
-    if held then return held .. s end
-    return s
-  end
-  return scrubber:delta(held, s)
-end
+-- and that end (nil when none), to hold back until the next delta. With no
+-- key registered: held .. s, nil.
+M.delta = scrubber:delta_function()
 
 -- cut(s, max, more) -> `s` scrubbed and cut to `max` bytes. `s` should hold
 -- up to `max + M.margin` bytes when the source had more (`more` true): the
