@@ -167,7 +167,7 @@ function Response:info() return self._req:info() end
 function Response:close()
   self._req:close()
   local tap = self._tap
-  self._tap = nil
+  self._tap = false
   if tap then tap:finish(self.error) end
 end
 Response.__close = Response.close
@@ -205,12 +205,15 @@ function M.request(opts)
     if tap then tap:finish(err) end
     return nil, err
   end
-  local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req, _tap = tap }, Response)
+  -- _tap is false, not nil, without a tap: read per event, it is found
+  -- without looking into the metatable
+  local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req,
+    _tap = tap or false }, Response)
   if tap then tap:response(resp.status, resp.headers) end
   if resp.status >= 400 and opts.http_errors ~= false then
     local limit = M.ERROR_BODY_MAX + secrets.margin
     local ok, body = pcall(resp.body, resp, limit)
-    resp._tap = nil -- this exchange ends with the error record below
+    resp._tap = false -- this exchange ends with the error record below
     resp:close()
     if not ok and errors.is_cancel(body) then error(body, 0) end -- the tap's exchange is dropped
     body = ok and secrets.cut(body, M.ERROR_BODY_MAX, #body >= limit) or ""

@@ -172,6 +172,7 @@ end
 
 local Decoder = {}
 Decoder.__index = Decoder
+local math_type = math.type
 
 -- Makes a decoder for adapter `name`. `handle(dec, payload, sse_event)` turns
 -- one decoded data payload into events through the methods below and returns
@@ -181,7 +182,9 @@ function M.decoder(name, ctx, handle, sentinel, terminator)
   return setmetatable({
     provider = name, model = ctx and ctx.model, handle = handle,
     sentinel = sentinel, terminator = terminator,
-    n = 0, out = nil, started = false, ended = false, failed = nil, delivered = false,
+    -- fields a stream reads per event are present (false or 0), so they
+    -- are found without the metatable's miss: failed, offset
+    n = 0, out = nil, started = false, ended = false, failed = false, delivered = false, offset = 0,
     text = {}, thinking = {}, calls = {}, by_key = {},
     usage_ev = nil, stop = nil, raw_stop = nil,
   }, Decoder)
@@ -203,8 +206,8 @@ function Decoder:feed(ev, out)
   self.out = out
   local data = ev.data
   -- where the event began in the body: just past the one before it
-  local offset = self.offset or 0
-  if math.type(ev.offset) == "integer" then self.offset = ev.offset end
+  local offset = self.offset
+  if math_type(ev.offset) == "integer" then self.offset = ev.offset end
   if self.ended or data == nil or data == "" then return out end
   if data == self.sentinel then
     self:complete()
