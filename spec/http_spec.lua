@@ -195,6 +195,25 @@ describe("http.request", function()
       end)
     end)
 
+    it("timeout idle: measured from the last bytes, however many came before", function()
+      virtually(function()
+        srv = server.serve(function(conn)
+          conn:write(sse_head())
+          for i = 1, 10 do conn:write("data: " .. i .. "\n\n"); luagent.sleep(1) end
+          luagent.sleep(3600) -- stall after the last event (sent at 9 s)
+        end)
+        local t0 = luagent.now()
+        local resp = assert(http.request { url = srv.url, timeout = { idle = 5 } })
+        local n = 0
+        local ok, err = pcall(function() for _ in resp:events() do n = n + 1 end end)
+        assert.is_false(ok)
+        check(err, "timeout", { which = "idle" })
+        assert.equal(10, n)
+        assert.is_true(math.abs(luagent.now() - t0 - 14) < 0.5, "fired at virtual " .. luagent.now() - t0)
+        srv.close(); srv = nil
+      end)
+    end)
+
     it("timeout first_byte: headers that never come", function()
       virtually(function()
         srv = server.serve(function() luagent.sleep(3600) end)
