@@ -740,6 +740,7 @@ typedef struct {
   request *r;
   uint64_t before; /* the parser's offset when the feed began */
   size_t off0;     /* r->in.off then */
+  int reuse;       /* stack index of the caller's table to fill, or 0 */
 } one_feed;
 
 /* SSE callback: pushes the event (with its offset), marks its bytes read
@@ -749,7 +750,12 @@ static int push_one(void *ud, const lg_sse_event *ev) {
   one_feed *f = ud;
   request *r = f->r;
   uint64_t off = lg_sse_offset(&r->sse);
-  lg_sse_push_event(f->L, ev);
+  if (f->reuse) {
+    lua_pushvalue(f->L, f->reuse);
+    lg_sse_fill_event(f->L, -1, ev);
+  } else {
+    lg_sse_push_event(f->L, ev);
+  }
   lua_pushinteger(f->L, (lua_Integer)off);
   lua_setfield(f->L, -2, "offset");
   r->in.off = f->off0 + (size_t)(off - f->before);
@@ -760,9 +766,9 @@ static int push_one(void *ud, const lg_sse_event *ev) {
  * pushes it; returns 1, or 0 (nothing pushed) when the bytes end before an
  * event does (all consumed) or the parser failed: that ends the request,
  * reported once asked for. */
-static int parse_one(lua_State *L, request *r) {
+static int parse_one(lua_State *L, request *r, int reuse) {
   size_t n = buf_unread(&r->in);
-  one_feed f = {L, r, lg_sse_offset(&r->sse), r->in.off};
+  one_feed f = {L, r, lg_sse_offset(&r->sse), r->in.off, reuse};
   int rc = lg_sse_feed(&r->sse, r->in.p + r->in.off, n, push_one, &f);
   if (rc == 1) {
     if (buf_unread(&r->in) == 0) drained(r);
@@ -781,14 +787,17 @@ static int parse_one(lua_State *L, request *r) {
 
 static int event_k(lua_State *L, int status, lua_KContext ctx);
 
-/* req:event() -> the next SSE event {event=, data=, id=, retry=, offset=}
- * (offset: the stream byte just past the event), nil at the
+/* req:event([into]) -> the next SSE event {event=, data=, id=, retry=,
+ * offset=} (offset: the stream byte just past the event; `into`, a table
+ * given by a reader that keeps no event past the next call, is filled and
+ * returned instead of a new one), nil at the
  * end of the stream, or nil, err (transport failure, or a protocol error for
  * an oversized line or event). Bytes after the last complete event at the
  * end of the stream are reported by req:info().partial. */
 static int l_req_event(lua_State *L) {
   check_req(L);
-  lua_settop(L, 1);
+  lua_settop(L, 2);
+  if (!lua_isnil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
   return event_k(L, LUA_OK, 0);
 }
 
@@ -800,7 +809,7 @@ static int event_k(lua_State *L, int status, lua_KContext ctx) {
   /* a drained buffer resumes a paused transfer, which can refill it at
    * once (curl hands over the bytes it held): look again before waiting */
   while (buf_unread(&r->in) > 0) {
-    if (parse_one(L, r)) {
+    if (parse_one(L, r, lua_istable(L, 2) ? 2 : 0)) {
       r->delivered = 1;
       return 1;
     }

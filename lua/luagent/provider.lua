@@ -271,6 +271,7 @@ function Provider:stream(request, opts)
   local next_event, feed = resp.next_event, dec.feed -- looked up once, called per event
   local req, tapped = resp._req, resp._tap
   local req_event = req.event
+  local scratch = {} -- each SSE event is decoded before the next is read: one table serves
 
   local function fail(e)
     resp:close()
@@ -313,7 +314,7 @@ function Provider:stream(request, opts)
       else
         -- the request's own event() first; resp:next_event() names a
         -- failure and serves a tap
-        sse = not tapped and req_event(req)
+        sse = not tapped and req_event(req, scratch)
         if not sse then sse, serr = next_event(resp) end
       end
       if serr then fail(serr) end
