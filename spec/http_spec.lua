@@ -357,6 +357,21 @@ describe("http.request", function()
     assert.equal(string.format("%030d", n), last)
   end)
 
+  it("fills the table a reader gives with the next event, fields absent from it cleared", function()
+    srv = server.serve(function(conn)
+      conn:write(sse_head() .. "retry: 5\nid: 7\ndata: a\n\nevent: x\ndata: b\n\n")
+    end)
+    local req = assert(require("luagent.core").http_request { url = srv.url })
+    local t = {}
+    assert.equal(t, req:event(t))
+    assert.same({ event = "message", data = "a", id = "7", retry = 5, offset = t.offset }, t)
+    assert.equal(t, req:event(t))
+    assert.same({ event = "x", data = "b", id = "7", offset = t.offset }, t) -- the last id persists
+    assert.is_nil(req:event(t))
+    assert.has_error(function() req:event("not a table") end)
+    req:close()
+  end)
+
   it("runs 1,000 concurrent streams on one loop", function()
     srv = server.serve(function(conn)
       conn:write(sse_head())
