@@ -34,19 +34,26 @@ local key = os.getenv("BENCH_KEY") or "sk-bench-0123456789abcdefghijklmnopqrstuv
 local provider = luagent.provider { kind = "openai", model = "bench", base_url = url, api_key = key }
 local request = { messages = { { role = "user", content = "Say something." } }, max_tokens = 4096 }
 
--- Counts the SSE events the adapter is fed (one counter increment per event
--- around the real decoder), so the chunk count is what crossed the wire.
+-- Counts the SSE events the adapter was fed: each decoder's own count,
+-- read once its stream is done (by the task that made it), so the chunk
+-- count is what crossed the wire without adding work per event.
 local sse_events = 0
+local decoders = {} -- coroutine -> the decoder it made last
 local adapter = provider.adapter
 provider.adapter = setmetatable({
   decoder = function(ctx)
     local dec = adapter.decoder(ctx)
-    return {
-      feed = function(_, ev) sse_events = sse_events + 1; return dec:feed(ev) end,
-      finish = function() return dec:finish() end,
-    }
+    decoders[coroutine.running()] = dec
+    return dec
   end,
 }, { __index = adapter })
+
+-- Adds the events the calling task's last decoder was fed.
+local function count_decoded()
+  local co = coroutine.running()
+  sse_events = sse_events + decoders[co].n
+  decoders[co] = nil
+end
 
 -- Whole path: streams one request through the provider; returns its
 -- text_delta count. Raises on a failure or on an end the server never sends.
@@ -63,6 +70,7 @@ local function via_provider()
       stop, usage = ev.stop_reason, ev.usage
     end
   end
+  count_decoded()
   if stop ~= "stop" or not usage or usage.output_tokens ~= 2 * n then
     error(string.format("bad stream end: stop=%s output_tokens=%s", tostring(stop),
       tostring(usage and usage.output_tokens)))

@@ -5,6 +5,7 @@
 
 #include <lauxlib.h>
 #include <lua.h>
+#include <stdint.h>
 #include <string.h>
 
 #define MAX_DEPTH 64
@@ -15,11 +16,34 @@ typedef struct {
   int depth;
 } reader;
 
+#define ONES ((uint64_t)0x0101010101010101)
+#define HIGHS ((uint64_t)0x8080808080808080)
+
+/* The 8 bytes at p as one word (any alignment). */
+static uint64_t word8(const void *p) {
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/* True when none of the 8 bytes at p is '"', '\\' or a control character
+ * (the bytes a JSON string scan stops at). A word-wide test, exact when it
+ * says none: a false "some" only sends the caller to its byte loop. */
+static int plain8(const char *p) {
+  uint64_t v = word8(p), q = v ^ (ONES * '"'), b = v ^ (ONES * '\\');
+  uint64_t t = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((v - ONES * 0x20) & ~v);
+  return (t & HIGHS) == 0;
+}
+
 /* True when s[0, n) is UTF-8 as Lua's strict utf8.len takes it (no
  * overlong forms, no surrogates, nothing past U+10FFFF). */
 static int utf8_valid(const unsigned char *s, size_t n) {
   size_t i = 0;
   while (i < n) {
+    if (n - i >= 8 && (word8(s + i) & HIGHS) == 0) { /* 8 ASCII bytes */
+      i += 8;
+      continue;
+    }
     unsigned c = s[i];
     if (c < 0x80) {
       i++;
@@ -65,14 +89,18 @@ static int string(reader *r, lg_chunk_str *out) {
   const char *p = r->s + 1, *start = p;
   int escaped = 0;
   for (;;) {
-    if (p >= r->end) return -1;
-    unsigned char c = (unsigned char)*p;
+    while (r->end - p >= 8 && plain8(p)) p += 8;
+    unsigned char c;
+    for (;;) { /* to the next byte that ends the run */
+      if (p >= r->end) return -1;
+      c = (unsigned char)*p;
+      if (c == '"' || c == '\\' || c < 0x20) break;
+      p++;
+    }
     if (c == '"') break;
     if (c < 0x20) return -1;
-    if (c == '\\') {
-      escaped = 1;
-      if (++p >= r->end) return -1;
-    }
+    escaped = 1; /* a backslash: its next byte is taken as it is here */
+    if (++p >= r->end) return -1;
     p++;
   }
   r->s = p + 1;
@@ -332,12 +360,14 @@ static void push_str(lua_State *L, const lg_chunk_str *f) {
   else lua_pushnil(L);
 }
 
-/* openai_chunk(data) -> true, id, model, choices, content, thinking,
- * finish_reason (nil for each field that is not a string) | false when
- * the chunk must be decoded the ordinary way. */
+/* openai_chunk(data [, started]) -> true, id, model, choices, content,
+ * thinking, finish_reason (nil for each field that is not a string; id and
+ * model always nil when `started`: the message has them already) | false
+ * when the chunk must be decoded the ordinary way. */
 static int l_openai_chunk(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
+  int started = lua_toboolean(L, 2);
   char small[2048];
   char *scratch = n <= sizeof small ? small : lua_newuserdatauv(L, n, 0);
   lg_chunk c;
@@ -346,8 +376,13 @@ static int l_openai_chunk(lua_State *L) {
     return 1;
   }
   lua_pushboolean(L, 1);
-  push_str(L, &c.id);
-  push_str(L, &c.model);
+  if (started) {
+    lua_pushnil(L);
+    lua_pushnil(L);
+  } else {
+    push_str(L, &c.id);
+    push_str(L, &c.model);
+  }
   lua_pushinteger(L, c.choices);
   push_str(L, &c.content);
   push_str(L, &c.thinking);

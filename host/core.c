@@ -20,6 +20,7 @@
 #include "loop.h"
 #include "process.h"
 #include "sandbox.h"
+#include "scrub.h"
 #include "sqlite_lua.h"
 #include "redis.h"
 #include "sse.h"
@@ -124,6 +125,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_sse_register(L);
   lg_chunk_register(L);
   lg_jsonw_register(L);
+  lg_scrub_register(L);
   lg_loop_register(L);
   lg_tcp_register(L);
   lg_http_register(L);

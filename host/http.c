@@ -26,7 +26,12 @@
 
 #define HTTP_KEY "luagent.Http"
 #define REQ_MT "luagent.HttpRequest"
-#define HIGH_WATER ((size_t)1 << 20) /* pause the transfer above this */
+/* Body bytes a request buffers by default before it pauses its transfer
+ * (the rest waits in the socket): one burst of a fast stream, not a whole
+ * large body per stream when thousands run at once. Smaller bounds pause a
+ * stream that bench/stream_server.lua sends at once several times per
+ * answer, and each pause and resume costs more CPU than the memory saves. */
+#define HIGH_WATER ((size_t)64 << 10)
 
 typedef struct {
   CURLM *multi;
@@ -66,9 +71,7 @@ typedef struct request {
   bytebuf in;           /* body bytes not yet read by Lua */
   lg_sse sse;
   int sse_on;
-  /* SSE events parsed and not yet handed out: uservalue 1 [ev_head+1, ev_tail] */
-  lua_Integer ev_head, ev_tail;
-  int sse_failed;       /* the parser failed (after the queued events) */
+  int sse_failed;       /* the parser failed (after the events before it) */
   uint64_t received;    /* body bytes received */
   int delivered;        /* some body byte or event reached Lua */
   int phase;            /* P_CONNECT, P_HEADERS, P_BODY */
@@ -81,6 +84,8 @@ typedef struct request {
   char fail_msg[160];
   char errbuf[CURL_ERROR_SIZE];
   double idle_timeout;
+  double body_at;       /* the loop's clock at the last body bytes (or resume) */
+  size_t max_buffer;    /* pause the transfer past this many unread bytes */
   lg_timer first_byte, idle, total;
   lg_wait wait;
   int waiting;          /* a task waits on `wait` */
@@ -196,9 +201,24 @@ static void first_byte_fired(lg_timer *t) {
   fail(r, LG_ERR_TIMEOUT, "first_byte", "no response headers within the first-byte timeout");
 }
 
+/* The idle timer is armed for the whole timeout and body bytes only note
+ * their time (a heap update per HTTP chunk costs more than this): when it
+ * fires after later bytes, it is armed again for what is left. */
 static void idle_fired(lg_timer *t) {
   request *r = (request *)((char *)t - offsetof(request, idle));
+  double now = lg_loop_now(r->ctx->loop), due = r->body_at + r->idle_timeout;
+  if (due > now) {
+    lg_loop_timer_start(r->ctx->loop, &r->idle, due - now);
+    return;
+  }
   fail(r, LG_ERR_TIMEOUT, "idle", "the stream was silent longer than the idle timeout");
+}
+
+/* Starts the idle timeout over from now (headers in, transfer resumed). */
+static void idle_restart(request *r) {
+  if (r->idle_timeout <= 0) return;
+  r->body_at = lg_loop_now(r->ctx->loop);
+  lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
 }
 
 static void total_fired(lg_timer *t) {
@@ -246,7 +266,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
       r->state = R_BODY;
       r->phase = P_BODY;
       lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
-      if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
+      idle_restart(r);
       req_wake(r);
     }
     return len;
@@ -255,6 +275,9 @@ static size_t on_header(char *data, size_t size, size_t n, void *ud) {
   return len;
 }
 
+/* CURLOPT_WRITEFUNCTION: appends body bytes to r->in and wakes the reader;
+ * pauses the transfer instead when they would take the unread bytes past
+ * max_buffer (an empty buffer takes any piece: curl's reads are bounded). */
 static size_t on_body(char *data, size_t size, size_t n, void *ud) {
   request *r = ud;
   size_t len = size * n;
@@ -263,14 +286,18 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
     r->phase = P_BODY;
     lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
   }
-  if (buf_unread(&r->in) >= HIGH_WATER) {
+  size_t unread = buf_unread(&r->in);
+  if (unread > 0 && unread + len > r->max_buffer) {
     r->paused = 1;
     lg_loop_timer_stop(r->ctx->loop, &r->idle);
     return CURL_WRITEFUNC_PAUSE; /* curl keeps these bytes and re-sends them */
   }
   if (buf_append(&r->in, data, len) != 0) return 0;
   r->received += len;
-  if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
+  if (r->idle_timeout > 0) {
+    r->body_at = lg_loop_now(r->ctx->loop);
+    if (!r->idle.slot) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
+  }
   req_wake(r);
   return len;
 }
@@ -531,13 +558,14 @@ static int request_k(lua_State *L, int status, lua_KContext ctx) {
 }
 
 /* http_request{method=, url=, headers=, body=, timeout={connect=,
- * first_byte=, idle=, total=}, sse={max_line=, max_event=}, http_version=,
- * ca_file=} -> request once
+ * first_byte=, idle=, total=}, sse={max_line=, max_event=}, max_buffer=,
+ * http_version=, ca_file=} -> request once
  * the response headers arrived, or nil, err. The request owns the transfer;
  * close it (or let it be collected) to abort. An absent timeout means none;
  * connect, first_byte and idle <= 0 mean none too. A given total <= 0 (a
  * deadline already passed) fails at once with kind timeout, which = "total",
- * before any transfer starts. */
+ * before any transfer starts. max_buffer: unread body bytes held before the
+ * transfer pauses (default HIGH_WATER). */
 static int l_http_request(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   http_ctx *ctx = http_get(L);
@@ -568,8 +596,12 @@ static int l_http_request(lua_State *L) {
     lua_pop(L, 2);
   }
   lua_pop(L, 1);
+  lua_getfield(L, 1, "max_buffer");
+  lua_Integer max_buffer = luaL_optinteger(L, -1, (lua_Integer)HIGH_WATER);
+  if (max_buffer < 1) return luaL_error(L, "http.request: max_buffer must be a positive integer (bytes)");
+  lua_pop(L, 1);
 
-  request *r = lua_newuserdatauv(L, sizeof *r, 1);
+  request *r = lua_newuserdatauv(L, sizeof *r, 0);
   memset(r, 0, sizeof *r);
   r->state = R_CLOSED; /* safe for __gc until the transfer starts */
   luaL_setmetatable(L, REQ_MT);
@@ -579,6 +611,7 @@ static int l_http_request(lua_State *L) {
   r->idle.fire = idle_fired;
   r->total.fire = total_fired;
   r->idle_timeout = t_idle;
+  r->max_buffer = (size_t)max_buffer;
   lg_sse_init(&r->sse, max_line, max_event);
   r->sse_on = 1;
   r->easy = CURLFN(easy_init)();
@@ -656,11 +689,14 @@ static int l_http_request(lua_State *L) {
   return lg_task_suspend(L, &r->wait, lua_absindex(L, -1), request_k);
 }
 
-/* Resumes a paused transfer once Lua has drained the buffer. */
-static void maybe_unpause(request *r) {
-  if (r->paused && r->in_multi && buf_unread(&r->in) < HIGH_WATER / 2) {
+/* Lua has read every buffered body byte: frees the buffer (many streams
+ * at once must not each keep the largest burst they saw) and resumes a
+ * paused transfer. */
+static void drained(request *r) {
+  buf_free(&r->in);
+  if (r->paused && r->in_multi) {
     r->paused = 0;
-    if (r->idle_timeout > 0) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
+    idle_restart(r);
     CURLFN(easy_pause)(r->easy, CURLPAUSE_CONT);
   }
 }
@@ -690,75 +726,78 @@ static int read_k(lua_State *L, int status, lua_KContext ctx) {
   size_t n = buf_unread(&r->in);
   if (n > 0) {
     lua_pushlstring(L, r->in.p + r->in.off, n);
-    r->in.off = r->in.len = 0;
     r->delivered = 1;
-    maybe_unpause(r);
+    drained(r);
     return 1;
   }
   if (r->state == R_DONE) return push_end(L, r);
   return req_suspend(L, r, "read: another task is already reading", 0, read_k);
 }
 
-/* What a feed's callback needs: the request's event queue is on top. */
+/* What the feed's callback needs. */
 typedef struct {
   lua_State *L;
   request *r;
   uint64_t before; /* the parser's offset when the feed began */
   size_t off0;     /* r->in.off then */
-} batch;
+  int reuse;       /* stack index of the caller's table to fill, or 0 */
+} one_feed;
 
-/* SSE callback: queues the event (with its offset) and marks its bytes
- * read, so the feed goes on to the next one: one parse per batch of bytes,
- * not one per event. */
-static int queue_event(void *ud, const lg_sse_event *ev) {
-  batch *b = ud;
-  request *r = b->r;
+/* SSE callback: pushes the event (with its offset), marks its bytes read
+ * and stops the feed: the bytes after it stay raw in r->in until asked
+ * for, which is far smaller than the events as Lua tables. */
+static int push_one(void *ud, const lg_sse_event *ev) {
+  one_feed *f = ud;
+  request *r = f->r;
   uint64_t off = lg_sse_offset(&r->sse);
-  lg_sse_push_event(b->L, ev);
-  lua_pushinteger(b->L, (lua_Integer)off);
-  lua_setfield(b->L, -2, "offset");
-  lua_rawseti(b->L, -2, ++r->ev_tail);
-  r->in.off = b->off0 + (size_t)(off - b->before);
-  return 0;
+  if (f->reuse) {
+    lua_pushvalue(f->L, f->reuse);
+    lg_sse_fill_event(f->L, -1, ev);
+  } else {
+    lg_sse_push_event(f->L, ev);
+  }
+  lua_pushinteger(f->L, (lua_Integer)off);
+  lua_setfield(f->L, -2, "offset");
+  r->in.off = f->off0 + (size_t)(off - f->before);
+  return 1;
 }
 
-/* Parses every complete event in the unread bytes into the queue. A parser
- * error ends the request; it is reported once the queued events are out. */
-static void parse_events(lua_State *L, request *r) {
+/* Parses the unread bytes up to the end of the next complete event and
+ * pushes it; returns 1, or 0 (nothing pushed) when the bytes end before an
+ * event does (all consumed) or the parser failed: that ends the request,
+ * reported once asked for. */
+static int parse_one(lua_State *L, request *r, int reuse) {
   size_t n = buf_unread(&r->in);
-  if (lua_getiuservalue(L, 1, 1) != LUA_TTABLE) {
-    lua_pop(L, 1);
-    lua_createtable(L, 8, 0);
-    lua_pushvalue(L, -1);
-    lua_setiuservalue(L, 1, 1);
+  one_feed f = {L, r, lg_sse_offset(&r->sse), r->in.off, reuse};
+  int rc = lg_sse_feed(&r->sse, r->in.p + r->in.off, n, push_one, &f);
+  if (rc == 1) {
+    if (buf_unread(&r->in) == 0) drained(r);
+    return 1;
   }
-  r->ev_head = r->ev_tail = 0;
-  batch b = {L, r, lg_sse_offset(&r->sse), r->in.off};
-  int rc = lg_sse_feed(&r->sse, r->in.p + r->in.off, n, queue_event, &b);
-  lua_pop(L, 1);
   if (rc < 0) {
     char msg[160];
     snprintf(msg, sizeof msg, "SSE: %s at byte offset %llu", lg_sse_strerror(rc),
              (unsigned long long)lg_sse_error_offset(&r->sse));
     fail(r, LG_ERR_PROTOCOL, NULL, msg);
     r->sse_failed = 1;
-    r->in.off = r->in.len = 0;
-  } else {
-    r->in.off = b.off0 + n;
   }
-  maybe_unpause(r);
+  drained(r);
+  return 0;
 }
 
 static int event_k(lua_State *L, int status, lua_KContext ctx);
 
-/* req:event() -> the next SSE event {event=, data=, id=, retry=, offset=}
- * (offset: the stream byte just past the event), nil at the
+/* req:event([into]) -> the next SSE event {event=, data=, id=, retry=,
+ * offset=} (offset: the stream byte just past the event; `into`, a table
+ * given by a reader that keeps no event past the next call, is filled and
+ * returned instead of a new one), nil at the
  * end of the stream, or nil, err (transport failure, or a protocol error for
  * an oversized line or event). Bytes after the last complete event at the
  * end of the stream are reported by req:info().partial. */
 static int l_req_event(lua_State *L) {
   check_req(L);
-  lua_settop(L, 1);
+  lua_settop(L, 2);
+  if (!lua_isnil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
   return event_k(L, LUA_OK, 0);
 }
 
@@ -767,14 +806,13 @@ static int event_k(lua_State *L, int status, lua_KContext ctx) {
   (void)ctx;
   request *r = check_req(L);
   if (r->state == R_CLOSED) return luaL_error(L, "event: request is closed");
-  if (r->ev_head == r->ev_tail && buf_unread(&r->in) > 0) parse_events(L, r);
-  if (r->ev_head < r->ev_tail) {
-    lua_getiuservalue(L, 1, 1);
-    lua_rawgeti(L, -1, ++r->ev_head);
-    lua_pushnil(L);
-    lua_rawseti(L, -3, r->ev_head);
-    r->delivered = 1;
-    return 1;
+  /* a drained buffer resumes a paused transfer, which can refill it at
+   * once (curl hands over the bytes it held): look again before waiting */
+  while (buf_unread(&r->in) > 0) {
+    if (parse_one(L, r, lua_istable(L, 2) ? 2 : 0)) {
+      r->delivered = 1;
+      return 1;
+    }
   }
   if (r->state == R_DONE && r->sse_failed) {
     lua_pushnil(L);

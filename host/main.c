@@ -200,6 +200,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   lua_atpanic(L, panic);
+  /* Generational collection: a stream makes short-lived tables and strings
+   * per event (the SSE event, the normalized one), which die young; the
+   * young collections reuse their memory while it is still in cache. */
+  lua_gc(L, LUA_GCGEN, 0, 0);
   lua_pushcfunction(L, traceback);
   lua_pushcfunction(L, pmain);
   lua_pushinteger(L, argc);

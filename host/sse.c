@@ -164,7 +164,8 @@ static size_t find(const char *buf, size_t from, size_t len, char c) {
 
 /* Splits `buf` (which starts at stream offset p->offset) into lines. The
  * next LF and CR positions are cached so each byte is scanned at most once
- * per character, even for long CR-free or LF-free inputs. */
+ * per character, even for long CR-free or LF-free inputs (cr == nl: no CR
+ * before the next LF). */
 static int parse(lg_sse *p, const char *buf, size_t len, lg_sse_event_fn cb,
                  void *ud) {
   const uint64_t base = p->offset;
@@ -179,7 +180,9 @@ static int parse(lg_sse *p, const char *buf, size_t len, lg_sse_event_fn cb,
   }
   while (i < len) {
     if (nl == SIZE_MAX || nl < i) nl = find(buf, i, len, '\n');
-    if (cr == SIZE_MAX || cr < i) cr = find(buf, i, len, '\r');
+    /* a CR matters only before the next LF: look no further (a feed that
+     * stops at the first event must not scan the whole rest for one) */
+    if (cr == SIZE_MAX || cr < i) cr = find(buf, i, nl, '\r');
     size_t eol = nl < cr ? nl : cr;
     size_t n = eol - i;
     if (p->line.len + n > p->max_line)

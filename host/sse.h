@@ -78,5 +78,7 @@ struct lua_State;
 void lg_sse_register(struct lua_State *L);
 /* Pushes `ev` as a Lua table {event=, data=, id=, retry=} (sse_lua.c). */
 void lg_sse_push_event(struct lua_State *L, const lg_sse_event *ev);
+/* Sets those fields of the table at index t (id, retry nil when absent). */
+void lg_sse_fill_event(struct lua_State *L, int t, const lg_sse_event *ev);
 
 #endif

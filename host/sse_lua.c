@@ -67,21 +67,26 @@ static int l_sse_parser(lua_State *L) {
   return 1;
 }
 
+/* Sets event, data, id and retry of the table at index t to `ev`'s (id and
+ * retry nil when the event has none). */
+void lg_sse_fill_event(lua_State *L, int t, const lg_sse_event *ev) {
+  t = lua_absindex(L, t);
+  lua_pushlstring(L, ev->type, ev->type_len);
+  lua_setfield(L, t, "event");
+  lua_pushlstring(L, ev->data, ev->data_len);
+  lua_setfield(L, t, "data");
+  if (ev->has_id) lua_pushlstring(L, ev->id, ev->id_len);
+  else lua_pushnil(L);
+  lua_setfield(L, t, "id");
+  if (ev->retry >= 0) lua_pushinteger(L, (lua_Integer)ev->retry);
+  else lua_pushnil(L);
+  lua_setfield(L, t, "retry");
+}
+
 /* Pushes one event as a table {event=, data=, id=, retry=}. */
 void lg_sse_push_event(lua_State *L, const lg_sse_event *ev) {
   lua_createtable(L, 0, 4);
-  lua_pushlstring(L, ev->type, ev->type_len);
-  lua_setfield(L, -2, "event");
-  lua_pushlstring(L, ev->data, ev->data_len);
-  lua_setfield(L, -2, "data");
-  if (ev->has_id) {
-    lua_pushlstring(L, ev->id, ev->id_len);
-    lua_setfield(L, -2, "id");
-  }
-  if (ev->retry >= 0) {
-    lua_pushinteger(L, (lua_Integer)ev->retry);
-    lua_setfield(L, -2, "retry");
-  }
+  lg_sse_fill_event(L, -1, ev);
 }
 
 /* Event callback: appends one event table to the results table on top. */

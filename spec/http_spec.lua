@@ -195,6 +195,25 @@ describe("http.request", function()
       end)
     end)
 
+    it("timeout idle: measured from the last bytes, however many came before", function()
+      virtually(function()
+        srv = server.serve(function(conn)
+          conn:write(sse_head())
+          for i = 1, 10 do conn:write("data: " .. i .. "\n\n"); luagent.sleep(1) end
+          luagent.sleep(3600) -- stall after the last event (sent at 9 s)
+        end)
+        local t0 = luagent.now()
+        local resp = assert(http.request { url = srv.url, timeout = { idle = 5 } })
+        local n = 0
+        local ok, err = pcall(function() for _ in resp:events() do n = n + 1 end end)
+        assert.is_false(ok)
+        check(err, "timeout", { which = "idle" })
+        assert.equal(10, n)
+        assert.is_true(math.abs(luagent.now() - t0 - 14) < 0.5, "fired at virtual " .. luagent.now() - t0)
+        srv.close(); srv = nil
+      end)
+    end)
+
     it("timeout first_byte: headers that never come", function()
       virtually(function()
         srv = server.serve(function() luagent.sleep(3600) end)
@@ -302,6 +321,55 @@ describe("http.request", function()
       total = total + #chunk
     end
     assert.equal(size, total)
+  end)
+
+  it("pauses a fast SSE sender while Lua is slow and resumes it as the events are read", function()
+    -- events of 37 bytes never line up with curl's reads: a drained buffer
+    -- ends inside an event, and resuming refills it while the reader looks
+    local n = 100000
+    srv = server.serve(function(conn)
+      conn:write(sse_head())
+      local batch = {}
+      for i = 1, n do
+        batch[#batch + 1] = string.format("data: %030d\n\n", i)
+        if #batch == 1000 then conn:write(table.concat(batch)) batch = {} end
+      end
+    end)
+    -- a bound under two of curl's reads: a resumed transfer's first read
+    -- pauses it again, so the reader is woken by nothing but its own look
+    local resp = assert(http.request { url = srv.url, max_buffer = 8192 })
+    for _ = 1, 400 do
+      if resp:info().paused then break end
+      luagent.sleep(0.005)
+    end
+    assert.is_true(resp:info().paused)
+    local count, last = 0, nil
+    local reader = luagent.spawn(function()
+      for ev in resp:events() do count, last = count + 1, ev.data end
+    end)
+    -- a lost wake-up would leave the reader waiting on a paused transfer
+    for _ = 1, 1000 do
+      if reader:status() == "done" or reader:status() == "failed" then break end
+      luagent.sleep(0.005)
+    end
+    if reader:status() ~= "done" then reader:cancel("stuck") end
+    assert.equal(n, count)
+    assert.equal(string.format("%030d", n), last)
+  end)
+
+  it("fills the table a reader gives with the next event, fields absent from it cleared", function()
+    srv = server.serve(function(conn)
+      conn:write(sse_head() .. "retry: 5\nid: 7\ndata: a\n\nevent: x\ndata: b\n\n")
+    end)
+    local req = assert(require("luagent.core").http_request { url = srv.url })
+    local t = {}
+    assert.equal(t, req:event(t))
+    assert.same({ event = "message", data = "a", id = "7", retry = 5, offset = t.offset }, t)
+    assert.equal(t, req:event(t))
+    assert.same({ event = "x", data = "b", id = "7", offset = t.offset }, t) -- the last id persists
+    assert.is_nil(req:event(t))
+    assert.has_error(function() req:event("not a table") end)
+    req:close()
   end)
 
   it("runs 1,000 concurrent streams on one loop", function()

@@ -45,4 +45,57 @@ describe("secrets", function()
     assert.is_nil(out:find("sk-U", 1, true), out)
     assert.equal(string.rep("***", 40), out:sub(1, 120))
   end)
+  -- The scrubber is C (host/scrub.c); this is the rule it keeps, in Lua:
+  -- forms longest first, each gsub'd in the text the ones before it left,
+  -- and the longest end of a text that starts a form without being one.
+  local function ref_text(forms, s)
+    for _, f in ipairs(forms) do s = s:gsub(f:gsub("%p", "%%%0"), "***") end
+    return s
+  end
+  local function ref_tail(forms, s)
+    local best = 0
+    for _, f in ipairs(forms) do
+      for i = math.max(1, #s - #f + 2), #s do
+        if #s - i + 1 > best and s:sub(i) == f:sub(1, #s - i + 1) then best = #s - i + 1 end
+      end
+    end
+    return best
+  end
+
+  it("scrubs, measures held ends and splits deltas as the Lua rule does, on random text", function()
+    local core = require "luagent.core"
+    local forms = { "sk-ab/cd+ef", "sk-ab%2Fcd", "sk-ab\\/cd", "ab/cd", "cdsk-" }
+    table.sort(forms, function(a, b) return #a > #b end)
+    local sc = core.scrubber()
+    for _, f in ipairs(forms) do sc:add(f) end
+    local bits = { "s", "k", "-", "a", "b", "/", "c", "d", "+", "e", "f", "%2F", "\\", "x", "*" }
+    for _, f in ipairs(forms) do bits[#bits + 1] = f; bits[#bits + 1] = f:sub(1, 3) end
+    local rng = 12345
+    local function rand(n) rng = (rng * 1103515245 + 12345) % 2147483648; return rng % n + 1 end
+    local function text()
+      local t = {}
+      for i = 1, rand(12) - 1 do t[i] = bits[rand(#bits)] end
+      return table.concat(t)
+    end
+    for _ = 1, 3000 do
+      local held, s = rand(3) == 1 and text() or nil, text()
+      assert.equal(ref_text(forms, s), sc:text(s))
+      assert.equal(ref_tail(forms, s), sc:tail(s))
+      local whole = ref_text(forms, (held or "") .. s)
+      local n = ref_tail(forms, whole)
+      local got, tail = sc:delta(held, s)
+      assert.equal(whole:sub(1, #whole - n), got)
+      assert.equal(n > 0 and whole:sub(-n) or nil, tail)
+    end
+    assert.has_error(function() sc:add("ab") end)
+  end)
+
+  it("holds a key's start back across deltas and releases plain text at once", function()
+    local text, tail = secrets.delta(nil, "the key is sk-UN")
+    assert.equal("the key is ", text)
+    assert.equal("sk-UN", tail)
+    text, tail = secrets.delta(tail, 'IT/scrub+0123"x, said')
+    assert.equal("***, said", text .. (tail or ""))
+    assert.is_nil(text:find("UNIT", 1, true))
+  end)
 end)

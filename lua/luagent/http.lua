@@ -75,17 +75,30 @@ local function raise(resp, err)
   error(err, 0)
 end
 
--- resp:events() -> iterator of SSE events {event=, data=, id=, retry=,
--- offset=} (offset: the body byte just past the event).
+-- resp:next_event() -> the next SSE event {event=, data=, id=, retry=,
+-- offset=} (offset: the body byte just past the event), nil at the end, or
+-- nil and the error record of a failure (also left in resp.error).
+function Response:next_event()
+  local ev, err = self._req:event()
+  if ev then
+    if self._tap then self._tap:event(ev) end
+    return ev
+  end
+  if err then
+    err = M.name_kind(err)
+    self.error = err
+    return nil, err
+  end
+  return nil
+end
+
+-- resp:events() -> iterator of SSE events (resp:next_event()); a failure
+-- is raised.
 function Response:events()
   return function()
-    local ev, err = self._req:event()
-    if ev then
-      if self._tap then self._tap:event(ev) end
-      return ev
-    end
-    if err then raise(self, err) end
-    return nil
+    local ev, err = self:next_event()
+    if err then error(err, 0) end
+    return ev
   end
 end
 
@@ -154,14 +167,16 @@ function Response:info() return self._req:info() end
 function Response:close()
   self._req:close()
   local tap = self._tap
-  self._tap = nil
+  self._tap = false
   if tap then tap:finish(self.error) end
 end
 Response.__close = Response.close
 
 -- request{method=, url=, headers=, body=, timeout={connect=, first_byte=,
--- idle=, total=}, sse={max_line=, max_event=}, http_errors=true,
+-- idle=, total=}, sse={max_line=, max_event=}, max_buffer=, http_errors=true,
 -- http_version=, ca_file=, tap=} -> resp {status=, headers=} | nil, err.
+-- max_buffer: body bytes received and not yet read that a response holds
+-- before its transfer pauses until they are read (default 64 KiB).
 -- With http_errors (the default), a status >= 400 is returned as nil and an
 -- `http` error record with status, headers and the body (up to 64 KiB).
 -- http_version: "2" (the default: HTTP/2 when TLS offers it, else 1.1),
@@ -190,12 +205,15 @@ function M.request(opts)
     if tap then tap:finish(err) end
     return nil, err
   end
-  local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req, _tap = tap }, Response)
+  -- _tap is false, not nil, without a tap: read per event, it is found
+  -- without looking into the metatable
+  local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req,
+    _tap = tap or false }, Response)
   if tap then tap:response(resp.status, resp.headers) end
   if resp.status >= 400 and opts.http_errors ~= false then
     local limit = M.ERROR_BODY_MAX + secrets.margin
     local ok, body = pcall(resp.body, resp, limit)
-    resp._tap = nil -- this exchange ends with the error record below
+    resp._tap = false -- this exchange ends with the error record below
     resp:close()
     if not ok and errors.is_cancel(body) then error(body, 0) end -- the tap's exchange is dropped
     body = ok and secrets.cut(body, M.ERROR_BODY_MAX, #body >= limit) or ""

@@ -151,48 +151,72 @@ local DELTA_FIELD = { text_delta = "text", thinking_delta = "text", tool_call_de
 -- (lua/luagent/secrets.lua). A delta ending with what may be the start of
 -- a key keeps that end back until the next delta of its stream shows
 -- whether a key goes on there; what is held is released before the next
--- event that is not a delta, so the deltas still add up to the text.
+-- event that is not a delta, so the deltas still add up to the text. The
+-- list is filtered in place unless held events must be put back into it.
 local function scrubbed_events()
   local held, order = {}, {} -- stream id -> {ev=<template>, text=}; ids in order
-  local function flush(out)
+  local delta, scrub = secrets.delta, secrets.scrub
+  -- appends the held events to out after its first j; returns the new count
+  local function flush(out, j)
     for _, id in ipairs(order) do
       local h = held[id]
       held[id] = nil
       h.ev[DELTA_FIELD[h.ev.type]] = h.text
-      out[#out + 1] = h.ev
+      j = j + 1
+      out[j] = h.ev
     end
     order = {}
+    return j
   end
   return function(list)
-    -- no key registered and nothing held back: nothing to scrub
-    if secrets.margin == 0 and order[1] == nil then return list end
-    local out = {}
-    for _, ev in ipairs(list) do
+    if order[1] == nil then
+      -- the commonest list: one text delta, nothing held back
+      local ev = list[1]
+      if ev and list[2] == nil and ev.type == "text_delta" then
+        local text, tail = delta(nil, ev.text)
+        if not tail then
+          ev.text = text -- "***" at least: a text delta's text is never ""
+          return list
+        end
+      end
+      -- no key registered and nothing held back: nothing to scrub
+      if secrets.margin == 0 then return list end
+    end
+    local out, j, n = list, 0, #list
+    for i = 1, n do
+      local ev = list[i]
       local field = DELTA_FIELD[ev.type]
       if not field then
-        flush(out)
-        out[#out + 1] = secrets.scrub(ev)
+        if order[1] ~= nil then
+          if out == list then out = table.move(list, 1, j, 1, {}) end
+          j = flush(out, j)
+        end
+        j = j + 1
+        out[j] = scrub(ev)
       else
-        local id = ev.type .. (ev.index or "")
+        local index = ev.index
+        local id = index and ev.type .. index or ev.type
         local h = held[id]
-        local text = secrets.text((h and h.text or "") .. ev[field])
-        local n = secrets.tail(text)
-        if n > 0 then
+        local text, tail = delta(h and h.text, ev[field])
+        if tail then
           if not h then order[#order + 1] = id end
           local copy = {}
           for k, v in pairs(ev) do copy[k] = v end
-          held[id] = { ev = copy, text = text:sub(-n) }
-          text = text:sub(1, -n - 1)
+          held[id] = { ev = copy, text = tail }
         elseif h then
           held[id] = nil
-          for i, o in ipairs(order) do if o == id then table.remove(order, i) break end end
+          for k, o in ipairs(order) do if o == id then table.remove(order, k) break end end
         end
         if text ~= "" then
           ev[field] = text
+          j = j + 1
           -- a text or thinking delta has no other field from the server
-          out[#out + 1] = field == "arguments" and secrets.scrub(ev) or ev
+          out[j] = field == "arguments" and scrub(ev) or ev
         end
       end
+    end
+    if out == list then
+      for k = j + 1, n do list[k] = nil end
     end
     return out
   end
@@ -232,20 +256,27 @@ function Provider:stream(request, opts)
   end
   local dec = self.adapter.decoder { model = req.model }
   local content_type = resp.headers["content-type"]
+  -- events: nil for an event stream (resp:next_event() reads it), else
+  -- the sniffed body's iterator (it raises)
   local events, kept
-  if (content_type or ""):lower():find("text/event-stream", 1, true) then
-    events = resp:events()
-  else
+  if not (content_type or ""):lower():find("text/event-stream", 1, true) then
     events, kept = sniffed_events(resp)
   end
-  local batch, pos, finished = {}, 1, false -- events made, the next to hand out
+  -- events made, emptied as they are handed out (then filled again), and
+  -- the next one to hand out
+  local batch, pos, finished = {}, 1, false
   local max_bytes = opts and opts.max_bytes
   local bytes, nevents = 0, 0
   local scrub = scrubbed_events()
+  local next_event, feed = resp.next_event, dec.feed -- looked up once, called per event
+  local req, tapped = resp._req, resp._tap
+  local req_event = req.event
+  local scratch = {} -- each SSE event is decoded before the next is read: one table serves
 
   local function fail(e)
     resp:close()
     finished = true
+    batch = {} -- what the failing feed made is dropped
     error(secrets.scrub(e), 0)
   end
 
@@ -269,15 +300,24 @@ function Provider:stream(request, opts)
   end
 
   return function()
-    while true do
-      local ev = batch[pos]
-      if ev then
-        pos = pos + 1
-        return ev
+    local ev = batch[pos]
+    if ev then
+      batch[pos], pos = nil, pos + 1
+      return ev
+    end
+    while not finished do
+      local sse, serr
+      if events then
+        local got
+        got, sse = pcall(events)
+        if not got then sse, serr = nil, sse end
+      else
+        -- the request's own event() first; resp:next_event() names a
+        -- failure and serves a tap
+        sse = not tapped and req_event(req, scratch)
+        if not sse then sse, serr = next_event(resp) end
       end
-      if finished then return nil end
-      local got, sse = pcall(events)
-      if not got then fail(sse) end
+      if serr then fail(serr) end
       local out, derr
       if sse then
         nevents = nevents + 1
@@ -287,7 +327,7 @@ function Provider:stream(request, opts)
             .. " (event data, at byte offset %d of the body)", max_bytes, sse.offset or 0),
             { limit = max_bytes, bytes = bytes, offset = sse.offset, delivered = dec.delivered }))
         end
-        out, derr = dec:feed(sse)
+        out, derr = feed(dec, sse, batch) -- batch is empty here
       else
         out, derr = dec:finish()
         if not out then derr = not_a_stream(derr) end
@@ -296,15 +336,21 @@ function Provider:stream(request, opts)
       end
       if not out then fail(derr) end
       out = scrub(out)
-      -- the answer is complete at its message_end: release the transfer
-      -- now (a caller may stop pulling here; a recording ends with it)
-      local last = out[#out]
-      if last and last.type == "message_end" and not finished then
-        finished = true
-        resp:close()
+      ev = out[1]
+      if ev then
+        -- the answer is complete at its message_end: release the transfer
+        -- now (a caller may stop pulling here; a recording ends with it)
+        local last = out[#out]
+        if last.type == "message_end" and not finished then
+          finished = true
+          resp:close()
+        end
+        batch, pos = out, 2
+        out[1] = nil
+        return ev
       end
-      batch, pos = out, 1
     end
+    return nil
   end, nil, nil, resp
 end
 

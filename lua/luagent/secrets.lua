@@ -10,11 +10,15 @@
 -- (LiteLLM's 7-character `sk-1234` too); a shorter one is a placeholder
 -- (specs' "k", "test"): strings that short are ordinary text, and a key
 -- that short protects nothing. Each occurrence becomes "***".
+local core = require "luagent.core"
+
 local M = {}
 
--- Every form of every registered key, longest first (a longer form that
--- contains a shorter one is replaced whole).
-local forms = {}
+-- Every form of every registered key, held by the C scrubber (host/scrub.c),
+-- which tries them longest first (a longer form that contains a shorter one
+-- is replaced whole).
+local scrubber = core.scrubber()
+local nforms = 0
 local registered = {} -- key -> true
 
 -- The longest form; bodies cut at a size limit are read this much further
@@ -48,28 +52,18 @@ M.MIN_LENGTH = 5
 function M.register(key)
   if type(key) ~= "string" or #key < M.MIN_LENGTH or registered[key] then return end
   registered[key] = true
-  local seen = {}
-  for _, f in ipairs(forms) do seen[f] = true end
   for _, f in ipairs({ key, percent(key), percent(key, true), percent(key, false, true),
                        percent(key, true, true), json_escaped(key, true), json_escaped(key) }) do
-    if not seen[f] then
-      seen[f] = true
-      forms[#forms + 1] = f
-      if #f > M.margin then M.margin = #f end
-    end
+    scrubber:add(f) -- a form seen before is ignored
+    if #f > M.margin then M.margin = #f end
   end
-  table.sort(forms, function(a, b) return #a > #b end)
+  nforms = nforms + 1
 end
-
-local function escape(s) return (s:gsub("%p", "%%%0")) end
 
 -- text(s) -> s with every form of every key replaced by "***".
 function M.text(s)
-  if #forms == 0 or type(s) ~= "string" then return s end
-  for _, f in ipairs(forms) do
-    if s:find(f, 1, true) then s = s:gsub(escape(f), "***") end
-  end
-  return s
+  if nforms == 0 or type(s) ~= "string" then return s end
+  return scrubber:text(s)
 end
 
 -- Scrubs the strings reachable from table `t`, in place (keys too).
@@ -98,7 +92,7 @@ end
 -- returned scrubbed, a table is scrubbed in place (cycles are fine).
 -- Cancellation records pass untouched: they are raised as they are.
 function M.scrub(v)
-  if #forms == 0 then return v end
+  if nforms == 0 then return v end
   if type(v) == "string" then return M.text(v) end
   if type(v) == "table" and v.kind ~= "cancelled" then scrub_table(v, {}) end
   return v
@@ -108,19 +102,16 @@ end
 -- key form (but not a whole one): text a stream must hold back until the
 -- next piece shows whether a key goes on there.
 function M.tail(s)
-  local best = 0
-  for _, f in ipairs(forms) do
-    -- candidates start where f's first byte occurs in the last #f - 1
-    -- bytes of s, earliest (longest) first
-    local first = f:sub(1, 1)
-    local i = s:find(first, math.max(1, #s - #f + 2), true)
-    while i and #s - i + 1 > best do
-      if s:sub(i) == f:sub(1, #s - i + 1) then best = #s - i + 1 break end
-      i = s:find(first, i + 1, true)
-    end
-  end
-  return best
+  if nforms == 0 then return 0 end
+  return scrubber:tail(s)
 end
+
+-- delta(held, s) -> text, tail: the next delta `s` of a stream of deltas,
+-- after `held` (nil or what the stream held back last time): held .. s
+-- scrubbed, without its end that may be the start of a key form (M.tail),
+-- and that end (nil when none), to hold back until the next delta. With no
+-- key registered: held .. s, nil.
+M.delta = scrubber:delta_function()
 
 -- cut(s, max, more) -> `s` scrubbed and cut to `max` bytes. `s` should hold
 -- up to `max + M.margin` bytes when the source had more (`more` true): the

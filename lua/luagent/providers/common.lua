@@ -172,6 +172,7 @@ end
 
 local Decoder = {}
 Decoder.__index = Decoder
+local math_type = math.type
 
 -- Makes a decoder for adapter `name`. `handle(dec, payload, sse_event)` turns
 -- one decoded data payload into events through the methods below and returns
@@ -181,7 +182,9 @@ function M.decoder(name, ctx, handle, sentinel, terminator)
   return setmetatable({
     provider = name, model = ctx and ctx.model, handle = handle,
     sentinel = sentinel, terminator = terminator,
-    n = 0, out = nil, started = false, ended = false, failed = nil, delivered = false,
+    -- fields a stream reads per event are present (false or 0), so they
+    -- are found without the metatable's miss: failed, offset
+    n = 0, out = nil, started = false, ended = false, failed = false, delivered = false, offset = 0,
     text = {}, thinking = {}, calls = {}, by_key = {},
     usage_ev = nil, stop = nil, raw_stop = nil,
   }, Decoder)
@@ -193,16 +196,18 @@ local DELIVERED = { text_delta = true, thinking_delta = true, tool_call_start = 
 
 -- Feeds one SSE event; returns the array of normalized events it produced,
 -- or nil and an error record (sticky: later calls return the same error).
-function Decoder:feed(ev)
+-- `out` (optional) is the empty array to fill and return: a reader that
+-- hands the events out one by one reuses one.
+function Decoder:feed(ev, out)
   if self.failed then return nil, self.failed end
   if type(ev) ~= "table" then error(self.provider .. " decoder: feed expects an SSE event table", 2) end
   self.n = self.n + 1
-  local out = {}
+  out = out or {}
   self.out = out
   local data = ev.data
   -- where the event began in the body: just past the one before it
-  local offset = self.offset or 0
-  if math.type(ev.offset) == "integer" then self.offset = ev.offset end
+  local offset = self.offset
+  if math_type(ev.offset) == "integer" then self.offset = ev.offset end
   if self.ended or data == nil or data == "" then return out end
   if data == self.sentinel then
     self:complete()
@@ -210,7 +215,11 @@ function Decoder:feed(ev)
   end
   -- a C fast path reads the commonest chunks without decoding them to a
   -- table; it declines whatever it cannot read exactly as below
-  if self.fast and self.fast(self, data) then return self:flush(out) end
+  local fast = self.fast
+  if fast and fast(self, data) then
+    if self.delivered then return out end
+    return self:flush(out)
+  end
   local payload, jerr = M.decode(json.clean_utf8(data))
   if payload == nil then
     return self:fail("protocol", string.format("invalid JSON in SSE data at event %d: %s (byte offset %d)",
@@ -292,9 +301,10 @@ end
 -- Emits a text delta (empty strings are dropped).
 function Decoder:add_text(s)
   if type(s) ~= "string" or s == "" then return end
-  self:start()
-  self.text[#self.text + 1] = s
-  self:emit({ type = "text_delta", text = s })
+  if not self.started then self:start() end
+  local text, out = self.text, self.out
+  text[#text + 1] = s
+  out[#out + 1] = { type = "text_delta", text = s }
 end
 
 -- Emits a thinking delta (empty strings are dropped).

@@ -118,12 +118,13 @@ end
 local has_core, core = pcall(require, "luagent.core")
 local read_chunk = has_core and core.openai_chunk
 local function fast(dec, data)
-  local ok, id, model, choices, content, thinking, reason = read_chunk(data)
+  local started = dec.started
+  local ok, id, model, choices, content, thinking, reason = read_chunk(data, started)
   if not ok then return false end
-  dec:start(id, model)
+  if not started then dec:start(id, model) end
   if choices == 1 then
-    dec:add_text(content)
-    dec:add_thinking(thinking)
+    if content then dec:add_text(content) end
+    if thinking then dec:add_thinking(thinking) end
     if reason then
       dec:set_stop(STOP[reason] or "stop", reason)
       dec:close_calls()
