@@ -133,7 +133,10 @@ options: those of 'luagent run' (see 'luagent help run'), and
 Exit codes as for run; 2 also when the run is not in the journal.
 ]]
 
-HELP.runs = require("luagent.journal.cli").HELP
+-- `luagent runs` keeps its help with its code, loaded when asked for
+setmetatable(HELP, { __index = function(_, topic)
+  if topic == "runs" then return require("luagent.journal.cli").HELP end
+end })
 
 local function say(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end
 
@@ -223,10 +226,10 @@ end
 -- exit code after reporting the problem.
 local function observe(opts, usage_error)
   local log = require "luagent.log"
-  local events = require "luagent.events"
-  local trace = require "luagent.trace"
-  local cost = require "luagent.cost"
+  -- tracing and the cost meter are loaded only when asked for (startup)
+  local trace, cost
   config.set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false }
+  if opts.cost or opts.prices or opts["max-cost"] then cost = require "luagent.cost" end
   if opts.prices then
     local ok, err = cost.load_prices(opts.prices)
     if not ok then return nil, usage_error("run: --prices: %s", err) end
@@ -239,19 +242,22 @@ local function observe(opts, usage_error)
   if url == "" then url = nil end
   -- spans are built when asked for, or when log lines at info carry their ids
   if opts.trace or file or url or log.enabled("info") then
+    trace = require "luagent.trace"
     local ok, err = trace.start { tree = opts.trace, file = file, url = url,
       max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
       batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")) }
     if not ok then return nil, usage_error("run: --otlp: %s", err) end
   end
-  if opts.cost or opts.prices or opts["max-cost"] then cost.start() end
+  if cost then cost.start() end
   -- `--log off` asked for silence: no consumer at all
   if opts.log ~= "off" then log.start() end
   return function()
     log.stop()
-    trace.stop(opts.trace and io.stderr or nil)
-    if opts.cost then io.stderr:write(table.concat(cost.report(), "\n"), "\n") end
-    cost.stop()
+    if trace then trace.stop(opts.trace and io.stderr or nil) end
+    if cost then
+      if opts.cost then io.stderr:write(table.concat(cost.report(), "\n"), "\n") end
+      cost.stop()
+    end
   end
 end
 
