@@ -19,7 +19,10 @@
 -- budget spent); it asks Redis otherwise (a retry always). So while
 -- failures accumulate every admission is exact across hosts, and a host
 -- learns of a trip made elsewhere after a success it saw at its next reply
--- or within M.fresh seconds. A probe's slot
+-- or within M.fresh seconds. An admission that must ask while another
+-- task of this host is asking already waits for that reply instead, and
+-- answers from the state it brought (one admission in flight per endpoint
+-- and host). A probe's slot
 -- released and a cooldown set are sent without waiting. So a first attempt
 -- to a healthy provider costs one waited round trip (two at the edges: a
 -- retry, the probe, failures accumulating, a stale view), and a streamed
