@@ -547,8 +547,9 @@ function Shared:admit(is_retry, now)
   -- this caller asks; the reply's verdict is its own
   local flight = { owner_gone = false, reply = nil }
   flight.task = core.spawn(function()
-    local r = self.client:eval("admit", self.rkey, self:_args(is_retry and "1" or "0"))
-    if self.asking == flight then self.asking = nil end
+    local asked, r = pcall(self.client.eval, self.client, "admit", self.rkey, self:_args(is_retry and "1" or "0"))
+    if self.asking == flight then self.asking = nil end -- also when it raised
+    if not asked then error(r, 0) end
     if r then
       self:_learn(r[4])
       flight.reply = r
