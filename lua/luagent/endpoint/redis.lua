@@ -489,9 +489,11 @@ end
 
 -- The answer the kept view gives an admission at `now` (ok, probe, events
 -- as admit returns them), or nil when Redis must be asked. `learned`: the
--- view came from a reply that arrived while this admission waited, so it
--- is as fresh as asking again would be (only a probe must still be asked
--- for: the script hands it out).
+-- view came from a reply that arrived while this admission waited (the
+-- shared state of less than a round trip ago), so it answers what asking
+-- again would: allowed while closed, refused while open or while another
+-- caller's probe is out; only a probe must still be asked for (the script
+-- hands it out).
 function Shared:_from_view(is_retry, now, learned)
   local key, v = self.key, self.view
   if not v then return nil end
