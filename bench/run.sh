@@ -21,5 +21,4 @@ if [ -f bench/sse_parse.c ]; then
   "$B/bench/sse_parse"
 fi
 B="$B" sh bench/stream.sh
-echo "== bench/shared.lua (1,000 tasks x 2 calls, endpoint state local vs shared through Redis)"
-"$B/luagent" run bench/shared.lua 1000 2 5
+B="$B" sh bench/shared.sh

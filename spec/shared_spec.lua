@@ -98,30 +98,41 @@ local function stop_mock(m)
   os.execute("rm -rf " .. q(m.dir))
 end
 
--- Runs `hosts` luagent processes of spec/fixtures/shared_host.lua at once
--- (env: a table of extra variables) and waits for all; the sums of what
--- they printed, and the list of each host's {requests=, half_open=}.
-local function run_hosts(hosts, env)
-  local words = {}
-  env.START_AT = string.format("%.3f", core.now() + 1) -- room for the processes to start
-  for h = 1, hosts do
-    local vars = { "HOSTS=" .. hosts, "HOST=" .. h }
-    for k, v in pairs(env) do vars[#vars + 1] = k .. "=" .. q(v) end
-    words[#words + 1] = "env " .. table.concat(vars, " ") .. " timeout 60 " .. q(helpers.bin)
-      .. " run spec/fixtures/shared_host.lua > " .. q(env.OUT .. "." .. h) .. " 2>&1 &"
+-- Runs groups of luagent processes of spec/fixtures/shared_host.lua, all
+-- at once (each group {hosts=N, env=<a table of extra variables>}; all
+-- start their agents at the same START_AT), and waits for all; for each
+-- group, the sums of what its hosts printed and the list of each host's
+-- {requests=, half_open=}.
+local function run_groups(groups)
+  local words, out = {}, os.tmpname()
+  local start_at = string.format("%.3f", core.now() + 1) -- room for the processes to start
+  for g, group in ipairs(groups) do
+    for h = 1, group.hosts do
+      local vars = { "HOSTS=" .. group.hosts, "HOST=" .. h, "START_AT=" .. start_at,
+                     "LUAGENT_LOG=off" } -- no line per failed call
+      for k, v in pairs(group.env) do vars[#vars + 1] = k .. "=" .. q(v) end
+      words[#words + 1] = "env " .. table.concat(vars, " ") .. " timeout 60 " .. q(helpers.bin)
+        .. " run spec/fixtures/shared_host.lua > " .. q(out .. "." .. g .. "." .. h) .. " 2>&1 &"
+    end
   end
   os.execute("(" .. table.concat(words, " ") .. " wait)")
-  local sum, each = { requests = 0, half_open = 0 }, {}
-  for h = 1, hosts do
-    local out = helpers.slurp(env.OUT .. "." .. h)
-    os.remove(env.OUT .. "." .. h)
-    local r, half = out:match("requests=(%d+) half_open=(%d+)")
-    assert(r, "host " .. h .. " printed: " .. out)
-    each[h] = { requests = tonumber(r), half_open = tonumber(half) }
-    sum.requests = sum.requests + tonumber(r)
-    sum.half_open = sum.half_open + tonumber(half)
+  os.remove(out)
+  local results = {}
+  for g, group in ipairs(groups) do
+    local sum, each = { requests = 0, half_open = 0 }, {}
+    for h = 1, group.hosts do
+      local file = out .. "." .. g .. "." .. h
+      local text = helpers.slurp(file)
+      os.remove(file)
+      local r, half = text:match("requests=(%d+) half_open=(%d+)")
+      assert(r, "host " .. h .. " printed: " .. text)
+      each[h] = { requests = tonumber(r), half_open = tonumber(half) }
+      sum.requests = sum.requests + tonumber(r)
+      sum.half_open = sum.half_open + tonumber(half)
+    end
+    results[g] = { sum = sum, each = each }
   end
-  return sum, each
+  return results
 end
 
 describe("Redis", function()
@@ -216,38 +227,41 @@ describe("endpoint state shared through Redis", function()
   end)
 
   it("4 hosts x 25 agents send about as many requests as 1 host x 100, far fewer than unshared", function()
-    local m = start_mock()
-    finally(function() stop_mock(m) end)
-    local out = os.tmpname()
-    -- agents start 20 ms apart in all three runs; open intervals of 200 ms
-    -- (long beside a round trip to Redis, also under SAN=1 on a busy
-    -- machine, where 100 ms put the shared run up to 12 % under)
-    local function env(agents, url)
-      return { MOCK_URL = m.url, SECONDS_RUN = "5", STAGGER = "0.02", OPEN_FOR = "0.2", OUT = out,
-               AGENTS = agents, REDIS_URL = url }
+    -- one mock for the single host, one for the four sharing hosts: both
+    -- run at the same time, so a stall of this shared 2-core machine (other
+    -- benchmarks run on it) weighs on both sides alike
+    local m1, m4 = start_mock(), start_mock()
+    finally(function() stop_mock(m1) stop_mock(m4) end)
+    -- agents start 20 ms apart and call every 25 to 75 ms (random: callers
+    -- in step would all wait for the same instant after each open interval,
+    -- and whether a probe catches it or waits a whole period for the next
+    -- flips with the machine's timing: the 28 against 32 once seen); open
+    -- intervals of 200 ms, long beside the round trips to Redis a probe adds
+    -- (its admission, its failure's record: a few ms on a loaded machine);
+    -- rounds of 4 s: about 23 requests a round for one host
+    local function group(hosts, agents, m, url, prefix)
+      return { hosts = hosts, env = { MOCK_URL = m.url, SECONDS_RUN = "4", STAGGER = "0.02", PERIOD = "0.05",
+        JITTER = "0.5", OPEN_FOR = "0.2", AGENTS = agents, REDIS_URL = url, PREFIX = prefix } }
     end
-    local base = mock_requests(m)
-    run_hosts(1, env("100"))
-    local one = mock_requests(m) - base
-    base = mock_requests(m)
-    run_hosts(4, env("25", redis.url))
-    local shared4 = mock_requests(m) - base
-    base = mock_requests(m)
-    run_hosts(4, env("25"))
-    local unshared4 = mock_requests(m) - base
-    stop_mock(m)
-    os.remove(out)
-    io.stderr:write(string.format("\n[shared_spec] requests: 1x100 %d, 4x25 shared %d, 4x25 unshared %d\n",
-      one, shared4, unshared4))
-    assert.is_true(one > 10, "the single host made its probes: " .. one)
-    -- the issue's target is 10 %; with about 30 requests in all that is 3
-    -- probes, and on a loaded 2-core machine the hosts' timing moves a probe
-    -- or two either way (28 against 32 seen in CI), so the spec allows 20 %
-    -- and the figures are printed above for the record
-    assert.is_true(math.abs(shared4 - one) <= 0.2 * one,
-      string.format("shared %d within 20 %% of one host's %d", shared4, one))
-    assert.is_true(unshared4 >= 2 * shared4,
-      string.format("unshared %d well above shared %d", unshared4, shared4))
+    local one, shared4, rounds = 0, 0, {}
+    for r = 1, 3 do -- each round on a fresh shared state, as the single host's is
+      local b1, b4 = mock_requests(m1), mock_requests(m4)
+      run_groups { group(1, "100", m1), group(4, "25", m4, redis.url, "round" .. r .. ":") }
+      local a, b = mock_requests(m1) - b1, mock_requests(m4) - b4
+      one, shared4, rounds[r] = one + a, shared4 + b, a .. "/" .. b
+      assert(shared.new == shared.new)
+    end
+    local b4 = mock_requests(m4)
+    run_groups { group(4, "25", m4) }
+    local unshared4 = mock_requests(m4) - b4
+    io.stderr:write(string.format("\n[shared_spec] requests in 3 rounds of 4 s (1x100/4x25 shared: %s): "
+      .. "1x100 %d, 4x25 shared %d (%+.1f %%); one round of 4x25 unshared %d\n",
+      table.concat(rounds, ", "), one, shared4, (shared4 / one - 1) * 100, unshared4))
+    assert.is_true(one > 50, "the single host made its probes: " .. one)
+    assert.is_true(math.abs(shared4 - one) <= 0.1 * one,
+      string.format("shared %d within 10 %% of one host's %d", shared4, one))
+    assert.is_true(unshared4 * 3 >= 2 * shared4,
+      string.format("unshared %d in one round well above shared %d in three", unshared4, shared4))
   end)
 
   it("hands the half-open probe to exactly one host", function()
@@ -264,12 +278,11 @@ describe("endpoint state shared through Redis", function()
     end
     assert.equal("open", ep:snapshot(core.now()).state)
     assert.equal("redis", ep:snapshot(core.now()).backend)
-    local out = os.tmpname()
-    local sum, each = run_hosts(4, { MOCK_URL = m.url, SECONDS_RUN = "1.2", STAGGER = "0", OPEN_FOR = "0.4",
-                                     GROWTH = "10", OUT = out, AGENTS = "10", REDIS_URL = redis.url })
+    local run = run_groups { { hosts = 4, env = { MOCK_URL = m.url, SECONDS_RUN = "1.2", STAGGER = "0",
+      OPEN_FOR = "0.4", GROWTH = "10", AGENTS = "10", REDIS_URL = redis.url } } }
+    local sum, each = run[1].sum, run[1].each
     local requests = mock_requests(m)
     stop_mock(m)
-    os.remove(out)
     local probing = 0
     for _, h in ipairs(each) do if h.requests > 0 then probing = probing + 1 end end
     io.stderr:write(string.format("[shared_spec] half-open: %d probe request(s) from %d host(s) of 4\n",
@@ -278,6 +291,88 @@ describe("endpoint state shared through Redis", function()
     assert.equal(1, sum.requests)
     assert.equal(1, probing, "from one host")
     assert.equal(1, sum.half_open, "one host saw the breaker half-open")
+  end)
+
+  -- EVALSHA commands the server has run so far.
+  local function evalshas()
+    local conn = assert(core.redis_connect("127.0.0.1", redis.port, 1))
+    local info = assert(conn:command(1, "INFO", "commandstats"))
+    conn:close()
+    return tonumber(info:match("cmdstat_evalsha:calls=(%d+)") or "0")
+  end
+
+  -- Two hosts' endpoints for `key` with options `opts` (one process
+  -- standing in for two: each has its own view of the shared state).
+  local function two_hosts(key, opts)
+    local local_a, local_b = endpoint.get(key .. "#a", opts), endpoint.get(key .. "#b", opts)
+    local_a.key, local_b.key = key, key
+    return shared.new(local_a, opts, opts.shared), shared.new(local_b, opts, opts.shared)
+  end
+
+  it("asks Redis once for admissions made at once, however many tasks make them", function()
+    local opts = { breaker = { consecutive = 3, open_for = 0.05 }, budget = { max = 10 },
+                   shared = { redis = redis.url } }
+    local a, b = two_hosts("http://at-once/v1", opts)
+    assert.is_true((a:admit(false, core.now()))) -- connected, scripts loaded
+    -- 200 first calls of a host with no view yet: one EVALSHA, all admitted
+    local before = evalshas()
+    local tasks, admitted = {}, 0
+    for i = 1, 200 do
+      tasks[i] = luagent.spawn(function() if b:admit(false, core.now()) then admitted = admitted + 1 end end)
+    end
+    for _, t in ipairs(tasks) do t:join() end
+    assert.equal(200, admitted)
+    assert.equal(1, evalshas() - before, "one round trip for 200 admissions")
+    -- tripped on host a; once the open time is over, 100 tasks of host b
+    -- ask at once: one probe, 99 refusals, one round trip
+    for _ = 1, 3 do a:record(core.now(), false, true, false) end
+    assert.equal("open", a:snapshot(core.now()).state)
+    luagent.sleep(0.06)
+    b.view = nil -- b knows nothing of the trip yet
+    before = evalshas()
+    local probes, refused = 0, 0
+    tasks = {}
+    for i = 1, 100 do
+      tasks[i] = luagent.spawn(function()
+        local ok, probe, err = b:admit(false, core.now())
+        if ok and probe then probes = probes + 1
+        elseif not ok and probe.kind == "circuit_open" then refused = refused + 1 end
+        assert(err) -- events
+      end)
+    end
+    for _, t in ipairs(tasks) do t:join() end
+    assert.same({ 1, 99 }, { probes, refused })
+    assert.equal(1, evalshas() - before, "one round trip for 100 admissions while the probe is out")
+    -- retries wait for the same reply and read the budget from it
+    b.view = nil
+    before = evalshas()
+    tasks = {}
+    local kinds = {}
+    for i = 1, 10 do
+      tasks[i] = luagent.spawn(function()
+        local _, err = b:admit(true, core.now())
+        kinds[#kinds + 1] = err.kind
+      end)
+    end
+    for _, t in ipairs(tasks) do t:join() end
+    assert.equal(10, #kinds)
+    assert.equal(1, evalshas() - before)
+  end)
+
+  it("gives back the probe of an admission cancelled while it waited for Redis", function()
+    local opts = { breaker = { consecutive = 1, open_for = 0.05, probe_timeout = 30 }, budget = false,
+                   shared = { redis = redis.url } }
+    local a, b = two_hosts("http://cancelled-probe/v1", opts)
+    a:record(core.now(), false, true, false) -- tripped
+    luagent.sleep(0.06)
+    local t = luagent.spawn(function() return a:admit(false, core.now()) end)
+    luagent.sleep(0) -- t sends its admission and waits for the reply
+    t:cancel()
+    assert.has_error(function() t:join() end)
+    luagent.sleep(0.05) -- the reply (the probe, handed to nobody) and its release
+    local ok, probe = b:admit(false, core.now())
+    assert.is_true(ok, "the probe was given back: " .. tostring(probe))
+    assert.is_true(probe)
   end)
 
   it("falls back to local state within the timeout when Redis dies, and returns when it is back", function()
@@ -331,12 +426,18 @@ describe("endpoint state shared through Redis", function()
       assert.equal(1, down, "said once: " .. table.concat(lines, " | "))
 
       redis = start_redis(redis.port, redis.dir)
-      local limit = core.now() + 5
+      local restarted = core.now()
+      local limit = restarted + 5
       while backend().backend ~= "redis" and core.now() < limit do
         call()
         luagent.sleep(0.05)
       end
       assert.equal("redis", backend().backend)
+      local calls = 0
+      for _, n in pairs(kinds) do calls = calls + n end
+      io.stderr:write(string.format("[shared_spec] Redis killed under 20 calling tasks: %d calls, the slowest "
+        .. "%.1f ms (timeout 200 ms); shared again %.0f ms after the restarted server answered\n",
+        calls, slowest * 1000, (core.now() - restarted) * 1000))
       local back = 0
       for _, l in ipairs(lines) do if l:find("is back", 1, true) then back = back + 1 end end
       assert.equal(1, back)
@@ -397,10 +498,7 @@ describe("endpoint state shared through Redis", function()
     local key = "http://shared-budget/v1"
     local opts = { breaker = false, budget = { max = 10, ratio = 0.1 }, cooldown = {},
                    shared = { redis = redis.url } }
-    local local_a, local_b = endpoint.get("a-local", opts), endpoint.get("b-local", opts)
-    local_a.key, local_b.key = key, key
-    local a = shared.new(local_a, opts, opts.shared) -- two hosts' endpoints for one key
-    local b = shared.new(local_b, opts, opts.shared)
+    local a, b = two_hosts(key, opts)
     local now = core.now()
     assert.is_true((b:admit(true, now)), "full budget: a retry may go")
     for _ = 1, 4 do a:record(now, false, true, false) end

@@ -19,7 +19,10 @@
 -- budget spent); it asks Redis otherwise (a retry always). So while
 -- failures accumulate every admission is exact across hosts, and a host
 -- learns of a trip made elsewhere after a success it saw at its next reply
--- or within M.fresh seconds. A probe's slot
+-- or within M.fresh seconds. An admission that must ask while another
+-- task of this host is asking already waits for that reply instead, and
+-- answers from the state it brought (one admission in flight per endpoint
+-- and host). A probe's slot
 -- released and a cooldown set are sent without waiting. So a first attempt
 -- to a healthy provider costs one waited round trip (two at the edges: a
 -- retry, the probe, failures accumulating, a stale view), and a streamed
@@ -85,7 +88,7 @@ local function view()
   local s = st
   if s == 1 and now >= ou then s = 2 end
   return { has_br and NAMES[s] or 'none', f(ou - now), tr, fa, co, ca,
-           (s == 2 and po == 1) and 1 or 0, tk, f(cd - now) }
+           (s == 2 and po == 1) and 1 or 0, tk, f(cd - now), f(pd - now) }
 end
 local function trip()
   if tr < 1000000 then tr = tr + 1 end
@@ -472,6 +475,7 @@ function Shared:_learn(v)
     state = state, trips = v[3], failures = v[4], consecutive = v[5], calls = v[6],
     probe_out = v[7] == 1, tokens = self.max_tokens and v[8] / 1000 or nil,
     open_until = (state == "open" or state == "half_open") and now + tonumber(v[2]) or nil,
+    probe_until = v[7] == 1 and now + tonumber(v[10]) or nil, -- when an unanswered probe times out
     at = now,
   }
   local cd = tonumber(v[9])
@@ -483,28 +487,88 @@ function Shared:_tokens_allow(v)
   return not self.max_tokens or v.tokens > self.max_tokens / 2
 end
 
+-- The answer the kept view gives an admission at `now` (ok, probe, events
+-- as admit returns them), or nil when Redis must be asked. `learned`: the
+-- view came from a reply that arrived while this admission waited (the
+-- shared state of less than a round trip ago), so it answers what asking
+-- again would: allowed while closed, refused while open or while another
+-- caller's probe is out; only a probe must still be asked for (the script
+-- hands it out).
+function Shared:_from_view(is_retry, now, learned)
+  local key, v = self.key, self.view
+  if not v then return nil end
+  if is_retry and not self:_tokens_allow(v) then
+    return nil, endpoint.budget_error(key, v.tokens, self.max_tokens), {}
+  end
+  local state = v.state
+  if state == "open" and now < v.open_until then
+    return nil, endpoint.open_error(key, now, v.open_until), {}
+  end
+  if learned then
+    if state == "none" or state == "closed" then return true, false, {} end
+    if state == "half_open" and v.probe_out then -- another caller's probe is out
+      return nil, endpoint.open_error(key, now, v.probe_until), {}
+    end
+    return nil
+  end
+  if not is_retry and (state == "none" or state == "closed" and v.consecutive == 0)
+      and now - v.at < M.fresh then
+    return true, false, {}
+  end
+  return nil
+end
+
+-- Frees a probe's slot that was handed to a caller that is gone (its
+-- admission was cancelled while it waited for the reply).
+function Shared:_release_probe()
+  self.client:send("record", self.rkey, self:_args("0", "0", "1"))
+end
+
 -- See endpoint.lua. Answers from the kept view when it says closed and is
--- fresh, or open and not yet due; otherwise one EVALSHA of `admit`.
+-- fresh, or open and not yet due (or, for a retry, the budget spent);
+-- otherwise one EVALSHA of `admit`. Admissions that need Redis while one
+-- is being asked already wait for its reply and answer from the view it
+-- brings (one round trip in flight per endpoint and host, however many
+-- tasks call at once: a thousand first calls cost one EVALSHA, and the
+-- hosts' callers refused while a probe is out do not flood Redis).
 function Shared:admit(is_retry, now)
   self:_see("admit", now)
   if not self.client:usable() then return self.fallback:admit(is_retry, now) end
-  local key, v = self.key, self.view
-  if v then
-    if is_retry and not self:_tokens_allow(v) then
-      return nil, endpoint.budget_error(key, v.tokens, self.max_tokens), {}
-    end
-    if not is_retry and (v.state == "none" or v.state == "closed" and v.consecutive == 0)
-        and now - v.at < M.fresh then
-      return true, false, {}
-    end
-    if v.state == "open" and now < v.open_until then
-      return nil, endpoint.open_error(key, now, v.open_until), {}
-    end
+  local learned = false
+  while true do
+    local ok, probe_or_err, events = self:_from_view(is_retry, now, learned)
+    if ok ~= nil or probe_or_err then return ok, probe_or_err, events end
+    local flight = self.asking
+    if not flight then break end
+    local done, r = pcall(flight.task.join, flight.task)
+    if not done then error(r, 0) end -- this caller was cancelled
+    if not r then return self.fallback:admit(is_retry, now) end
+    if learned then break end -- a second wait would not tell more: ask
+    learned, now = true, core.now()
   end
-  local r = self.client:eval("admit", self.rkey, self:_args(is_retry and "1" or "0"))
+  -- this caller asks; the reply's verdict is its own
+  local flight = { owner_gone = false, reply = nil }
+  flight.task = core.spawn(function()
+    local asked, r = pcall(self.client.eval, self.client, "admit", self.rkey, self:_args(is_retry and "1" or "0"))
+    if self.asking == flight then self.asking = nil end -- also when it raised
+    if not asked then error(r, 0) end
+    if r then
+      self:_learn(r[4])
+      flight.reply = r
+      if flight.owner_gone and r[1] == "probe" then self:_release_probe() end
+    end
+    return r
+  end)
+  flight.task:set_daemon(true)
+  self.asking = flight
+  local done, r = pcall(flight.task.join, flight.task)
+  if not done then -- cancelled: a probe it was handed is given back
+    flight.owner_gone = true
+    if flight.reply and flight.reply[1] == "probe" then self:_release_probe() end
+    error(r, 0)
+  end
   if not r then return self.fallback:admit(is_retry, now) end
-  self:_learn(r[4])
-  local events = {}
+  local key, events = self.key, {}
   if r[3] == 1 then events[1] = { type = "circuit_half_open", endpoint = key } end
   if r[1] == "budget" then
     return nil, endpoint.budget_error(key, self.view.tokens, self.max_tokens), events
