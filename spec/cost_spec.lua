@@ -182,3 +182,21 @@ describe("cost", function()
     assert.matches("generation chatcmpl%-mock", table.concat(cost.report(), "\n"))
   end)
 end)
+
+describe("luagent.configure{max_cost=}", function()
+  it("caps the run without any other step: setting it starts the meter", function()
+    luagent.configure { log_sink = function() end }
+    luagent.clock.virtual()
+    require("luagent.endpoint").reset()
+    cost.stop() -- no meter, as in a script that never asked for one
+    assert(cost.set_prices { ["test-model"] = PRICE })
+    luagent.configure { max_cost = 0 }
+    local ok, last, _, requests = pcall(run_agent, "openai", "test-model", nil)
+    luagent.configure { max_cost = false, log_sink = false }
+    cost.stop()
+    luagent.clock.real()
+    assert(ok, last)
+    assert.equal("cost_limit", last.error.kind)
+    assert.equal(0, requests)
+  end)
+end)

@@ -170,6 +170,21 @@ describe("log lines", function()
     assert.not_matches("\27", table.concat(lines)) -- no colour when stderr is no terminal
   end)
 
+  it("carry a failed tool's error text as content when asked", function()
+    local lines = {}
+    local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "info",
+      log_format = "json", log_content = true }
+    log.start()
+    require("luagent.events").publish { type = "tool_execution_end", name = "lookup", call_id = "c9",
+      attempts = 1, duration = 0.01, error = { kind = "tool_error", message = "no such record 123" } }
+    log.stop()
+    luagent.configure(saved)
+    assert.equal(1, #lines)
+    local rec = cjson.decode(lines[1])
+    assert.equal("tool call failed", rec.msg)
+    assert.equal("no such record 123", rec.content)
+  end)
+
   it("take redact from the policy, checked like every field", function()
     local p = assert(policy.new { redact = function(t) return t end })
     assert.is_function(p.redact)

@@ -291,3 +291,23 @@ describe("trace, from the OTLP file export", function()
     assert.equal(9, #lines)
   end)
 end)
+
+describe("luagent run --otlp FILE", function()
+  it("writes the last batch and the cost table when the script ends with os.exit", function()
+    local helpers = require "spec.support.helpers"
+    local file = os.tmpname()
+    local script = helpers.tempfile([[
+      local luagent = require "luagent"
+      assert(luagent.complete { model = "openai/gpt-4o-mini", messages = { { role = "user", content = "hi" } } })
+      os.exit(3)
+    ]], ".lua")
+    local r = helpers.run("run", "--mock", "--log", "off", "--otlp", file, "--cost", script)
+    local text = slurp(file)
+    os.remove(file)
+    os.remove(script)
+    assert.equal(3, r.code)
+    local spans = cjson.decode(text:match("^[^\n]+")).resourceSpans[1].scopeSpans[1].spans
+    assert.equal("chat gpt-4o-mini", spans[1].name)
+    assert.matches("costliest turns", r.stderr)
+  end)
+end)

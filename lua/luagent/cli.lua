@@ -220,7 +220,6 @@ local function parse_run_args(args)
   return opts, i
 end
 
--- The run's default policy as it is now (it may be reloaded), or nil.
 -- Sets up logs, traces and cost (the bus's observers) as the options ask;
 -- returns their cleanup (exports, the tree, the cost table), or nil and an
 -- exit code after reporting the problem.
@@ -382,10 +381,24 @@ local function execute(opts, file, chunk, script_args)
   if opts["virtual-clock"] then core.clock_virtual() end
   local cleanup, code = prepare(opts, file)
   if not cleanup then return code end
+  -- a script that ends with os.exit still gets its exports, tree and cost
+  -- table written, and the mock closed
+  local exit, cleaned = os.exit, false
+  local function clean()
+    if cleaned then return end
+    cleaned = true
+    cleanup()
+  end
+  os.exit = function(...)
+    local ok, err = pcall(clean)
+    if not ok then say("luagent: while exiting: %s", tostring(err)) end
+    return exit(...)
+  end
   local main = core.spawn(chunk, table.unpack(script_args))
   core.on_sigint(main)
   local finished, stuck = core.run()
-  cleanup()
+  os.exit = exit
+  clean()
   local journal = package.loaded["luagent.journal"]
   local run = journal and journal.current_run
   if run and not run.last_status then

@@ -65,6 +65,14 @@ local DELEGATED = {
     get = function() return require("luagent.log").format end,
     set = function(v) require("luagent.log").set_format(v or "auto") end,
   },
+  max_cost = {
+    get = function() return settings.max_cost end,
+    -- a cap needs the meter that counts against it
+    set = function(v)
+      settings.max_cost = v
+      if v then require("luagent.cost").start() end
+    end,
+  },
   log_sink = {
     get = function() return require("luagent.log").sink end,
     set = function(v)

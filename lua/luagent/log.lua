@@ -305,7 +305,7 @@ local EVENTS = {
     r.duration = ev.duration and tonumber(string.format("%.6f", ev.duration))
     if ev.error then
       r.error = err_text(ev.error)
-      if M.content then r.content = M.content_text(ev.error.message or "") end
+      if content() then r.content = M.content_text(ev.error.message or "") end
       return "info", "tool call failed"
     end
     if content() and ev.result then r.content = M.content_text(ev.result) end
@@ -338,10 +338,11 @@ for t in pairs(MOST) do M.TYPES[#M.TYPES + 1] = t end
 table.sort(M.TYPES)
 
 -- The trace and span ids of the span an event belongs to, while tracing
--- (lua/luagent/trace.lua, loaded on the first line that asks: it needs
--- this module).
+-- (lua/luagent/trace.lua needs this module, so it is looked up, not
+-- required: no trace loaded, no ids).
 local function trace_context(ev)
-  return require("luagent.trace").context(ev)
+  local trace = package.loaded["luagent.trace"]
+  if trace then return trace.context(ev) end
 end
 
 -- consumer() -> a bus consumer writing one line per event worth logging
@@ -370,9 +371,10 @@ function M.consumer()
     elseif ev.call_id then
       r.tool, r.call_id = ev.name, ev.call_id
     end
-    r.trace_id, r.span_id = trace_context(ev)
     local level, msg = EVENTS[t](ev, r)
-    if M.enabled(level) then emit(level, msg, r) end
+    if not M.enabled(level) then return end
+    r.trace_id, r.span_id = trace_context(ev)
+    emit(level, msg, r)
   end
 end
 

@@ -688,6 +688,7 @@ end
 -- Stops watching the policy file `path` and forgets its loader (specs; an
 -- embedder that is done with a file).
 function M.forget(path)
+  found = {} -- a name may now be found elsewhere
   local l = watched[path]
   if not l then return end
   if l.watcher then l.watcher:cancel("policy forgotten") end
