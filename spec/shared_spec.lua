@@ -358,6 +358,59 @@ describe("endpoint state shared through Redis", function()
     assert.equal(1, evalshas() - before)
   end)
 
+  it("keeps to few round trips when the reply waited on leaves a probe to ask for", function()
+    local opts = { breaker = { consecutive = 3, open_for = 0.05, probe_timeout = 30 }, budget = { max = 10 },
+                   shared = { redis = redis.url } }
+    local a, b = two_hosts("http://herd/v1", opts)
+    assert(a:admit(false, core.now()))
+    for _ = 1, 6 do a:record(core.now(), false, true, false) end -- tripped, the budget spent
+    luagent.sleep(0.06) -- the open time is over: half-open, no probe out
+    b.view = nil
+    local before = evalshas()
+    local kinds, tasks = {}, {}
+    -- a retry asks first (refused for the budget); ten first calls wait on
+    -- its reply, which leaves the probe to ask for
+    tasks[1] = luagent.spawn(function()
+      local ok, err = b:admit(true, core.now())
+      kinds[#kinds + 1] = ok and "allowed" or err.kind
+    end)
+    for i = 2, 11 do
+      tasks[i] = luagent.spawn(function()
+        local ok, probe = b:admit(false, core.now())
+        kinds[#kinds + 1] = ok and (probe and "probe" or "allowed") or probe.kind
+      end)
+    end
+    for _, t in ipairs(tasks) do t:join() end
+    table.sort(kinds)
+    local want = { "circuit_open", "circuit_open", "circuit_open", "circuit_open", "circuit_open", "circuit_open",
+      "circuit_open", "circuit_open", "circuit_open", "probe", "retry_budget_exhausted" }
+    assert.same(want, kinds)
+    assert.is_true(evalshas() - before <= 3, "round trips: " .. (evalshas() - before))
+  end)
+
+  it("falls back to local state when the command a caller waited on fails", function()
+    local opts = { breaker = { consecutive = 3, open_for = 0.05 }, budget = { max = 10 },
+                   shared = { redis = redis.url } }
+    local a = two_hosts("http://failing-command/v1", opts)
+    assert(a:admit(false, core.now()))
+    a.view = nil
+    local eval = a.client.eval
+    a.client.eval = function(client, ...) -- the connection closes under the command
+      luagent.sleep(0.01)
+      error("command: connection is closed", 0)
+    end
+    local results, tasks = {}, {}
+    for i = 1, 5 do
+      tasks[i] = luagent.spawn(function()
+        local ok, err = a:admit(false, core.now())
+        results[#results + 1] = ok or tostring(err)
+      end)
+    end
+    for _, t in ipairs(tasks) do t:join() end
+    a.client.eval = eval
+    assert.same({ true, true, true, true, true }, results)
+  end)
+
   it("gives back the probe of an admission cancelled while it waited for Redis", function()
     local opts = { breaker = { consecutive = 1, open_for = 0.05, probe_timeout = 30 }, budget = false,
                    shared = { redis = redis.url } }

@@ -49,6 +49,7 @@ M.default_timeout = 0.25 -- seconds for a connect or a command
 M.default_prefix = "luagent:"
 M.fresh = 0.5            -- seconds a kept "closed" view answers admit
 M.retry_every = 1        -- seconds between reconnect attempts
+M.max_waits = 3          -- replies an admission waits on before it asks itself
 M.ttl = 86400            -- seconds an endpoint's key lives after its last write
 
 ------------------------------------------------------------------------------
@@ -519,9 +520,12 @@ function Shared:_from_view(is_retry, now, learned)
 end
 
 -- Frees a probe's slot that was handed to a caller that is gone (its
--- admission was cancelled while it waited for the reply).
-function Shared:_release_probe()
+-- admission was cancelled while it waited for the reply), in Redis and in
+-- the kept view, so the callers that waited on that reply ask for it
+-- (after the release: one connection keeps the order).
+function Shared:_give_back_probe()
   self.client:send("record", self.rkey, self:_args("0", "0", "1"))
+  if self.view then self.view.probe_out = false end
 end
 
 -- See endpoint.lua. Answers from the kept view when it says closed and is
@@ -534,16 +538,22 @@ end
 function Shared:admit(is_retry, now)
   self:_see("admit", now)
   if not self.client:usable() then return self.fallback:admit(is_retry, now) end
-  local learned = false
+  local learned, waits = false, 0
   while true do
     local ok, probe_or_err, events = self:_from_view(is_retry, now, learned)
     if ok ~= nil or probe_or_err then return ok, probe_or_err, events end
     local flight = self.asking
     if not flight then break end
     local done, r = pcall(flight.task.join, flight.task)
-    if not done then error(r, 0) end -- this caller was cancelled
+    if not done then
+      if errors.is_cancel(r) then error(r, 0) end -- this caller (or the asking task) was cancelled
+      r = nil -- the command failed (a connection closed under it): as Redis down
+    end
     if not r then return self.fallback:admit(is_retry, now) end
-    if learned then break end -- a second wait would not tell more: ask
+    -- the reply may leave a probe to ask for; a fellow waiter may be
+    -- asking for it already: wait on that too, a few times at most
+    waits = waits + 1
+    if waits >= M.max_waits then break end
     learned, now = true, core.now()
   end
   -- this caller asks; the reply's verdict is its own
@@ -555,16 +565,18 @@ function Shared:admit(is_retry, now)
     if r then
       self:_learn(r[4])
       flight.reply = r
-      if flight.owner_gone and r[1] == "probe" then self:_release_probe() end
+      if flight.owner_gone and r[1] == "probe" then self:_give_back_probe() end
     end
     return r
   end)
   flight.task:set_daemon(true)
   self.asking = flight
   local done, r = pcall(flight.task.join, flight.task)
-  if not done then -- cancelled: a probe it was handed is given back
+  if not done then
+    if not errors.is_cancel(r) then return self.fallback:admit(is_retry, now) end -- the command failed
+    -- cancelled: a probe it was handed is given back
     flight.owner_gone = true
-    if flight.reply and flight.reply[1] == "probe" then self:_release_probe() end
+    if flight.reply and flight.reply[1] == "probe" then self:_give_back_probe() end
     error(r, 0)
   end
   if not r then return self.fallback:admit(is_retry, now) end
