@@ -167,9 +167,12 @@ static void detach(request *r) {
   stop_timers(r);
 }
 
-/* Ends the request with our own failure (timeout, protocol error). */
+/* Ends the request with our own failure (timeout, protocol error). A
+ * protocol error found once curl has finished cleanly (events are parsed
+ * as they are asked for) is still the request's failure; one that already
+ * failed keeps its first failure. */
 static void fail(request *r, lg_error_kind kind, const char *which, const char *msg) {
-  if (r->state == R_DONE || r->state == R_CLOSED) return;
+  if (r->state == R_CLOSED || r->own_fail || (r->state == R_DONE && r->result != CURLE_OK)) return;
   detach(r);
   r->own_fail = 1;
   r->fail_kind = kind;
@@ -750,15 +753,18 @@ static int push_one(void *ud, const lg_sse_event *ev) {
   one_feed *f = ud;
   request *r = f->r;
   uint64_t off = lg_sse_offset(&r->sse);
+  /* the parser is past the event: so are the unread bytes, before anything
+   * that may raise (out of memory) */
+  r->in.off = f->off0 + (size_t)(off - f->before);
   if (f->reuse) {
     lua_pushvalue(f->L, f->reuse);
     lg_sse_fill_event(f->L, -1, ev);
   } else {
     lg_sse_push_event(f->L, ev);
   }
+  lua_pushliteral(f->L, "offset");
   lua_pushinteger(f->L, (lua_Integer)off);
-  lua_setfield(f->L, -2, "offset");
-  r->in.off = f->off0 + (size_t)(off - f->before);
+  lua_rawset(f->L, -3);
   return 1;
 }
 

@@ -1,9 +1,11 @@
 /* JSON text for the observers' hot paths (jsonw.h). A log line per model
  * call and a span per attempt must cost little next to the call's stream;
  * built in Lua, each field left a few small strings behind for the
- * collector. Here each result is written into one luaL_Buffer. Values are
- * read from the caller's tables, which keep them alive: a value is popped
- * before the buffer is written to (the buffer owns the stack's top). */
+ * collector. Here each result is written into one luaL_Buffer, which owns
+ * the stack's top: a value is popped before the buffer is written to, and
+ * the string it points to stays alive because the caller's table holds it
+ * (keys and values are read raw, and nothing here changes those tables;
+ * json_fields' encoder is given a value, never the table). */
 #include "jsonw.h"
 
 #include <lauxlib.h>
@@ -174,8 +176,9 @@ static int l_json_fields(lua_State *L) {
   key *keys = lua_newuserdatauv(L, (size_t)(nhead + nkeys + 1) * sizeof(key), 0);
   int ud = lua_gettop(L);
   for (lua_Integer i = 1; i <= nhead; i++) {
-    lua_rawgeti(L, 2, i);
-    keys[i - 1].p = luaL_checklstring(L, -1, &keys[i - 1].n); /* kept by head */
+    /* a string already (a number made one here would live on the stack only) */
+    if (lua_rawgeti(L, 2, i) != LUA_TSTRING) luaL_error(L, "json_fields: head[%d] is not a string", (int)i);
+    keys[i - 1].p = lua_tolstring(L, -1, &keys[i - 1].n); /* kept by head */
     lua_pop(L, 1);
   }
   key *rest = keys + nhead;
@@ -253,6 +256,8 @@ static void put_any(lua_State *L, luaL_Buffer *b, int depth) {
     luaL_addstring(b, yes ? "{\"boolValue\":true}" : "{\"boolValue\":false}");
   } else if (type == LUA_TTABLE) {
     if (depth >= MAX_DEPTH) luaL_error(L, "otlp_span: an attribute nests deeper than %d", MAX_DEPTH);
+    /* each level keeps its table and its buffer on the stack */
+    luaL_checkstack(L, 4, "otlp_span: an attribute nests too deep");
     /* the elements go into a buffer of their own, above the table; its
      * text then replaces the table and joins b */
     int t = lua_gettop(L);
@@ -274,7 +279,7 @@ static void put_any(lua_State *L, luaL_Buffer *b, int depth) {
     luaL_pushresult(&inner);
     lua_remove(L, t);
     luaL_addvalue(b);
-  } else {
+  } else { /* a function or userdata: its type, never its address */
     const char *name = luaL_typename(L, -1);
     lua_pop(L, 1);
     luaL_addstring(b, "{\"stringValue\":");

@@ -18,13 +18,20 @@ typedef struct {
   size_t n;
 } form;
 
-/* Born closed (forms NULL, count 0): close frees the forms, idempotent. */
+/* Made empty (forms NULL, count 0); close frees the forms, idempotent,
+ * and a closed scrubber raises: one that let keys through would be worse. */
 typedef struct {
   form *forms; /* longest first; each p malloc'd */
   int count, cap;
+  int closed;
 } scrubber;
 
-static scrubber *check(lua_State *L) { return luaL_checkudata(L, 1, SCRUB_MT); }
+static scrubber *usable(lua_State *L, scrubber *s) {
+  if (s->closed) luaL_error(L, "scrubber: used after close");
+  return s;
+}
+
+static scrubber *check(lua_State *L) { return usable(L, luaL_checkudata(L, 1, SCRUB_MT)); }
 
 /* Frees every form; shared by __gc and __close. */
 static int l_close(lua_State *L) {
@@ -33,6 +40,7 @@ static int l_close(lua_State *L) {
   free(s->forms);
   s->forms = NULL;
   s->count = s->cap = 0;
+  s->closed = 1;
   return 0;
 }
 
@@ -78,16 +86,11 @@ static int any_form(const scrubber *s, const char *t, size_t n) {
   return 0;
 }
 
-/* Replaces every form in t[0, n) into a new buffer the caller frees;
- * *out_n gets its length. NULL when out of memory. No pass makes the
- * text longer: every form has 3 bytes or more, as many as "***". */
-static char *replace_all(const scrubber *s, const char *t, size_t n, size_t *out_n) {
-  char *a = malloc(n + 1), *b = malloc(n + 1);
-  if (!a || !b) {
-    free(a);
-    free(b);
-    return NULL;
-  }
+/* Replaces every form in t[0, n), working in `scratch` (2 * (n + 1) bytes,
+ * the caller's); returns where the result is, *out_n its length. No pass
+ * makes the text longer: every form has 3 bytes or more, as many as "***". */
+static const char *replace_all(const scrubber *s, const char *t, size_t n, char *scratch, size_t *out_n) {
+  char *a = scratch, *b = scratch + n + 1;
   memcpy(a, t, n);
   size_t len = n;
   for (int i = 0; i < s->count; i++) {
@@ -112,7 +115,6 @@ static char *replace_all(const scrubber *s, const char *t, size_t n, size_t *out
     a = b;
     b = tmp;
   }
-  free(b);
   *out_n = len;
   return a;
 }
@@ -125,11 +127,12 @@ static void push_scrubbed(lua_State *L, const scrubber *s, const char *t, size_t
     else lua_pushlstring(L, t, n);
     return;
   }
+  /* the work space is a userdata: collected even when a push raises */
+  char *scratch = lua_newuserdatauv(L, 2 * (n + 1), 0);
   size_t len = 0;
-  char *out = replace_all(s, t, n, &len);
-  if (!out) luaL_error(L, "scrubber: out of memory");
+  const char *out = replace_all(s, t, n, scratch, &len);
   lua_pushlstring(L, out, len);
-  free(out);
+  lua_remove(L, -2);
 }
 
 /* The length of the longest end of t[0, n) that is the start of a form
@@ -208,7 +211,7 @@ static int l_delta(lua_State *L) { return delta(L, check(L), 2); }
 
 /* The function s:delta_function() returns: s:delta bound to s. */
 static int l_bound_delta(lua_State *L) {
-  return delta(L, lua_touserdata(L, lua_upvalueindex(1)), 1);
+  return delta(L, usable(L, lua_touserdata(L, lua_upvalueindex(1))), 1);
 }
 
 /* s:delta_function() -> function(held, str): s:delta without the method

@@ -67,20 +67,28 @@ static int l_sse_parser(lua_State *L) {
   return 1;
 }
 
+/* Sets t[name] = the value on top (popped) without metamethods: the table
+ * may be a caller's, and no Lua code may run inside the parser's callback. */
+static void raw_setfield(lua_State *L, int t, const char *name) {
+  lua_pushstring(L, name);
+  lua_insert(L, -2);
+  lua_rawset(L, t);
+}
+
 /* Sets event, data, id and retry of the table at index t to `ev`'s (id and
  * retry nil when the event has none). */
 void lg_sse_fill_event(lua_State *L, int t, const lg_sse_event *ev) {
   t = lua_absindex(L, t);
   lua_pushlstring(L, ev->type, ev->type_len);
-  lua_setfield(L, t, "event");
+  raw_setfield(L, t, "event");
   lua_pushlstring(L, ev->data, ev->data_len);
-  lua_setfield(L, t, "data");
+  raw_setfield(L, t, "data");
   if (ev->has_id) lua_pushlstring(L, ev->id, ev->id_len);
   else lua_pushnil(L);
-  lua_setfield(L, t, "id");
+  raw_setfield(L, t, "id");
   if (ev->retry >= 0) lua_pushinteger(L, (lua_Integer)ev->retry);
   else lua_pushnil(L);
-  lua_setfield(L, t, "retry");
+  raw_setfield(L, t, "retry");
 }
 
 /* Pushes one event as a table {event=, data=, id=, retry=}. */

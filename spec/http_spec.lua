@@ -279,6 +279,20 @@ describe("http.request", function()
       assert.matches("offset", err.message)
       assert.equal(10 + 1024, err.offset) -- the byte that made the line too long
     end)
+
+    it("protocol: the same when the transfer ended before the bad line was read", function()
+      srv = server.serve(function(conn)
+        conn:write(sse_head() .. "data: ok\n\ndata: " .. string.rep("x", 5000) .. "\n\n")
+      end)
+      local resp = assert(http.request { url = srv.url, sse = { max_line = 1024 } })
+      while not resp:info().done do luagent.sleep(0.01) end -- curl is done: events are parsed as read
+      local got = {}
+      local ok, err = pcall(function() for ev in resp:events() do got[#got + 1] = ev.data end end)
+      assert.is_false(ok)
+      assert.are.same({ "ok" }, got)
+      check(err, "protocol")
+      assert.equal(10 + 1024, err.offset)
+    end)
   end)
 
   it("aborts the transfer at once when its task is cancelled mid-stream", function()
@@ -369,6 +383,18 @@ describe("http.request", function()
     assert.same({ event = "x", data = "b", id = "7", offset = t.offset }, t) -- the last id persists
     assert.is_nil(req:event(t))
     assert.has_error(function() req:event("not a table") end)
+    req:close()
+  end)
+
+  it("fills a reader's table raw: its metamethods never run inside the parser", function()
+    srv = server.serve(function(conn)
+      conn:write(sse_head() .. "data: one\n\ndata: two\n\ndata: three\n\n")
+    end)
+    local req = assert(require("luagent.core").http_request { url = srv.url })
+    local t = setmetatable({}, { __newindex = function() error("a metamethod ran") end })
+    local got = {}
+    while req:event(t) do got[#got + 1] = t.data .. "@" .. t.offset end
+    assert.same({ "one@11", "two@22", "three@35" }, got)
     req:close()
   end)
 

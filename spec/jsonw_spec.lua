@@ -65,6 +65,11 @@ describe("core.json_fields (log lines)", function()
       "json_fields: the encoder returned no string")
   end)
 
+  it("takes head keys that are strings only", function()
+    assert.has_error(function() core.json_fields({ x = 1 }, { "x", 12 }, encode) end,
+      "json_fields: head[2] is not a string")
+  end)
+
   it("writes an empty table as {} and many fields in order", function()
     assert.equal("{}", core.json_fields({}, { "a" }, encode))
     local t, want = {}, {}
@@ -120,6 +125,15 @@ describe("core.otlp_span", function()
     assert.same({ code = 2 }, d.status)
     assert.equal(d.startTimeUnixNano, d.endTimeUnixNano)
     assert.same({}, d.attributes)
+  end)
+
+  it("writes attributes nested to the bound inside a task (a coroutine's small stack)", function()
+    local deep = { "leaf" }
+    for _ = 1, 30 do deep = { deep } end
+    local text = coroutine.wrap(function() return core.otlp_span(span({ d = deep }, { "d" }), 0) end)()
+    local v = cjson.decode(text).attributes[1].value
+    for _ = 1, 31 do v = v.arrayValue.values[1] end
+    assert.same({ stringValue = "leaf" }, v)
   end)
 
   it("refuses what is not a span, and an attribute nested past the bound", function()
