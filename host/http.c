@@ -299,7 +299,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
   r->received += len;
   if (r->idle_timeout > 0) {
     r->body_at = lg_loop_now(r->ctx->loop);
-    if (!r->idle.slot) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
+    if (!lg_timer_armed(&r->idle)) lg_loop_timer_start(r->ctx->loop, &r->idle, r->idle_timeout);
   }
   req_wake(r);
   return len;
@@ -599,8 +599,12 @@ static int l_http_request(lua_State *L) {
     lua_pop(L, 2);
   }
   lua_pop(L, 1);
-  lua_getfield(L, 1, "max_buffer");
-  lua_Integer max_buffer = luaL_optinteger(L, -1, (lua_Integer)HIGH_WATER);
+  lua_Integer max_buffer = (lua_Integer)HIGH_WATER;
+  if (lua_getfield(L, 1, "max_buffer") != LUA_TNIL) {
+    int is_int;
+    max_buffer = lua_tointegerx(L, -1, &is_int);
+    if (!is_int) max_buffer = 0;
+  }
   if (max_buffer < 1) return luaL_error(L, "http.request: max_buffer must be a positive integer (bytes)");
   lua_pop(L, 1);
 
