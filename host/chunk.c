@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "utf8.h"
+
 #define MAX_DEPTH 64
 
 typedef struct {
@@ -44,25 +46,8 @@ static int utf8_valid(const unsigned char *s, size_t n) {
       i += 8;
       continue;
     }
-    unsigned c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t len;
-    unsigned cp;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-    else return 0;
-    if (n - i < len) return 0;
-    for (size_t k = 1; k < len; k++) {
-      if ((s[i + k] & 0xC0) != 0x80) return 0;
-      cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      return 0;
+    size_t len = lg_utf8_seq(s + i, n - i);
+    if (len == 0) return 0;
     i += len;
   }
   return 1;

@@ -15,27 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEPTH 32
+#include "utf8.h"
 
-/* The byte after the valid UTF-8 sequence at s, as Lua's strict utf8.len
- * decodes (no surrogates, nothing past U+10FFFF, no overlong form), or NULL
- * when s does not start one. s is a Lua string, so NUL-terminated: a cut
- * sequence meets the NUL and fails. */
-static const unsigned char *utf8_next(const unsigned char *s) {
-  static const unsigned limits[] = {~0u, 0x80, 0x800, 0x10000u, 0x200000u, 0x4000000u};
-  unsigned c = s[0], res = 0;
-  int count = 0;
-  if (c < 0x80) return s + 1;
-  for (; c & 0x40; c <<= 1) {
-    unsigned cc = s[++count];
-    if ((cc & 0xC0) != 0x80) return NULL;
-    res = (res << 6) | (cc & 0x3F);
-  }
-  res |= (c & 0x7F) << (count * 5);
-  if (count > 5 || res > 0x7FFFFFFFu || res < limits[count]) return NULL;
-  if (res > 0x10FFFFu || (res >= 0xD800u && res <= 0xDFFFu)) return NULL;
-  return s + count + 1;
-}
+#define MAX_DEPTH 32
 
 /* Appends s[0, n) as a JSON string, as json.lua's quote writes it: '"',
  * '\\' and control bytes escaped (the short forms where JSON has them),
@@ -50,9 +32,9 @@ static void put_string(luaL_Buffer *b, const char *s, size_t n) {
       continue;
     }
     if (c >= 0x80) {
-      const unsigned char *q = utf8_next(p);
-      if (q && q <= end) {
-        p = q;
+      size_t len = lg_utf8_seq(p, (size_t)(end - p));
+      if (len) {
+        p += len;
         continue;
       }
     }
