@@ -227,13 +227,13 @@ local function observe(opts, usage_error)
   local log = require "luagent.log"
   -- tracing and the cost meter are loaded only when asked for (startup)
   local trace, cost
-  config.set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false }
   if opts.cost or opts.prices or opts["max-cost"] then cost = require "luagent.cost" end
   if opts.prices then
     local ok, err = cost.load_prices(opts.prices)
     if not ok then return nil, usage_error("run: --prices: %s", err) end
   end
-  config.set { max_cost = opts["max-cost"] and tonumber(opts["max-cost"]) or false }
+  config.set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false,
+               max_cost = opts["max-cost"] and tonumber(opts["max-cost"]) or false }
   -- --otlp FILE and a collector (--otlp URL, or the OTEL_ variables) may go together
   local file = opts.otlp and not opts.otlp:match("^https?://") and opts.otlp or nil
   local url = not file and opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
