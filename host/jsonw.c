@@ -292,73 +292,119 @@ static double number_field(lua_State *L, int t, const char *k, double dflt) {
   return x;
 }
 
-/* otlp_span(span, offset) -> the span's OTLP JSON
- * (opentelemetry.proto.trace.v1.Span). span is lua/luagent/trace.lua's:
- * trace_id, span_id, parent (its span_id), name, kind, start, stop, keys
- * (attribute names in order), attrs, status, status_message. */
-static int l_otlp_span(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  double offset = luaL_checknumber(L, 2);
+/* Appends the OTLP JSON (opentelemetry.proto.trace.v1.Span) of the span
+ * at stack index s. A span is lua/luagent/trace.lua's: trace_id, span_id,
+ * parent (its span_id), name, kind, start, stop, keys (attribute names in
+ * order), attrs, status, status_message. Every value is popped before b
+ * is written to; its string stays alive in the span's tables. */
+static void put_span(lua_State *L, luaL_Buffer *b, int s, double offset) {
   size_t ntrace = 0, nspan = 0, nname = 0, nparent = 0, nmsg = 0;
-  const char *trace_id = string_field(L, 1, "trace_id", &ntrace);
-  const char *span_id = string_field(L, 1, "span_id", &nspan);
-  const char *name = string_field(L, 1, "name", &nname);
-  const char *msg = string_field(L, 1, "status_message", &nmsg);
+  const char *trace_id = string_field(L, s, "trace_id", &ntrace);
+  const char *span_id = string_field(L, s, "span_id", &nspan);
+  const char *name = string_field(L, s, "name", &nname);
+  const char *msg = string_field(L, s, "status_message", &nmsg);
   const char *parent = NULL;
-  if (lua_getfield(L, 1, "parent") == LUA_TTABLE) parent = string_field(L, -1, "span_id", &nparent);
+  if (lua_getfield(L, s, "parent") == LUA_TTABLE) parent = string_field(L, -1, "span_id", &nparent);
   lua_pop(L, 1); /* the parent table is kept by the span */
-  if (!trace_id || !span_id || !name) return luaL_error(L, "otlp_span: not a span (trace_id, span_id, name)");
-  double start = number_field(L, 1, "start", 0), stop = number_field(L, 1, "stop", start);
-  lua_Integer kind = (lua_Integer)number_field(L, 1, "kind", 0);
-  lua_Integer status = (lua_Integer)number_field(L, 1, "status", 0);
-  lua_getfield(L, 1, "keys");
-  lua_getfield(L, 1, "attrs");
-  int keys = lua_gettop(L) - 1, attrs = lua_gettop(L);
-  luaL_checktype(L, keys, LUA_TTABLE);
-  luaL_checktype(L, attrs, LUA_TTABLE);
+  if (!trace_id || !span_id || !name) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name)");
+  double start = number_field(L, s, "start", 0), stop = number_field(L, s, "stop", start);
+  lua_Integer kind = (lua_Integer)number_field(L, s, "kind", 0);
+  lua_Integer status = (lua_Integer)number_field(L, s, "status", 0);
+  int types = lua_getfield(L, s, "keys") == LUA_TTABLE;
+  types += lua_getfield(L, s, "attrs") == LUA_TTABLE;
+  lua_pop(L, 2); /* both kept by the span; fetched again per attribute */
+  if (types != 2) luaL_error(L, "otlp_span: a span's keys and attrs must be tables");
 
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
   char text[160];
-  luaL_addstring(&b, "{\"traceId\":\"");
-  luaL_addlstring(&b, trace_id, ntrace);
-  luaL_addstring(&b, "\",\"spanId\":\"");
-  luaL_addlstring(&b, span_id, nspan);
+  luaL_addstring(b, "{\"traceId\":\"");
+  luaL_addlstring(b, trace_id, ntrace);
+  luaL_addstring(b, "\",\"spanId\":\"");
+  luaL_addlstring(b, span_id, nspan);
   if (parent) {
-    luaL_addstring(&b, "\",\"parentSpanId\":\"");
-    luaL_addlstring(&b, parent, nparent);
+    luaL_addstring(b, "\",\"parentSpanId\":\"");
+    luaL_addlstring(b, parent, nparent);
   }
-  luaL_addstring(&b, "\",\"name\":");
-  put_string(&b, name, nname);
+  luaL_addstring(b, "\",\"name\":");
+  put_string(b, name, nname);
   snprintf(text, sizeof text,
            ",\"kind\":%lld,\"startTimeUnixNano\":\"%lld\",\"endTimeUnixNano\":\"%lld\",\"attributes\":[",
            (long long)kind, unix_nano(start, offset), unix_nano(stop, offset));
-  luaL_addstring(&b, text);
+  luaL_addstring(b, text);
   for (lua_Integer i = 1;; i++) {
     size_t nk;
-    if (lua_rawgeti(L, keys, i) != LUA_TSTRING) {
-      lua_pop(L, 1);
+    lua_getfield(L, s, "keys");
+    if (lua_rawgeti(L, -1, i) != LUA_TSTRING) {
+      lua_pop(L, 2);
       break;
     }
     const char *k = lua_tolstring(L, -1, &nk); /* kept by keys */
-    lua_pop(L, 1);
-    luaL_addstring(&b, i > 1 ? ",{\"key\":" : "{\"key\":");
-    put_string(&b, k, nk);
-    luaL_addstring(&b, ",\"value\":");
+    lua_pop(L, 2);
+    luaL_addstring(b, i > 1 ? ",{\"key\":" : "{\"key\":");
+    put_string(b, k, nk);
+    luaL_addstring(b, ",\"value\":");
+    lua_getfield(L, s, "attrs");
     lua_pushlstring(L, k, nk);
-    lua_rawget(L, attrs);
-    put_any(L, &b, 0);
-    luaL_addchar(&b, '}');
+    lua_rawget(L, -2);
+    lua_remove(L, -2);
+    put_any(L, b, 0);
+    luaL_addchar(b, '}');
   }
   snprintf(text, sizeof text, "],\"status\":{\"code\":%lld", (long long)status);
-  luaL_addstring(&b, text);
+  luaL_addstring(b, text);
   if (msg) {
-    luaL_addstring(&b, ",\"message\":");
-    put_string(&b, msg, nmsg);
+    luaL_addstring(b, ",\"message\":");
+    put_string(b, msg, nmsg);
   }
-  luaL_addstring(&b, "}}");
+  luaL_addstring(b, "}}");
+}
+
+/* otlp_span(span, offset) -> the span's OTLP JSON (put_span). */
+static int l_otlp_span(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  double offset = luaL_checknumber(L, 2);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  put_span(L, &b, 1, offset);
   luaL_pushresult(&b);
   return 1;
+}
+
+/* otlp_trace(root, offset) -> text, count: the OTLP JSON of span root and
+ * of every span under it (the spans of each one's `children` list),
+ * comma-separated, parents before children, and how many there are. One
+ * string for a finished trace, not one per span and a join. */
+static int l_otlp_trace(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  double offset = luaL_checknumber(L, 2);
+  lua_settop(L, 2);
+  /* breadth first, on the stack: each span's children are pushed after
+   * every span already there, so the stack from index 3 is the list */
+  lua_pushvalue(L, 1);
+  for (int at = 3; at <= lua_gettop(L); at++) {
+    if (lua_getfield(L, at, "children") != LUA_TTABLE) {
+      lua_pop(L, 1);
+      continue;
+    }
+    int kids = lua_gettop(L);
+    for (lua_Integer i = 1;; i++) {
+      luaL_checkstack(L, 2, "otlp_trace: too many spans");
+      if (lua_rawgeti(L, kids, i) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        break;
+      }
+    }
+    lua_remove(L, kids);
+  }
+  int last = lua_gettop(L);
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (int at = 3; at <= last; at++) {
+    if (at > 3) luaL_addchar(&b, ',');
+    put_span(L, &b, at, offset);
+  }
+  luaL_pushresult(&b);
+  lua_pushinteger(L, last - 2);
+  return 2;
 }
 
 void lg_jsonw_register(lua_State *L) {
@@ -366,6 +412,7 @@ void lg_jsonw_register(lua_State *L) {
     {"json_quote", l_json_quote},
     {"json_fields", l_json_fields},
     {"otlp_span", l_otlp_span},
+    {"otlp_trace", l_otlp_trace},
     {NULL, NULL},
   };
   luaL_setfuncs(L, fns, 0);

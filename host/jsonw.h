@@ -1,13 +1,14 @@
 /* JSON text for the observers' hot paths: a log line's object and an OTLP
- * span, written into one buffer, so the only allocation is the result.
+ * span (or a finished trace's spans), written into one buffer, so the only
+ * allocation is the result.
  * Strings are written exactly as lua/luagent/json.lua writes them. */
 #ifndef LG_JSONW_H
 #define LG_JSONW_H
 
 struct lua_State;
 
-/* Sets json_quote, json_fields and otlp_span into the table on top of the
- * stack. */
+/* Sets json_quote, json_fields, otlp_span and otlp_trace into the table on
+ * top of the stack. */
 void lg_jsonw_register(struct lua_State *L);
 
 #endif

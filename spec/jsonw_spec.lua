@@ -145,3 +145,42 @@ describe("core.otlp_span", function()
       "otlp_span: an attribute nests deeper than 32")
   end)
 end)
+
+describe("core.otlp_trace", function()
+  local function node(id, parent)
+    local s = { trace_id = string.rep("a", 32), span_id = id, name = "span " .. id, kind = 1, start = 1,
+      stop = 2, status = 0, attrs = { n = id }, keys = { "n" }, parent = parent, children = {} }
+    if parent then parent.children[#parent.children + 1] = s end
+    return s
+  end
+
+  it("writes a tree's spans in one text, parents before children, and counts them", function()
+    local root = node("0000000000000001")
+    local a = node("000000000000000a", root)
+    local b = node("000000000000000b", root)
+    local a1 = node("00000000000000a1", a)
+    local text, n = core.otlp_trace(root, 0)
+    assert.equal(4, n)
+    local spans = cjson.decode("[" .. text .. "]")
+    local ids = {}
+    for i, d in ipairs(spans) do ids[i] = d.spanId end
+    assert.same({ root.span_id, a.span_id, b.span_id, a1.span_id }, ids)
+    -- each one exactly as otlp_span writes it alone
+    for i, s in ipairs({ root, a, b, a1 }) do assert.same(cjson.decode(core.otlp_span(s, 0)), spans[i]) end
+    assert.equal(a.span_id, spans[4].parentSpanId)
+  end)
+
+  it("writes a lone span (no children list) as otlp_span does, inside a task too", function()
+    local s = node("0000000000000001")
+    s.children = nil
+    local text, n = coroutine.wrap(function() return core.otlp_trace(s, 5) end)()
+    assert.equal(1, n)
+    assert.equal(core.otlp_span(s, 5), text)
+  end)
+
+  it("raises for a child that is not a span, naming what is wrong", function()
+    local root = node("0000000000000001")
+    root.children[1] = { name = "x" }
+    assert.has_error(function() core.otlp_trace(root, 0) end, "otlp_span: not a span (trace_id, span_id, name)")
+  end)
+end)

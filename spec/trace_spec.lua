@@ -267,6 +267,32 @@ describe("trace, from the OTLP file export", function()
     assert.same({ "chat m,attempt 1,chat m,attempt 1", "chat m,attempt 1" }, lines)
   end)
 
+  it("ends a batch's line at once when it holds file_batch.batch spans", function()
+    local events = require "luagent.events"
+    local function call(id)
+      events.publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
+      events.publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
+        request_model = "m", provider_kind = "openai", status = 200 }
+    end
+    local file = os.tmpname()
+    local bound = trace.file_batch.batch
+    trace.file_batch.batch = 4 -- two calls: a chat span and an attempt each
+    assert(trace.start { file = file })
+    call(1)
+    call(2)
+    local first = slurp(file) -- whole already: no timer, no stop
+    call(3)
+    trace.stop()
+    trace.file_batch.batch = bound
+    local lines = {}
+    for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
+    os.remove(file)
+    assert.equal(lines[1] .. "\n", first)
+    assert.equal(2, #lines)
+    assert.equal(4, #cjson.decode(lines[1]).resourceSpans[1].scopeSpans[1].spans)
+    assert.equal(2, #cjson.decode(lines[2]).resourceSpans[1].scopeSpans[1].spans)
+  end)
+
   it("prints the tree with durations, the failed attempts and their waits", function()
     assert(trace.start { tree = true })
     local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })

@@ -458,45 +458,46 @@ end
 
 -- How the file exporter batches, as the OpenTelemetry SDK's batch span
 -- processor does: the spans of the traces that finish within `delay`
--- seconds of the first go out as one TracesData line (one write, one
--- flush), or sooner once `batch` spans wait. A trace is turned into JSON
--- as it ends, while its spans are still in the cache, and let go.
+-- seconds of the first go out as one TracesData line, or sooner once
+-- `batch` spans wait.
 M.file_batch = { delay = 1, batch = 512 }
 
 -- file_exporter(path) -> sink, close | nil, message: TracesData lines of
--- finished traces, batched as M.file_batch says; close() writes what waits.
+-- finished traces, batched as M.file_batch says; close() ends the line
+-- that is open. Each trace is turned into JSON (one string, scrubbed) as
+-- it ends and written at once into the file's buffer, which holds what
+-- waits: nothing of a batch stays in the Lua heap, where every object
+-- kept makes each collection of a streaming run longer. A line is whole
+-- in the file once its batch ends (its tail and a flush); until then the
+-- file may end inside it.
 function M.file_exporter(path)
   local f, err = io.open(path, "w")
   if not f then return nil, err end
   f:setvbuf("full", 65536)
-  -- each trace's spans as JSON, scrubbed; written piece by piece into the
-  -- file's buffer, never joined into one string
-  local pieces, spans, timer = {}, 0, nil
-  local function write_out()
+  local spans, timer = 0, nil -- spans in the open line; its batch's timer
+  local function end_line()
+    if timer then timer:cancel() end -- the line ends before its delay
+    timer = nil
     if spans == 0 then return end
-    f:write(head())
-    for i, piece in ipairs(pieces) do f:write(i > 1 and "," or "", piece) end
     f:write(RESOURCE_TAIL, "\n")
     f:flush()
-    pieces, spans = {}, 0
+    spans = 0
   end
   return function(root)
-    local list = flatten(root)
-    pieces[#pieces + 1] = secrets.text(M.spans_json(list))
-    spans = spans + #list
-    if spans >= M.file_batch.batch then return write_out() end
+    local text, n = core.otlp_trace(root, offset)
+    f:write(spans == 0 and head() or ",", secrets.text(text))
+    spans = spans + n
+    if spans >= M.file_batch.batch then return end_line() end
     if not timer then
       timer = core.spawn(function()
         core.sleep(M.file_batch.delay)
         timer = nil
-        write_out()
+        end_line()
       end)
       timer:set_daemon(true)
     end
   end, function()
-    if timer then timer:cancel() end
-    timer = nil
-    write_out()
+    end_line()
     f:close()
   end
 end
@@ -668,10 +669,13 @@ function M.start(opts)
     sinks[#sinks + 1] = x.sink
     exporters[#exporters + 1] = x
   end
-  if opts.tree then
-    printed = printed or {}
-    -- kept as text: the spans themselves can go
-    sinks[#sinks + 1] = function(root) printed[#printed + 1] = secrets.text(table.concat(M.tree(root), "\n")) end
+  if opts.tree and not printed then
+    -- kept as text, in a temporary file (the spans can go, and a long
+    -- run's tree does not grow the Lua heap); in memory if there is none
+    printed = io.tmpfile() or { write = function(self, text) self[#self + 1] = text end }
+    sinks[#sinks + 1] = function(root)
+      printed:write(secrets.text(table.concat(M.tree(root), "\n")), "\n")
+    end
   end
   return true
 end
@@ -688,8 +692,14 @@ function M.stop(out, flush_seconds)
   for _, x in ipairs(exporters) do x.flush(flush_seconds or 1) end
   for _, close in ipairs(closers) do close() end
   if printed and out then
-    for _, text in ipairs(printed) do out:write(text .. "\n") end
+    if io.type(printed) == "file" then
+      printed:seek("set")
+      for text in function() return printed:read(65536) end do out:write(text) end
+    else
+      out:write(table.concat(printed))
+    end
   end
+  if io.type(printed) == "file" then printed:close() end
   if unsubscribe then unsubscribe() end
   unsubscribe, printed, exporters, closers, sinks = nil, nil, {}, {}, {}
   runs, calls, tools = {}, {}, {}
