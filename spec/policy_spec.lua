@@ -284,6 +284,13 @@ describe("policy.load of a broken file", function()
     end)
   end
 
+  it("names a folder given as the file", function()
+    local p, err = policies.load("spec/fixtures")
+    assert.is_nil(p)
+    assert.equal("usage", err.kind)
+    assert.equal("spec/fixtures: Is a directory", err.message)
+  end)
+
   it("refuses a file over 1 MiB before running it", function()
     local path = os.tmpname()
     write(path, "return {}\n" .. ("-- padding\n"):rep(100000))

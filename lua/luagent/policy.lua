@@ -507,10 +507,8 @@ function M.load(path)
     if msg:sub(1, #path + 1) ~= path .. ":" then msg = path .. ": " .. msg end
     return nil, errors.new("usage", msg, { file = path, line = tonumber(msg:match(":(%d+):")) })
   end
-  local f, oerr = io.open(path, "rb")
-  if not f then return fail(oerr) end
-  local text = f:read("a")
-  f:close()
+  local text, rerr = sandbox.read_file(path)
+  if not text then return fail(rerr) end
   if #text > M.limits.max_bytes then
     return fail(("the file is %d bytes; a policy may have at most %d"):format(#text, M.limits.max_bytes))
   end
