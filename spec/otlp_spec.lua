@@ -8,6 +8,7 @@
 local helpers = require "spec.support.helpers"
 local peers = require "peers"
 local core = require "luagent.core"
+local http = require "luagent.http"
 local cjson = require "cjson"
 
 local SCRIPT = [==[
@@ -70,6 +71,13 @@ describe("OTLP/HTTP export to a real receiver", function()
     local r = run({ "--otlp", server.url })
     assert.equal(0, r.code, r.stderr)
     assert.not_matches("OTLP", r.stderr) -- no failure, nothing dropped
+    -- The receiver answers a POST before it hands the spans on (its
+    -- http.js replies, then the same callback calls onTrace, which writes
+    -- the line), so the run can end before the last line is written. Node
+    -- serves a later request only once that callback has returned: when it
+    -- answers one, every line is in the file.
+    assert(http.fetch { method = "GET", url = server.url .. "/", http_errors = false,
+      timeout = { connect = 5, total = 10 } })
     local text = helpers.slurp(server.dir .. "/received.jsonl")
     local spans = {}
     for line in text:gmatch("[^\n]+") do

@@ -284,6 +284,13 @@ describe("policy.load of a broken file", function()
     end)
   end
 
+  it("names a folder given as the file", function()
+    local p, err = policies.load("spec/fixtures")
+    assert.is_nil(p)
+    assert.equal("usage", err.kind)
+    assert.equal("spec/fixtures: Is a directory", err.message)
+  end)
+
   it("refuses a file over 1 MiB before running it", function()
     local path = os.tmpname()
     write(path, "return {}\n" .. ("-- padding\n"):rep(100000))
@@ -403,6 +410,25 @@ describe("policy.resolve", function()
     local ok2, err2 = pcall(policies.resolve, 42)
     assert.is_false(ok2)
     assert.matches("policy must be a name, a file or a table", err2)
+  end)
+
+  it("names the API function the user called and the bad name", function()
+    local luagent = require "luagent"
+    local ok, err = pcall(luagent.stream, { model = "openai/x", policy = "no_such_policy" })
+    assert.is_false(ok)
+    assert.equal("usage", err.kind)
+    assert.equal("stream: no policy named 'no_such_policy' (looked in " .. policies.search_path() .. ")", err.message)
+    -- a wrong type is placed at the line that called stream
+    local line
+    local ok2, err2 = pcall(function()
+      line = debug.getinfo(1, "l").currentline + 1
+      luagent.stream { model = "openai/x", policy = 42 }
+    end)
+    assert.is_false(ok2)
+    assert.equal("spec/policy_spec.lua:" .. line .. ": stream: policy must be a name, a file or a table", err2)
+    -- called directly, resolve is the API
+    local _, err3 = pcall(policies.resolve, "no_such_policy")
+    assert.matches("^resolve: no policy named 'no_such_policy'", err3.message)
   end)
 end)
 

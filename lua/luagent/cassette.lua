@@ -12,6 +12,7 @@
 -- mock provider, lua/luagent/mock/) alike; it requires neither.
 local errors = require "luagent.errors"
 local json = require "luagent.json"
+local sandbox = require "luagent.sandbox"
 
 local M = {}
 
@@ -99,10 +100,8 @@ end
 
 -- Loads a cassette file into a player (see M.player), or nil, err.
 function M.load(path)
-  local f, oerr = io.open(path, "rb")
-  if not f then return nil, errors.new("usage", "cannot open cassette: " .. oerr, { file = path }) end
-  local text = f:read("a")
-  f:close()
+  local text, rerr = sandbox.read_file(path)
+  if not text then return nil, errors.new("usage", "cannot open cassette: " .. rerr, { file = path }) end
   local list, err = M.decode(text, path)
   if not list then return nil, err end
   return M.player(list, path)

@@ -4,7 +4,8 @@
 -- stopped and reported with file:line. host/sandbox.c does the bounding and
 -- says why it is done in the host's own state; this module adds what user
 -- code may see (env), what it is given (plain, bounded copies: plain) and
--- the call itself (call).
+-- the call itself (call); and it reads the files user code comes in
+-- (read_file: policy and tool files, and cassettes alike).
 --
 --   local ok, a, b = sandbox.call(fn, { x, y }, { wall = 0.1, memory = 32 * 2^20,
 --                                                 instructions = 1e5 })
@@ -166,6 +167,18 @@ function M.call(fn, args, limits)
     return false, where .. (limits.who or "user code") .. " may not wait (it yielded)"
   end
   return true, table.unpack(res, 2, res.n)
+end
+
+-- read_file(path) -> the whole file at `path`, bytes as they are, or nil
+-- and a message naming it as io's do ("path: No such file or directory",
+-- "path: Is a directory": a folder opens but cannot be read).
+function M.read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local text, rerr = f:read("a")
+  f:close()
+  if not text then return nil, path .. ": " .. tostring(rerr) end
+  return text
 end
 
 return M

@@ -13,6 +13,7 @@
 local core = require "luagent.core"
 local json = require "luagent.json"
 local policies = require "luagent.policy"
+local sandbox = require "luagent.sandbox"
 local tools = require "luagent.tools"
 
 local M = {}
@@ -23,14 +24,6 @@ M.max_log = 256   -- events kept for agents that have not looked yet
 local Set = {}
 Set.__index = Set
 Set.__name = "luagent.ToolSet"
-
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local text = f:read("a")
-  f:close()
-  return text
-end
 
 -- The line of `text` where `field =` is set, searching from the line that
 -- names the tool (when known). nil when not found.
@@ -146,7 +139,7 @@ function Set:rescan()
   local present, changed, failed = {}, {}, 0
   for _, n in ipairs(names) do
     local file = self.path .. "/" .. n
-    local text = read(file)
+    local text = sandbox.read_file(file) -- gone since the listing: skipped
     if text then
       present[n] = true
       local st = self.files[n]
