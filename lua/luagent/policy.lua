@@ -642,33 +642,17 @@ end
 -- every candidate, which is not to be done for every call.
 local found = {} -- search path -> {name -> path}
 
--- "name: " for the function at `level` of resolve's stack (1: resolve
--- itself, 2: its caller), named by the key a luagent module holds it under
--- ("stream" for luagent.retry.stream), as luaL_argerror names a function;
--- "" when no module holds it. The key, not the name at the call site:
--- luagent.stream reaches retry.stream by a tail call, which has none.
-local function api_prefix(level)
-  local info = debug.getinfo(level + 1, "f")
-  local fn = info and info.func
-  for mod_name, mod in pairs(package.loaded) do
-    if type(mod) == "table" and (mod_name == "luagent" or mod_name:find("^luagent%.")) then
-      for k, v in pairs(mod) do
-        if v == fn and type(k) == "string" then return k .. ": " end
-      end
-    end
-  end
-  return ""
-end
-
--- resolve(spec [, level]) -> something whose :get() is the policy in force
--- for `spec`: a name or a file (its watched loader), a table (checked
--- now), an object with :get() (as is), or nil (the configured policy, else
--- the default). Raises a "usage" record for a name found nowhere, or the
--- table's error. `level` is the API function the user called (1: resolve,
--- 2: its caller, as luagent.stream passes): its name prefixes the error,
--- and a wrong type's error is placed at the line that called it.
-function M.resolve(spec, level)
+-- resolve(spec [, level [, api]]) -> something whose :get() is the policy
+-- in force for `spec`: a name or a file (its watched loader), a table
+-- (checked now), an object with :get() (as is), or nil (the configured
+-- policy, else the default). Raises a "usage" record for a name found
+-- nowhere, or the table's error. `api` is the name of the function the
+-- user called ("stream"; default "resolve"), which prefixes the error;
+-- `level` says whose line a wrong type's error names: 1 (default)
+-- resolve's caller, 2 that caller's caller.
+function M.resolve(spec, level, api)
   level = level or 1
+  local prefix = api and api .. ": " or "resolve: "
   if spec == nil then spec = config.get("policy") end
   if type(spec) == "table" and spec.get then return spec end
   if type(spec) == "table" then
@@ -677,7 +661,7 @@ function M.resolve(spec, level)
     return { get = function() return p end }
   end
   if type(spec) ~= "string" then
-    error(api_prefix(level) .. "policy must be a name, a file or a table", level + 1)
+    error(prefix .. "policy must be a name, a file or a table", level + 1)
   end
   local where = M.search_path()
   local names = found[where]
@@ -687,7 +671,7 @@ function M.resolve(spec, level)
   end
   local path = names[spec] or M.find(spec)
   if not path then
-    error(errors.new("usage", api_prefix(level) .. "no policy named '" .. spec .. "' (looked in " .. where .. ")"), 0)
+    error(errors.new("usage", prefix .. "no policy named '" .. spec .. "' (looked in " .. where .. ")"), 0)
   end
   names[spec] = path
   return M.watched(path)

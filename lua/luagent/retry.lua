@@ -518,7 +518,7 @@ function M.stream(opts)
   local provider = opts.model
   if provider == nil then error("stream: model is required", 2) end
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(provider) end
-  local call = Call.new(opts, provider, policies.resolve(opts.policy, 2))
+  local call = Call.new(opts, provider, policies.resolve(opts.policy, 2, "stream"))
   local closer = setmetatable({}, { __close = function() call:close() end })
   return function() return call:pull() end, nil, nil, closer
 end
