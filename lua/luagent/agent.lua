@@ -23,6 +23,7 @@ local policies = require "luagent.policy"
 local provider_mod = require "luagent.provider"
 local tools = require "luagent.tools"
 local config = require "luagent.config"
+local add_usage = require("luagent.usage").add
 
 local M = {}
 
@@ -349,7 +350,7 @@ function Agent:run_turns(emit, push)
       stop = "aborted"
       break
     end
-    if final then usage = retry.add_usage(usage, final.total_usage) end
+    if final then usage = add_usage(usage, final.total_usage) end
     if not final or final.stop_reason == "error" or final.stop_reason == "aborted" then
       err = final and final.error or errors.new("truncated", "the model call ended without an answer")
       end_empty_turn()

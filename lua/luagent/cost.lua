@@ -12,6 +12,7 @@
 local config = require "luagent.config"
 local errors = require "luagent.errors"
 local events = require "luagent.events"
+local usage = require "luagent.usage"
 
 local M = {}
 
@@ -111,8 +112,6 @@ end
 -- Meters
 ------------------------------------------------------------------------------
 
-local USAGE = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens" }
-
 -- Sorts call records costliest first (no price sorts last), then by call.
 local function costliest_first(a, b)
   local x, y = a.cost or -1, b.cost or -1
@@ -120,18 +119,9 @@ local function costliest_first(a, b)
   return a.call < b.call
 end
 
--- Usage counters at zero; add(total, u [, sign]) adds u's counts (or
--- subtracts them, sign = -1).
-local function zero() return { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 } end
-
-local function add(total, u, sign)
-  if type(u) ~= "table" then return end
-  for _, f in ipairs(USAGE) do total[f] = total[f] + (sign or 1) * (tonumber(u[f]) or 0) end
-end
-
 -- A meter: calls, attempts, usage and cost of an agent (or of the run).
 local function new_meter(name)
-  return { name = name, calls = 0, attempts = 0, usage = zero(), cost = 0, unpriced = 0 }
+  return { name = name, calls = 0, attempts = 0, usage = usage.zero(), cost = 0, unpriced = 0 }
 end
 
 -- The meters of the run: per agent (by id, in first-seen order), the calls
@@ -162,7 +152,7 @@ local function call_record(ev)
   local r = state.calls[ev.call]
   if not r then
     r = { call = ev.call, agent = ev.agent, agent_id = ev.agent_id, turn = state.turns[ev.agent_id or ""],
-          attempts = 0, usage = zero(), cost = 0, attempt_costs = {} }
+          attempts = 0, usage = usage.zero(), cost = 0, attempt_costs = {} }
     state.calls[ev.call] = r
   end
   return r
@@ -176,11 +166,11 @@ local function charge(r, ev, u)
   local p = M.price(r.model)
   local c = p and type(u) == "table" and M.usage_cost(u, p) or (p and 0 or nil)
   r.attempt_costs[#r.attempt_costs + 1] = c or false
-  add(r.usage, u)
+  usage.add(r.usage, u)
   local a, run = agent_meter(ev), state.run
   a.attempts, run.attempts = a.attempts + 1, run.attempts + 1
-  add(a.usage, u)
-  add(run.usage, u)
+  usage.add(a.usage, u)
+  usage.add(run.usage, u)
   if c then a.cost, run.cost = a.cost + c, run.cost + c end
   if c and r.cost then r.cost = r.cost + c else r.cost = nil end
 end
@@ -217,9 +207,9 @@ local function consume(ev)
     if (ev.attempts or 0) > r.attempts then
       -- the last attempt: what the call's total holds beyond the attempts
       -- charged so far (so the meter always adds up to total_usage)
-      local rest = zero()
-      add(rest, ev.total_usage)
-      add(rest, r.usage, -1)
+      local rest = usage.zero()
+      usage.add(rest, ev.total_usage)
+      usage.add(rest, r.usage, -1)
       charge(r, ev, rest)
     end
     finish_call(r, ev)

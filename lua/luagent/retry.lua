@@ -34,6 +34,7 @@ local endpoint = require "luagent.endpoint"
 local queue = require "luagent.queue"
 local log = require "luagent.log"
 local config = require "luagent.config"
+local add_usage = require("luagent.usage").add
 
 local M = {}
 
@@ -66,18 +67,6 @@ local function endpoint_for(provider, policy)
     shared = policy.shared,
   })
 end
-
-local USAGE_FIELDS = { "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens" }
-
--- add_usage(total, u) -> total with u's token counts added (a new total
--- when nil); the agent sums its calls with it too.
-local function add_usage(total, u)
-  if type(u) ~= "table" then return total end
-  total = total or { input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 }
-  for _, f in ipairs(USAGE_FIELDS) do total[f] = total[f] + (tonumber(u[f]) or 0) end
-  return total
-end
-M.add_usage = add_usage
 
 -- The error a call that failed for good returns and its final message_end
 -- carries: the fields of `err` (the last attempt's error, or the refusal or
