@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "utf8.h"
+#include "word8.h"
 
 #define MAX_DEPTH 64
 
@@ -18,31 +19,12 @@ typedef struct {
   int depth;
 } reader;
 
-#define ONES ((uint64_t)0x0101010101010101)
-#define HIGHS ((uint64_t)0x8080808080808080)
-
-/* The 8 bytes at p as one word (any alignment). */
-static uint64_t word8(const void *p) {
-  uint64_t v;
-  memcpy(&v, p, sizeof v);
-  return v;
-}
-
-/* True when none of the 8 bytes at p is '"', '\\' or a control character
- * (the bytes a JSON string scan stops at). A word-wide test, exact when it
- * says none: a false "some" only sends the caller to its byte loop. */
-static int plain8(const char *p) {
-  uint64_t v = word8(p), q = v ^ (ONES * '"'), b = v ^ (ONES * '\\');
-  uint64_t t = ((q - ONES) & ~q) | ((b - ONES) & ~b) | ((v - ONES * 0x20) & ~v);
-  return (t & HIGHS) == 0;
-}
-
 /* True when s[0, n) is UTF-8 as Lua's strict utf8.len takes it (no
  * overlong forms, no surrogates, nothing past U+10FFFF). */
 static int utf8_valid(const unsigned char *s, size_t n) {
   size_t i = 0;
   while (i < n) {
-    if (n - i >= 8 && (word8(s + i) & HIGHS) == 0) { /* 8 ASCII bytes */
+    if (n - i >= 8 && (lg_word8(s + i) & LG_HIGHS) == 0) { /* 8 ASCII bytes */
       i += 8;
       continue;
     }
@@ -74,7 +56,7 @@ static int string(reader *r, lg_chunk_str *out) {
   const char *p = r->s + 1, *start = p;
   int escaped = 0;
   for (;;) {
-    while (r->end - p >= 8 && plain8(p)) p += 8;
+    while (r->end - p >= 8 && lg_plain8(p)) p += 8;
     unsigned char c;
     for (;;) { /* to the next byte that ends the run */
       if (p >= r->end) return -1;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "utf8.h"
+#include "word8.h"
 
 #define MAX_DEPTH 32
 
@@ -26,6 +27,10 @@ static void put_string(luaL_Buffer *b, const char *s, size_t n) {
   const unsigned char *p = (const unsigned char *)s, *end = p + n, *run = p;
   luaL_addchar(b, '"');
   while (p < end) {
+    if (end - p >= 8 && lg_printable8((const char *)p)) {
+      p += 8;
+      continue;
+    }
     unsigned c = *p;
     if (c >= 0x20 && c < 0x7F && c != '"' && c != '\\') {
       p++;
@@ -77,10 +82,17 @@ static void put_float(luaL_Buffer *b, double x) {
   luaL_addstring(b, text);
 }
 
+/* Appends integer v in decimal (by hand: snprintf's format parsing is most
+ * of the cost of a span's many small numbers). */
 static void put_integer(luaL_Buffer *b, long long v) {
-  char text[32];
-  snprintf(text, sizeof text, "%lld", v);
-  luaL_addstring(b, text);
+  char text[24], *end = text + sizeof text, *p = end;
+  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+  do {
+    *--p = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (v < 0) *--p = '-';
+  luaL_addlstring(b, p, (size_t)(end - p));
 }
 
 /* ---- json_fields ---------------------------------------------------------- */
@@ -88,6 +100,8 @@ static void put_integer(luaL_Buffer *b, long long v) {
 typedef struct {
   const char *p;
   size_t n;
+  int idx; /* where the key string is on the stack (pushed as it is:
+              pushing its text would hash it anew) */
 } key;
 
 /* Lua's order of strings (in the C locale): bytes, then length. */
@@ -102,7 +116,7 @@ static int key_cmp(const void *a, const void *b) {
  * at t; nothing when it is nil. A value that is no string, number or
  * boolean is encoded by the function at `encode`. */
 static void put_field(lua_State *L, luaL_Buffer *b, int t, int encode, key k, int *first) {
-  lua_pushlstring(L, k.p, k.n);
+  lua_pushvalue(L, k.idx);
   int type = lua_rawget(L, t);
   if (type == LUA_TNIL) {
     lua_pop(L, 1);
@@ -132,7 +146,7 @@ static void put_field(lua_State *L, luaL_Buffer *b, int t, int encode, key k, in
   put_string(b, k.p, k.n);
   luaL_addchar(b, ':');
   lua_pushvalue(L, encode);
-  lua_pushlstring(L, k.p, k.n);
+  lua_pushvalue(L, k.idx);
   lua_rawget(L, t);
   lua_call(L, 1, 1);
   if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "json_fields: the encoder returned no string");
@@ -157,11 +171,13 @@ static int l_json_fields(lua_State *L) {
    * the encoder raises */
   key *keys = lua_newuserdatauv(L, (size_t)(nhead + nkeys + 1) * sizeof(key), 0);
   int ud = lua_gettop(L);
+  /* every key string goes on the stack above the userdata */
+  luaL_checkstack(L, (int)(nhead + nkeys + 4), "json_fields: too many fields");
   for (lua_Integer i = 1; i <= nhead; i++) {
     /* a string already (a number made one here would live on the stack only) */
     if (lua_rawgeti(L, 2, i) != LUA_TSTRING) luaL_error(L, "json_fields: head[%d] is not a string", (int)i);
-    keys[i - 1].p = lua_tolstring(L, -1, &keys[i - 1].n); /* kept by head */
-    lua_pop(L, 1);
+    keys[i - 1].p = lua_tolstring(L, -1, &keys[i - 1].n);
+    keys[i - 1].idx = lua_gettop(L);
   }
   key *rest = keys + nhead;
   size_t nrest = 0;
@@ -170,12 +186,16 @@ static int l_json_fields(lua_State *L) {
     lua_pop(L, 1);
     if (lua_type(L, -1) != LUA_TSTRING) continue;
     key k;
-    k.p = lua_tolstring(L, -1, &k.n); /* kept by t */
+    k.p = lua_tolstring(L, -1, &k.n);
     int in_head = 0;
     for (lua_Integer i = 0; i < nhead && !in_head; i++) {
       in_head = keys[i].n == k.n && memcmp(keys[i].p, k.p, k.n) == 0;
     }
-    if (!in_head) rest[nrest++] = k;
+    if (in_head) continue;
+    lua_pushvalue(L, -1); /* kept below the key lua_next goes on from */
+    lua_insert(L, -2);
+    k.idx = lua_gettop(L) - 1;
+    rest[nrest++] = k;
   }
   qsort(rest, nrest, sizeof(key), key_cmp);
   luaL_Buffer b;
@@ -185,7 +205,8 @@ static int l_json_fields(lua_State *L) {
   for (size_t i = 0; i < (size_t)nhead + nrest; i++) put_field(L, &b, 1, 3, keys[i], &first);
   luaL_addchar(&b, '}');
   luaL_pushresult(&b);
-  lua_remove(L, ud);
+  lua_replace(L, ud);
+  lua_settop(L, ud);
   return 1;
 }
 
@@ -292,12 +313,24 @@ static double number_field(lua_State *L, int t, const char *k, double dflt) {
   return x;
 }
 
+/* Pushes the keys and attrs tables of the span at stack index s (put_span
+ * reads them), after checking it is a span. A span is
+ * lua/luagent/trace.lua's: trace_id, span_id, parent (a span), name, kind,
+ * start, stop, keys (attribute names in order), attrs, status,
+ * status_message. */
+static void push_attributes(lua_State *L, int s) {
+  luaL_checkstack(L, 2, "otlp_trace: too many spans");
+  int types = lua_getfield(L, s, "keys") == LUA_TTABLE;
+  types += lua_getfield(L, s, "attrs") == LUA_TTABLE;
+  if (types != 2) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name, keys, attrs)");
+}
+
 /* Appends the OTLP JSON (opentelemetry.proto.trace.v1.Span) of the span
- * at stack index s. A span is lua/luagent/trace.lua's: trace_id, span_id,
- * parent (its span_id), name, kind, start, stop, keys (attribute names in
- * order), attrs, status, status_message. Every value is popped before b
- * is written to; its string stays alive in the span's tables. */
-static void put_span(lua_State *L, luaL_Buffer *b, int s, double offset) {
+ * at stack index s, whose keys and attrs tables are at `keys` and
+ * `keys + 1` (push_attributes). Every value is popped before b is written
+ * to; its string stays alive in the span's tables. */
+static void put_span(lua_State *L, luaL_Buffer *b, int s, int keys, double offset) {
+  int attrs = keys + 1;
   size_t ntrace = 0, nspan = 0, nname = 0, nparent = 0, nmsg = 0;
   const char *trace_id = string_field(L, s, "trace_id", &ntrace);
   const char *span_id = string_field(L, s, "span_id", &nspan);
@@ -306,16 +339,11 @@ static void put_span(lua_State *L, luaL_Buffer *b, int s, double offset) {
   const char *parent = NULL;
   if (lua_getfield(L, s, "parent") == LUA_TTABLE) parent = string_field(L, -1, "span_id", &nparent);
   lua_pop(L, 1); /* the parent table is kept by the span */
-  if (!trace_id || !span_id || !name) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name)");
+  if (!trace_id || !span_id || !name) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name, keys, attrs)");
   double start = number_field(L, s, "start", 0), stop = number_field(L, s, "stop", start);
   lua_Integer kind = (lua_Integer)number_field(L, s, "kind", 0);
   lua_Integer status = (lua_Integer)number_field(L, s, "status", 0);
-  int types = lua_getfield(L, s, "keys") == LUA_TTABLE;
-  types += lua_getfield(L, s, "attrs") == LUA_TTABLE;
-  lua_pop(L, 2); /* both kept by the span; fetched again per attribute */
-  if (types != 2) luaL_error(L, "otlp_span: a span's keys and attrs must be tables");
 
-  char text[160];
   luaL_addstring(b, "{\"traceId\":\"");
   luaL_addlstring(b, trace_id, ntrace);
   luaL_addstring(b, "\",\"spanId\":\"");
@@ -326,31 +354,31 @@ static void put_span(lua_State *L, luaL_Buffer *b, int s, double offset) {
   }
   luaL_addstring(b, "\",\"name\":");
   put_string(b, name, nname);
-  snprintf(text, sizeof text,
-           ",\"kind\":%lld,\"startTimeUnixNano\":\"%lld\",\"endTimeUnixNano\":\"%lld\",\"attributes\":[",
-           (long long)kind, unix_nano(start, offset), unix_nano(stop, offset));
-  luaL_addstring(b, text);
+  luaL_addstring(b, ",\"kind\":");
+  put_integer(b, (long long)kind);
+  luaL_addstring(b, ",\"startTimeUnixNano\":\"");
+  put_integer(b, unix_nano(start, offset));
+  luaL_addstring(b, "\",\"endTimeUnixNano\":\"");
+  put_integer(b, unix_nano(stop, offset));
+  luaL_addstring(b, "\",\"attributes\":[");
   for (lua_Integer i = 1;; i++) {
     size_t nk;
-    lua_getfield(L, s, "keys");
-    if (lua_rawgeti(L, -1, i) != LUA_TSTRING) {
-      lua_pop(L, 2);
+    if (lua_rawgeti(L, keys, i) != LUA_TSTRING) {
+      lua_pop(L, 1);
       break;
     }
     const char *k = lua_tolstring(L, -1, &nk); /* kept by keys */
-    lua_pop(L, 2);
+    lua_pop(L, 1);
     luaL_addstring(b, i > 1 ? ",{\"key\":" : "{\"key\":");
     put_string(b, k, nk);
     luaL_addstring(b, ",\"value\":");
-    lua_getfield(L, s, "attrs");
-    lua_pushlstring(L, k, nk);
-    lua_rawget(L, -2);
-    lua_remove(L, -2);
+    lua_rawgeti(L, keys, i); /* the key again: pushing its text would hash it anew */
+    lua_rawget(L, attrs);
     put_any(L, b, 0);
     luaL_addchar(b, '}');
   }
-  snprintf(text, sizeof text, "],\"status\":{\"code\":%lld", (long long)status);
-  luaL_addstring(b, text);
+  luaL_addstring(b, "],\"status\":{\"code\":");
+  put_integer(b, (long long)status);
   if (msg) {
     luaL_addstring(b, ",\"message\":");
     put_string(b, msg, nmsg);
@@ -362,9 +390,11 @@ static void put_span(lua_State *L, luaL_Buffer *b, int s, double offset) {
 static int l_otlp_span(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   double offset = luaL_checknumber(L, 2);
+  lua_settop(L, 2);
+  push_attributes(L, 1);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  put_span(L, &b, 1, offset);
+  put_span(L, &b, 1, 3, offset);
   luaL_pushresult(&b);
   return 1;
 }
@@ -395,15 +425,16 @@ static int l_otlp_trace(lua_State *L) {
     }
     lua_remove(L, kids);
   }
-  int last = lua_gettop(L);
+  int last = lua_gettop(L), n = last - 2;
+  for (int at = 3; at <= last; at++) push_attributes(L, at);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  for (int at = 3; at <= last; at++) {
-    if (at > 3) luaL_addchar(&b, ',');
-    put_span(L, &b, at, offset);
+  for (int i = 0; i < n; i++) {
+    if (i > 0) luaL_addchar(&b, ',');
+    put_span(L, &b, 3 + i, last + 1 + 2 * i, offset);
   }
   luaL_pushresult(&b);
-  lua_pushinteger(L, last - 2);
+  lua_pushinteger(L, n);
   return 2;
 }
 

@@ -16,7 +16,10 @@ local function reference_quote(s)
 end
 
 local PIECES = { "a", "Z", " ", '"', "\\", "\n", "\t", "\r", "\b", "\f", "\0", "\127", "\31", "é", "€", "😀",
-  "\u{10FFFF}", "\xF4\x90\x80\x80", "\xED\xA0\x80", "\xC0\xAF", "\xE0\x80\x80", "\x80", "\xFF", "\xE2\x82", "/" }
+  "\u{10FFFF}", "\xF4\x90\x80\x80", "\xED\xA0\x80", "\xC0\xAF", "\xE0\x80\x80", "\x80", "\xFF", "\xE2\x82", "/",
+  -- runs long enough for the writer's 8-bytes-at-once path, and a DEL or a
+  -- quote at each place of a word
+  "abcdefgh", "0123456789abcdef~", "abc\127defgh", "abcdefg\"", "~}|{zyxw", "ABCDEF\0G" }
 
 local function random_string(rng)
   local parts = {}
@@ -137,7 +140,7 @@ describe("core.otlp_span", function()
   end)
 
   it("refuses what is not a span, and an attribute nested past the bound", function()
-    assert.has_error(function() core.otlp_span({}, 0) end, "otlp_span: not a span (trace_id, span_id, name)")
+    assert.has_error(function() core.otlp_span({}, 0) end, "otlp_span: not a span (trace_id, span_id, name, keys, attrs)")
     local deep = {}
     local t = deep
     for _ = 1, 40 do t[1] = {} t = t[1] end
@@ -181,6 +184,6 @@ describe("core.otlp_trace", function()
   it("raises for a child that is not a span, naming what is wrong", function()
     local root = node("0000000000000001")
     root.children[1] = { name = "x" }
-    assert.has_error(function() core.otlp_trace(root, 0) end, "otlp_span: not a span (trace_id, span_id, name)")
+    assert.has_error(function() core.otlp_trace(root, 0) end, "otlp_span: not a span (trace_id, span_id, name, keys, attrs)")
   end)
 end)
