@@ -195,14 +195,27 @@ end
 -- The event consumer
 ------------------------------------------------------------------------------
 
+-- The field names of a usage's counts, per prefix ("" or "total_"): made
+-- once, not joined again for every line.
+local USAGE_KEYS = setmetatable({}, { __index = function(t, prefix)
+  local k = { input = prefix .. "input_tokens", output = prefix .. "output_tokens",
+              cache_read = prefix .. "cache_read_tokens", cache_write = prefix .. "cache_write_tokens" }
+  t[prefix] = k
+  return k
+end })
+
 -- Copies a usage table's token counts into a line's fields.
 local function usage_fields(r, u, prefix)
   if type(u) ~= "table" then return end
-  r[prefix .. "input_tokens"] = u.input_tokens
-  r[prefix .. "output_tokens"] = u.output_tokens
-  if (u.cache_read_tokens or 0) > 0 then r[prefix .. "cache_read_tokens"] = u.cache_read_tokens end
-  if (u.cache_write_tokens or 0) > 0 then r[prefix .. "cache_write_tokens"] = u.cache_write_tokens end
+  local k = USAGE_KEYS[prefix]
+  r[k.input] = u.input_tokens
+  r[k.output] = u.output_tokens
+  if (u.cache_read_tokens or 0) > 0 then r[k.cache_read] = u.cache_read_tokens end
+  if (u.cache_write_tokens or 0) > 0 then r[k.cache_write] = u.cache_write_tokens end
 end
+
+-- Seconds rounded to the microsecond, as a line's `duration`.
+local function micros(d) return math.floor(d * 1e6 + 0.5) / 1e6 end
 
 -- An error record as text ("kind: message"), or nil.
 local function err_text(e)
@@ -257,7 +270,7 @@ local EVENTS = {
     end
     r.attempts, r.status = ev.attempts, ev.status
     usage_fields(r, ev.total_usage, "total_")
-    if ev.started then r.duration = tonumber(string.format("%.6f", core.now() - ev.started)) end
+    if ev.started then r.duration = micros(core.now() - ev.started) end
     if ev.stop_reason == "error" then
       r.error, r.reason = err_text(ev.error), ev.reason
       return "warn", "model call failed after " .. tostring(ev.attempts) .. " attempt(s)"
@@ -302,7 +315,7 @@ local EVENTS = {
   end,
   tool_execution_end = function(ev, r)
     r.attempts = ev.attempts
-    r.duration = ev.duration and tonumber(string.format("%.6f", ev.duration))
+    r.duration = ev.duration and micros(ev.duration)
     if ev.error then
       r.error = err_text(ev.error)
       if content() then r.content = M.content_text(ev.error.message or "") end

@@ -42,12 +42,18 @@ M.PROVIDER_NAMES = { openai = "openai", openai_responses = "openai", anthropic =
 -- math.random with a constant.
 local salt = math.floor((core.wall() % 1000) * 1e6) * 0x9e3779b97f4a7c15
 
--- A random id of `n` hex digits (16 or 32), never all zeros.
+-- A random id of `n` hex digits (16 or 32), never all zeros (one format
+-- per id: a call makes three).
+local random, MIN, MAX = math.random, math.mininteger, math.maxinteger
 local function hex_id(n)
-  local id = string.format("%016x", math.random(math.mininteger, math.maxinteger) ~ salt)
-  if n == 32 then id = id .. string.format("%016x", math.random(math.mininteger, math.maxinteger)) end
-  if id:match("^0+$") then return hex_id(n) end
-  return id
+  local a = random(MIN, MAX) ~ salt
+  if n == 32 then
+    local b = random(MIN, MAX)
+    if a == 0 and b == 0 then return hex_id(n) end
+    return string.format("%016x%016x", a, b)
+  end
+  if a == 0 then return hex_id(n) end
+  return string.format("%016x", a)
 end
 M.hex_id = hex_id
 
@@ -79,7 +85,7 @@ local function new_span(name, kind, parent, start)
     attrs = { a = nil, b = nil, c = nil, d = nil, e = nil, f = nil, g = nil, h = nil,
               i = nil, j = nil, k = nil, l = nil, m = nil, n = nil, o = nil, p = nil },
     keys = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil },
-    children = {}, status = M.STATUS.UNSET, stop = nil, status_message = nil, delay = nil,
+    nkeys = 0, children = {}, status = M.STATUS.UNSET, stop = nil, status_message = nil, delay = nil,
   }, Span)
   if parent then parent.children[#parent.children + 1] = s end
   return s
@@ -88,8 +94,12 @@ end
 -- span:set(key, value): an attribute (nil values are left out).
 function Span:set(k, v)
   if v == nil then return self end
-  if self.attrs[k] == nil then self.keys[#self.keys + 1] = k end
-  self.attrs[k] = v
+  local attrs = self.attrs
+  if attrs[k] == nil then
+    local n = self.nkeys + 1
+    self.keys[n], self.nkeys = k, n
+  end
+  attrs[k] = v
   return self
 end
 
