@@ -172,6 +172,31 @@ describe("cost", function()
     assert.matches("model 'unheard%-of%-model' has no price", last.error.message)
   end)
 
+  it("keeps the costliest calls of a long run, in call order, not every call", function()
+    local keep = cost.keep
+    cost.keep = 3
+    -- call i costs i tokens out, except two expensive ones early, one
+    -- between them later and one costliest late
+    local out = { [2] = 900, [5] = 800, [20] = 850, [30] = 1000 }
+    for i = 1, 40 do
+      events.publish { type = "message_end", call = 1000 + i, final = true, attempts = 1, stop_reason = "stop",
+        request_model = "test-model", provider_kind = "openai",
+        total_usage = { input_tokens = 0, output_tokens = out[i] or i, cache_read_tokens = 0, cache_write_tokens = 0 } }
+    end
+    cost.keep = keep
+    local calls = {}
+    for _, r in ipairs(cost.records()) do calls[#calls + 1] = r.call end
+    -- at least the 3 costliest (1002, 1020, 1030), every record in call
+    -- order, and the cheap early calls are gone
+    local kept = {}
+    for _, c in ipairs(calls) do kept[c] = true end
+    assert.is_true(kept[1002] and kept[1020] and kept[1030])
+    for i = 2, #calls do assert.is_true(calls[i - 1] < calls[i]) end
+    assert.is_nil(kept[1001])
+    assert.is_true(#calls <= 2 * 3)
+    assert.equal(40, cost.totals().calls) -- the meters count every call
+  end)
+
   it("keeps OpenRouter's generation id with the call", function()
     assert(cost.set_prices { ["vendor/test-model"] = PRICE })
     local last = run_agent("openrouter", "vendor/test-model", nil)

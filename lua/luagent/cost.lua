@@ -119,14 +119,17 @@ local function costliest_first(a, b)
   return a.call < b.call
 end
 
+local function by_call(a, b) return a.call < b.call end
+
 -- A meter: calls, attempts, usage and cost of an agent (or of the run).
 local function new_meter(name)
   return { name = name, calls = 0, attempts = 0, usage = usage.zero(), cost = 0, unpriced = 0 }
 end
 
 -- The meters of the run: per agent (by id, in first-seen order), the calls
--- in flight, the finished calls' records, each agent's current turn.
-local state -- {agents=, order=, calls=, done=, turns=, run=}
+-- in flight, the finished calls' records (and the floor a record must beat
+-- to be kept), each agent's current turn.
+local state -- {agents=, order=, calls=, done=, floor=, turns=, run=}
 local function reset()
   state = { agents = {}, order = {}, calls = {}, done = {}, turns = {}, run = new_meter("total") }
 end
@@ -183,13 +186,18 @@ local function finish_call(r, ev)
   a.calls, run.calls = a.calls + 1, run.calls + 1
   if unpriced then a.unpriced, run.unpriced = a.unpriced + 1, run.unpriced + 1 end
   if r.provider_kind == "openrouter" then r.generation_id = r.message_id end
+  -- keep the costliest M.keep (for the report), not every call of a long
+  -- run: past 2 * M.keep records, the costliest M.keep stay, and the
+  -- cheapest of them becomes the floor a later call must beat to be kept
+  -- at all (the kept set only grows costlier)
+  if state.floor and not costliest_first(r, state.floor) then return end
   local done = state.done
   done[#done + 1] = r
-  -- keep the costliest M.keep (for the report), not every call of a long run
   if #done > 2 * M.keep then
     table.sort(done, costliest_first)
     for i = #done, M.keep + 1, -1 do done[i] = nil end
-    table.sort(done, function(a, b) return a.call < b.call end)
+    state.floor = done[#done]
+    table.sort(done, by_call)
   end
 end
 
@@ -206,10 +214,10 @@ local function consume(ev)
     local r = call_record(ev)
     if (ev.attempts or 0) > r.attempts then
       -- the last attempt: what the call's total holds beyond the attempts
-      -- charged so far (so the meter always adds up to total_usage)
-      local rest = usage.zero()
-      usage.add(rest, ev.total_usage)
-      usage.add(rest, r.usage, -1)
+      -- charged so far (so the meter always adds up to total_usage); all
+      -- of it when it was the only one
+      local rest = ev.total_usage
+      if r.attempts > 0 then rest = usage.add(usage.add(usage.zero(), rest), r.usage, -1) end
       charge(r, ev, rest)
     end
     finish_call(r, ev)
