@@ -20,6 +20,19 @@
 
 #define MAX_DEPTH 32
 
+/* Appends s[0, n) to b. Inline, as luaL_addchar is (and through the same
+ * luaL_Buffer fields its macro uses): a span or a line is a few hundred
+ * small pieces, and luaL_addlstring's call per piece was a fifth of the
+ * writer's time. */
+static inline void add(luaL_Buffer *b, const char *s, size_t n) {
+  if (b->size - b->n < n) luaL_prepbuffsize(b, n);
+  memcpy(b->b + b->n, s, n);
+  b->n += n;
+}
+
+/* Appends a string literal (its length known at compile time). */
+#define ADD_LIT(b, lit) add((b), "" lit, sizeof(lit) - 1)
+
 /* Appends s[0, n) as a JSON string, as json.lua's quote writes it: '"',
  * '\\' and control bytes escaped (the short forms where JSON has them),
  * every byte that does not start a valid UTF-8 sequence as U+FFFD. */
@@ -43,27 +56,27 @@ static void put_string(luaL_Buffer *b, const char *s, size_t n) {
         continue;
       }
     }
-    luaL_addlstring(b, (const char *)run, (size_t)(p - run));
+    add(b, (const char *)run, (size_t)(p - run));
     switch (c) {
-      case '"': luaL_addstring(b, "\\\""); break;
-      case '\\': luaL_addstring(b, "\\\\"); break;
-      case '\b': luaL_addstring(b, "\\b"); break;
-      case '\f': luaL_addstring(b, "\\f"); break;
-      case '\n': luaL_addstring(b, "\\n"); break;
-      case '\r': luaL_addstring(b, "\\r"); break;
-      case '\t': luaL_addstring(b, "\\t"); break;
+      case '"': ADD_LIT(b, "\\\""); break;
+      case '\\': ADD_LIT(b, "\\\\"); break;
+      case '\b': ADD_LIT(b, "\\b"); break;
+      case '\f': ADD_LIT(b, "\\f"); break;
+      case '\n': ADD_LIT(b, "\\n"); break;
+      case '\r': ADD_LIT(b, "\\r"); break;
+      case '\t': ADD_LIT(b, "\\t"); break;
       default:
         if (c >= 0x80) {
-          luaL_addstring(b, "\xEF\xBF\xBD");
+          ADD_LIT(b, "\xEF\xBF\xBD");
         } else {
           char esc[8];
           snprintf(esc, sizeof esc, "\\u%04x", c);
-          luaL_addstring(b, esc);
+          add(b, esc, strlen(esc));
         }
     }
     run = ++p;
   }
-  luaL_addlstring(b, (const char *)run, (size_t)(p - run));
+  add(b, (const char *)run, (size_t)(p - run));
   luaL_addchar(b, '"');
 }
 
@@ -72,14 +85,14 @@ static void put_string(luaL_Buffer *b, const char *s, size_t n) {
 static void put_float(luaL_Buffer *b, double x) {
   char text[40];
   if (!isfinite(x)) {
-    luaL_addstring(b, "null");
+    ADD_LIT(b, "null");
     return;
   }
   for (int digits = 15; digits <= 17; digits++) {
     snprintf(text, sizeof text, "%.*g", digits, x);
     if (strtod(text, NULL) == x) break;
   }
-  luaL_addstring(b, text);
+  add(b, text, strlen(text));
 }
 
 /* Appends integer v in decimal (by hand: snprintf's format parsing is most
@@ -92,7 +105,7 @@ static void put_integer(luaL_Buffer *b, long long v) {
     u /= 10;
   } while (u);
   if (v < 0) *--p = '-';
-  luaL_addlstring(b, p, (size_t)(end - p));
+  add(b, p, (size_t)(end - p));
 }
 
 /* ---- json_fields ---------------------------------------------------------- */
@@ -137,7 +150,8 @@ static void put_field(lua_State *L, luaL_Buffer *b, int t, int encode, key k, in
     if (s) put_string(b, s, n);
     else if (is_int) put_integer(b, (long long)i);
     else if (type == LUA_TNUMBER) put_float(b, x);
-    else luaL_addstring(b, yes ? "true" : "false");
+    else if (yes) ADD_LIT(b, "true");
+    else ADD_LIT(b, "false");
     return;
   }
   lua_pop(L, 1);
@@ -232,7 +246,7 @@ static void put_any(lua_State *L, luaL_Buffer *b, int depth) {
     size_t n;
     const char *s = lua_tolstring(L, -1, &n); /* kept by its table */
     lua_pop(L, 1);
-    luaL_addstring(b, "{\"stringValue\":");
+    ADD_LIT(b, "{\"stringValue\":");
     put_string(b, s, n);
     luaL_addchar(b, '}');
   } else if (type == LUA_TNUMBER) {
@@ -241,22 +255,23 @@ static void put_any(lua_State *L, luaL_Buffer *b, int depth) {
     lua_Number x = lua_tonumber(L, -1);
     lua_pop(L, 1);
     if (is_int || (x == floor(x) && x > -9007199254740992.0 && x < 9007199254740992.0)) {
-      luaL_addstring(b, "{\"intValue\":\"");
+      ADD_LIT(b, "{\"intValue\":\"");
       put_integer(b, is_int ? (long long)i : (long long)x);
-      luaL_addstring(b, "\"}");
+      ADD_LIT(b, "\"}");
     } else if (isfinite(x)) {
       char text[40];
       snprintf(text, sizeof text, "{\"doubleValue\":%.17g}", x);
-      luaL_addstring(b, text);
+      add(b, text, strlen(text));
     } else {
       char text[48];
       snprintf(text, sizeof text, "{\"stringValue\":\"%.14g\"}", x); /* inf, -inf, nan */
-      luaL_addstring(b, text);
+      add(b, text, strlen(text));
     }
   } else if (type == LUA_TBOOLEAN) {
     int yes = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    luaL_addstring(b, yes ? "{\"boolValue\":true}" : "{\"boolValue\":false}");
+    if (yes) ADD_LIT(b, "{\"boolValue\":true}");
+    else ADD_LIT(b, "{\"boolValue\":false}");
   } else if (type == LUA_TTABLE) {
     if (depth >= MAX_DEPTH) luaL_error(L, "otlp_span: an attribute nests deeper than %d", MAX_DEPTH);
     /* each level keeps its table and its buffer on the stack */
@@ -272,20 +287,20 @@ static void put_any(lua_State *L, luaL_Buffer *b, int depth) {
     lua_pop(L, 1);
     luaL_Buffer inner;
     luaL_buffinit(L, &inner);
-    luaL_addstring(&inner, "{\"arrayValue\":{\"values\":[");
+    ADD_LIT(&inner, "{\"arrayValue\":{\"values\":[");
     for (lua_Integer i = 1; i <= n; i++) {
       if (i > 1) luaL_addchar(&inner, ',');
       lua_rawgeti(L, t, i);
       put_any(L, &inner, depth + 1);
     }
-    luaL_addstring(&inner, "]}}");
+    ADD_LIT(&inner, "]}}");
     luaL_pushresult(&inner);
     lua_remove(L, t);
     luaL_addvalue(b);
   } else { /* a function or userdata: its type, never its address */
     const char *name = luaL_typename(L, -1);
     lua_pop(L, 1);
-    luaL_addstring(b, "{\"stringValue\":");
+    ADD_LIT(b, "{\"stringValue\":");
     put_string(b, name, strlen(name));
     luaL_addchar(b, '}');
   }
@@ -313,24 +328,21 @@ static double number_field(lua_State *L, int t, const char *k, double dflt) {
   return x;
 }
 
-/* Pushes the keys and attrs tables of the span at stack index s (put_span
- * reads them), after checking it is a span. A span is
- * lua/luagent/trace.lua's: trace_id, span_id, parent (a span), name, kind,
- * start, stop, keys (attribute names in order), attrs, status,
- * status_message. */
+/* Pushes the attrs list of the span at stack index s (put_span reads it),
+ * after checking there is one. A span is lua/luagent/trace.lua's:
+ * trace_id, span_id, parent (a span), name, kind, start, stop, attrs (the
+ * attributes as a list of names and values: {k1, v1, k2, v2, ...}), nattrs
+ * (the slots of attrs in use), status, status_message. */
 static void push_attributes(lua_State *L, int s) {
   luaL_checkstack(L, 2, "otlp_trace: too many spans");
-  int types = lua_getfield(L, s, "keys") == LUA_TTABLE;
-  types += lua_getfield(L, s, "attrs") == LUA_TTABLE;
-  if (types != 2) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name, keys, attrs)");
+  if (lua_getfield(L, s, "attrs") != LUA_TTABLE) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name, attrs)");
 }
 
 /* Appends the OTLP JSON (opentelemetry.proto.trace.v1.Span) of the span
- * at stack index s, whose keys and attrs tables are at `keys` and
- * `keys + 1` (push_attributes). Every value is popped before b is written
- * to; its string stays alive in the span's tables. */
-static void put_span(lua_State *L, luaL_Buffer *b, int s, int keys, double offset) {
-  int attrs = keys + 1;
+ * at stack index s, whose attrs list is at `attrs` (push_attributes).
+ * Every value is popped before b is written to; its string stays alive in
+ * the span's tables. A pair whose value is nil is left out. */
+static void put_span(lua_State *L, luaL_Buffer *b, int s, int attrs, double offset) {
   size_t ntrace = 0, nspan = 0, nname = 0, nparent = 0, nmsg = 0;
   const char *trace_id = string_field(L, s, "trace_id", &ntrace);
   const char *span_id = string_field(L, s, "span_id", &nspan);
@@ -339,51 +351,54 @@ static void put_span(lua_State *L, luaL_Buffer *b, int s, int keys, double offse
   const char *parent = NULL;
   if (lua_getfield(L, s, "parent") == LUA_TTABLE) parent = string_field(L, -1, "span_id", &nparent);
   lua_pop(L, 1); /* the parent table is kept by the span */
-  if (!trace_id || !span_id || !name) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name, keys, attrs)");
+  if (!trace_id || !span_id || !name) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name, attrs)");
   double start = number_field(L, s, "start", 0), stop = number_field(L, s, "stop", start);
   lua_Integer kind = (lua_Integer)number_field(L, s, "kind", 0);
   lua_Integer status = (lua_Integer)number_field(L, s, "status", 0);
+  lua_Integer nattrs = (lua_Integer)number_field(L, s, "nattrs", 0);
 
-  luaL_addstring(b, "{\"traceId\":\"");
-  luaL_addlstring(b, trace_id, ntrace);
-  luaL_addstring(b, "\",\"spanId\":\"");
-  luaL_addlstring(b, span_id, nspan);
+  ADD_LIT(b, "{\"traceId\":\"");
+  add(b, trace_id, ntrace);
+  ADD_LIT(b, "\",\"spanId\":\"");
+  add(b, span_id, nspan);
   if (parent) {
-    luaL_addstring(b, "\",\"parentSpanId\":\"");
-    luaL_addlstring(b, parent, nparent);
+    ADD_LIT(b, "\",\"parentSpanId\":\"");
+    add(b, parent, nparent);
   }
-  luaL_addstring(b, "\",\"name\":");
+  ADD_LIT(b, "\",\"name\":");
   put_string(b, name, nname);
-  luaL_addstring(b, ",\"kind\":");
+  ADD_LIT(b, ",\"kind\":");
   put_integer(b, (long long)kind);
-  luaL_addstring(b, ",\"startTimeUnixNano\":\"");
+  ADD_LIT(b, ",\"startTimeUnixNano\":\"");
   put_integer(b, unix_nano(start, offset));
-  luaL_addstring(b, "\",\"endTimeUnixNano\":\"");
+  ADD_LIT(b, "\",\"endTimeUnixNano\":\"");
   put_integer(b, unix_nano(stop, offset));
-  luaL_addstring(b, "\",\"attributes\":[");
-  for (lua_Integer i = 1;; i++) {
+  ADD_LIT(b, "\",\"attributes\":[");
+  int first = 1;
+  for (lua_Integer i = 1; i < nattrs; i += 2) {
     size_t nk;
-    if (lua_rawgeti(L, keys, i) != LUA_TSTRING) {
-      lua_pop(L, 1);
-      break;
-    }
-    const char *k = lua_tolstring(L, -1, &nk); /* kept by keys */
+    int absent = lua_rawgeti(L, attrs, i + 1) == LUA_TNIL;
     lua_pop(L, 1);
-    luaL_addstring(b, i > 1 ? ",{\"key\":" : "{\"key\":");
+    if (absent) continue; /* a pair with no value is no attribute */
+    if (lua_rawgeti(L, attrs, i) != LUA_TSTRING) luaL_error(L, "otlp_span: attribute name %d is not a string", (int)i);
+    const char *k = lua_tolstring(L, -1, &nk); /* kept by attrs */
+    lua_pop(L, 1);
+    if (!first) luaL_addchar(b, ',');
+    first = 0;
+    ADD_LIT(b, "{\"key\":");
     put_string(b, k, nk);
-    luaL_addstring(b, ",\"value\":");
-    lua_rawgeti(L, keys, i); /* the key again: pushing its text would hash it anew */
-    lua_rawget(L, attrs);
+    ADD_LIT(b, ",\"value\":");
+    lua_rawgeti(L, attrs, i + 1);
     put_any(L, b, 0);
     luaL_addchar(b, '}');
   }
-  luaL_addstring(b, "],\"status\":{\"code\":");
+  ADD_LIT(b, "],\"status\":{\"code\":");
   put_integer(b, (long long)status);
   if (msg) {
-    luaL_addstring(b, ",\"message\":");
+    ADD_LIT(b, ",\"message\":");
     put_string(b, msg, nmsg);
   }
-  luaL_addstring(b, "}}");
+  ADD_LIT(b, "}}");
 }
 
 /* otlp_span(span, offset) -> the span's OTLP JSON (put_span). */
@@ -431,7 +446,7 @@ static int l_otlp_trace(lua_State *L) {
   luaL_buffinit(L, &b);
   for (int i = 0; i < n; i++) {
     if (i > 0) luaL_addchar(&b, ',');
-    put_span(L, &b, 3 + i, last + 1 + 2 * i, offset);
+    put_span(L, &b, 3 + i, last + 1 + i, offset);
   }
   luaL_pushresult(&b);
   lua_pushinteger(L, n);

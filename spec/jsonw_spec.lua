@@ -83,15 +83,18 @@ describe("core.json_fields (log lines)", function()
 end)
 
 describe("core.otlp_span", function()
+  -- a span as trace.lua makes one: attributes as a list of names and values
   local function span(attrs, keys, extra)
+    local list = {}
+    for i, k in ipairs(keys) do list[2 * i - 1], list[2 * i] = k, attrs[k] end
     local s = { trace_id = string.rep("a", 32), span_id = string.rep("b", 16), name = "chat \"m\"\xFF",
-      kind = 3, start = 10.25, stop = 11.5, status = 2, status_message = "boom", attrs = attrs, keys = keys,
+      kind = 3, start = 10.25, stop = 11.5, status = 2, status_message = "boom", attrs = list, nattrs = 2 * #keys,
       parent = { span_id = string.rep("c", 16) } }
     for k, v in pairs(extra or {}) do s[k] = v end
     return s
   end
 
-  it("writes ids, parent, name, kind, times, attributes in order and the status", function()
+  it("writes ids, parent, name, kind, times, attributes in order (a nil one left out) and the status", function()
     local attrs = { s = "x\ny", i = 42, f = 2.5, whole = 7.0, big = 2 ^ 60, t = true, no = false,
       list = { "stop", 1, { "deep" } }, inf = math.huge }
     local keys = { "s", "i", "f", "whole", "big", "t", "no", "list", "inf", "missing" }
@@ -106,7 +109,7 @@ describe("core.otlp_span", function()
     assert.same({ code = 2, message = "boom" }, d.status)
     local got = {}
     for i, kv in ipairs(d.attributes) do got[i] = kv.key end
-    assert.same({ "s", "i", "f", "whole", "big", "t", "no", "list", "inf", "missing" }, got)
+    assert.same({ "s", "i", "f", "whole", "big", "t", "no", "list", "inf" }, got)
     local v = {}
     for _, kv in ipairs(d.attributes) do v[kv.key] = kv.value end
     assert.same({ stringValue = "x\ny" }, v.s)
@@ -140,7 +143,10 @@ describe("core.otlp_span", function()
   end)
 
   it("refuses what is not a span, and an attribute nested past the bound", function()
-    assert.has_error(function() core.otlp_span({}, 0) end, "otlp_span: not a span (trace_id, span_id, name, keys, attrs)")
+    assert.has_error(function() core.otlp_span({}, 0) end, "otlp_span: not a span (trace_id, span_id, name, attrs)")
+    local bad = span({}, {})
+    bad.attrs, bad.nattrs = { "ok", 1, 42, "x" }, 4
+    assert.has_error(function() core.otlp_span(bad, 0) end, "otlp_span: attribute name 3 is not a string")
     local deep = {}
     local t = deep
     for _ = 1, 40 do t[1] = {} t = t[1] end
@@ -152,7 +158,7 @@ end)
 describe("core.otlp_trace", function()
   local function node(id, parent)
     local s = { trace_id = string.rep("a", 32), span_id = id, name = "span " .. id, kind = 1, start = 1,
-      stop = 2, status = 0, attrs = { n = id }, keys = { "n" }, parent = parent, children = {} }
+      stop = 2, status = 0, attrs = { "n", id }, nattrs = 2, parent = parent, children = {} }
     if parent then parent.children[#parent.children + 1] = s end
     return s
   end
@@ -184,6 +190,6 @@ describe("core.otlp_trace", function()
   it("raises for a child that is not a span, naming what is wrong", function()
     local root = node("0000000000000001")
     root.children[1] = { name = "x" }
-    assert.has_error(function() core.otlp_trace(root, 0) end, "otlp_span: not a span (trace_id, span_id, name, keys, attrs)")
+    assert.has_error(function() core.otlp_trace(root, 0) end, "otlp_span: not a span (trace_id, span_id, name, attrs)")
   end)
 end)

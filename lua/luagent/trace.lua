@@ -71,56 +71,67 @@ M.unix_nano = unix_nano
 -- Spans
 ------------------------------------------------------------------------------
 
-local Span = {}
-Span.__index = Span
+-- A span is a plain table: name, kind, parent (a span), start, stop,
+-- trace_id, span_id, status, status_message, delay (the wait after an
+-- attempt), children, and its attributes as one list of names and values,
+-- attrs = {k1, v1, k2, v2, ...}, with nattrs the slots in use; a pair
+-- whose value is nil is no attribute (host/jsonw.c leaves it out). A list,
+-- not a map: a call sets some twenty attributes, and storing into an array
+-- costs a fraction of inserting new keys into a hash. Each attribute is
+-- set once.
 
 -- new_span(name, kind, parent, start) -> span: a child of `parent` (a span)
 -- or a root with a new trace id.
 local function new_span(name, kind, parent, start)
-  -- sized at once for a chat span's attributes (a table grown one field at
-  -- a time is rehashed at every power of two)
-  local s = setmetatable({
+  local s = {
     name = name, kind = kind, parent = parent, start = start or core.now(),
     trace_id = parent and parent.trace_id or hex_id(32), span_id = hex_id(16),
-    attrs = { a = nil, b = nil, c = nil, d = nil, e = nil, f = nil, g = nil, h = nil,
-              i = nil, j = nil, k = nil, l = nil, m = nil, n = nil, o = nil, p = nil },
-    keys = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil },
-    nkeys = 0, children = {}, status = M.STATUS.UNSET, stop = nil, status_message = nil, delay = nil,
-  }, Span)
+    -- room for a chat span's attributes at once
+    attrs = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+              nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+              nil, nil, nil, nil, nil, nil, nil, nil },
+    nattrs = 0, children = {}, status = M.STATUS.UNSET, stop = nil, status_message = nil, delay = nil,
+  }
   if parent then parent.children[#parent.children + 1] = s end
   return s
 end
 
--- span:set(key, value): an attribute (nil values are left out).
-function Span:set(k, v)
-  if v == nil then return self end
-  local attrs = self.attrs
-  if attrs[k] == nil then
-    local n = self.nkeys + 1
-    self.keys[n], self.nkeys = k, n
+-- set(span, key, value): adds an attribute (a nil value: none).
+local function set(s, k, v)
+  local n = s.nattrs
+  local attrs = s.attrs
+  attrs[n + 1], attrs[n + 2] = k, v
+  s.nattrs = n + 2
+end
+
+-- set4(span, k1, v1, ..., k4, v4): adds up to four attributes in one call
+-- (the pairs left out, and those with a nil value, are none).
+local function set4(s, k1, v1, k2, v2, k3, v3, k4, v4)
+  local n = s.nattrs
+  local a = s.attrs
+  a[n + 1], a[n + 2], a[n + 3], a[n + 4], a[n + 5], a[n + 6], a[n + 7], a[n + 8] = k1, v1, k2, v2, k3, v3, k4, v4
+  s.nattrs = n + 8
+end
+
+-- get(span, key) -> the attribute's value, or nil.
+local function get(s, k)
+  local attrs = s.attrs
+  for i = 1, s.nattrs, 2 do
+    if attrs[i] == k then return attrs[i + 1] end
   end
-  attrs[k] = v
-  return self
 end
+M.attribute = get
 
--- span:fail(type, message): an error status with its message, and
+-- fail(span, type, message): an error status with its message, and
 -- `error.type`.
-function Span:fail(etype, message)
-  self.status, self.status_message = M.STATUS.ERROR, message and secrets.text(tostring(message))
-  self:set("error.type", etype)
+local function fail(s, etype, message)
+  s.status, s.status_message = M.STATUS.ERROR, message and secrets.text(tostring(message))
+  set(s, "error.type", etype)
 end
 
--- span:finish([t]): ends the span at t (default now), once.
-function Span:finish(t)
-  if not self.stop then self.stop = t or core.now() end
-  return self
-end
-
--- Appends the span's OTLP JSON (opentelemetry.proto.trace.v1.Span) to
--- buffer `b`. Written in C (host/jsonw.c) into one string: a span per
--- model call and per attempt must stay cheap next to the call's stream.
-function Span:otlp(b)
-  b[#b + 1] = core.otlp_span(self, offset)
+-- finish(span [, t]): ends the span at t (default now), once.
+local function finish(s, t)
+  if not s.stop then s.stop = t or core.now() end
 end
 
 -- Every span of the tree under `root`, parents before children.
@@ -131,15 +142,12 @@ local function flatten(root, out)
   return out
 end
 
--- The spans' OTLP JSON objects, comma-separated: a piece of a TracesData
--- spans array.
+-- The spans' OTLP JSON objects (written in C, host/jsonw.c),
+-- comma-separated: a piece of a TracesData spans array.
 function M.spans_json(spans)
   local b = {}
-  for i, s in ipairs(spans) do
-    if i > 1 then b[#b + 1] = "," end
-    s:otlp(b)
-  end
-  return table.concat(b)
+  for i, s in ipairs(spans) do b[i] = core.otlp_span(s, offset) end
+  return table.concat(b, ",")
 end
 
 -- The TracesData text before the spans, and after them (one resource,
@@ -189,10 +197,9 @@ end
 -- The gen_ai.usage.* attributes of a usage table.
 local function usage_attrs(span, u)
   if type(u) ~= "table" then return end
-  span:set("gen_ai.usage.input_tokens", u.input_tokens)
-  span:set("gen_ai.usage.output_tokens", u.output_tokens)
-  span:set("gen_ai.usage.cache_read.input_tokens", u.cache_read_tokens)
-  span:set("gen_ai.usage.cache_creation.input_tokens", u.cache_write_tokens)
+  set4(span, "gen_ai.usage.input_tokens", u.input_tokens, "gen_ai.usage.output_tokens", u.output_tokens,
+    "gen_ai.usage.cache_read.input_tokens", u.cache_read_tokens,
+    "gen_ai.usage.cache_creation.input_tokens", u.cache_write_tokens)
 end
 
 -- A trace's root ended: every sink gets the tree.
@@ -206,7 +213,7 @@ local function call_of(id, agent_id, t)
   if c then return c end
   local parent = agent_id and runs[agent_id]
   c = { span = new_span("chat", M.KIND.CLIENT, parent, t), attempts = {} }
-  c.span:set("gen_ai.operation.name", "chat")
+  set(c.span, "gen_ai.operation.name", "chat")
   calls[id] = c
   return c
 end
@@ -216,8 +223,8 @@ local function attempt_of(c, n, t)
   local a = c.attempts[n]
   if a then return a end
   a = new_span("attempt " .. n, M.KIND.CLIENT, c.span, t)
-  a:set("http.request.method", "POST")
-  if n > 1 then a:set("http.request.resend_count", n - 1) end
+  set(a, "http.request.method", "POST")
+  if n > 1 then set(a, "http.request.resend_count", n - 1) end
   c.attempts[n] = a
   return a
 end
@@ -228,10 +235,10 @@ local function error_type(err, class)
   return err.class or class or err.kind or "error"
 end
 
--- server.address and server.port of a base URL (parsed once per URL).
+-- {host, port} of a base URL (parsed once per URL), or nil.
 local servers = {} -- base URL -> {host, port}
-local function server_attrs(span, url)
-  if type(url) ~= "string" then return end
+local function server_of(url)
+  if type(url) ~= "string" then return nil end
   local hp = servers[url]
   if not hp then
     local host, port = url:match("^%a[%w+.-]*://%[?([^/%]]+)%]?:(%d+)")
@@ -239,17 +246,16 @@ local function server_attrs(span, url)
     hp = { host, math.tointeger(tonumber(port)) or (url:match("^https") and 443 or 80) }
     servers[url] = hp
   end
-  span:set("server.address", hp[1])
-  span:set("server.port", hp[2])
+  return hp
 end
 
 local H = {} -- per event type
 
 function H.agent_start(ev, now)
   local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, nil, now)
-  s:set("gen_ai.operation.name", "invoke_agent")
-  s:set("gen_ai.agent.name", ev.agent)
-  s:set("gen_ai.agent.id", ev.agent_id)
+  set(s, "gen_ai.operation.name", "invoke_agent")
+  set(s, "gen_ai.agent.name", ev.agent)
+  set(s, "gen_ai.agent.id", ev.agent_id)
   runs[ev.agent_id or ev.agent] = s
 end
 
@@ -260,11 +266,11 @@ function H.agent_end(ev, now)
   runs[key] = nil
   ended("r", key, s)
   usage_attrs(s, ev.usage)
-  s:set("luagent.stop_reason", ev.stop_reason)
-  s:set("luagent.turns", ev.turns)
-  if ev.cost and ev.cost.total then s:set("luagent.cost", ev.cost.total) end
-  if ev.stop_reason == "error" then s:fail(error_type(ev.error), ev.error and ev.error.message or ev.reason) end
-  s:finish(now)
+  set(s, "luagent.stop_reason", ev.stop_reason)
+  set(s, "luagent.turns", ev.turns)
+  if ev.cost and ev.cost.total then set(s, "luagent.cost", ev.cost.total) end
+  if ev.stop_reason == "error" then fail(s, error_type(ev.error), ev.error and ev.error.message or ev.reason) end
+  finish(s, now)
   root_done(s)
 end
 
@@ -277,13 +283,13 @@ function H.provider_retry(ev, now)
   local c = call_of(ev.call, ev.agent_id, ev.started or now)
   local a = attempt_of(c, ev.attempt, ev.attempt_started or now)
   a.start = ev.attempt_started or a.start
-  a:set("http.response.status_code", ev.status)
-  a:set("luagent.retry.delay_ms", ev.delay_ms)
-  a:set("luagent.retry.source", ev.source)
+  set(a, "http.response.status_code", ev.status)
+  set(a, "luagent.retry.delay_ms", ev.delay_ms)
+  set(a, "luagent.retry.source", ev.source)
   usage_attrs(a, ev.usage)
-  a:fail(ev.class or "error", ev.error)
+  fail(a, ev.class or "error", ev.error)
   a.delay = ev.delay_ms and ev.delay_ms / 1000
-  a:finish(now)
+  finish(a, now)
 end
 
 -- The call's final event (message_end final, or call_aborted).
@@ -297,33 +303,32 @@ local function call_end(ev, now)
   if n > 0 then
     local a = attempt_of(c, n, ev.attempt_started or now)
     if ev.attempt_started then a.start = ev.attempt_started end
-    a:set("http.response.status_code", ev.status)
+    set(a, "http.response.status_code", ev.status)
     usage_attrs(a, ev.usage)
     if ev.stop_reason == "error" then
-      a:fail(error_type(ev.error and ev.error.cause or ev.error), ev.error and ev.error.message)
+      fail(a, error_type(ev.error and ev.error.cause or ev.error), ev.error and ev.error.message)
     elseif ev.stop_reason == "aborted" then
-      a:fail("cancelled", "aborted")
+      fail(a, "cancelled", "aborted")
     end
-    a:finish(now)
+    finish(a, now)
   end
   s.name = "chat " .. tostring(ev.request_model or c.response_model or "")
-  s:set("gen_ai.provider.name", M.PROVIDER_NAMES[ev.provider_kind] or ev.provider_kind)
-  s:set("gen_ai.request.model", ev.request_model)
-  if ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted" then
-    s:set("gen_ai.response.model", c.response_model)
-    s:set("gen_ai.response.id", c.response_id)
-  end
+  local answered = ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted"
+  set4(s, "gen_ai.provider.name", M.PROVIDER_NAMES[ev.provider_kind] or ev.provider_kind,
+    "gen_ai.request.model", ev.request_model,
+    "gen_ai.response.model", answered and c.response_model or nil,
+    "gen_ai.response.id", answered and c.response_id or nil)
   usage_attrs(s, ev.total_usage)
-  s:set("gen_ai.response.finish_reasons", json.array { ev.raw_stop_reason or ev.stop_reason })
-  server_attrs(s, ev.endpoint)
-  s:set("luagent.call", ev.call)
-  s:set("luagent.attempts", n)
+  local hp = server_of(ev.endpoint)
+  set4(s, "gen_ai.response.finish_reasons", json.array { ev.raw_stop_reason or ev.stop_reason },
+    "server.address", hp and hp[1], "server.port", hp and hp[2], "luagent.call", ev.call)
+  set(s, "luagent.attempts", n)
   if ev.stop_reason == "error" then
-    s:fail(error_type(ev.error), ev.error and ev.error.message)
+    fail(s, error_type(ev.error), ev.error and ev.error.message)
   elseif ev.stop_reason == "aborted" then
-    s:fail("cancelled", "aborted")
+    fail(s, "cancelled", "aborted")
   end
-  s:finish(now)
+  finish(s, now)
   if not s.parent then root_done(s) end
 end
 
@@ -338,10 +343,10 @@ local function tool_key(ev) return tostring(ev.agent_id or ev.agent) .. "\0" .. 
 function H.tool_execution_start(ev, now)
   local parent = runs[ev.agent_id or ev.agent]
   local s = new_span("execute_tool " .. tostring(ev.name), M.KIND.INTERNAL, parent, now)
-  s:set("gen_ai.operation.name", "execute_tool")
-  s:set("gen_ai.tool.name", ev.name)
-  s:set("gen_ai.tool.call.id", ev.call_id)
-  s:set("gen_ai.tool.type", "function")
+  set(s, "gen_ai.operation.name", "execute_tool")
+  set(s, "gen_ai.tool.name", ev.name)
+  set(s, "gen_ai.tool.call.id", ev.call_id)
+  set(s, "gen_ai.tool.type", "function")
   tools[tool_key(ev)] = { span = s, n = 0, next_start = now }
 end
 
@@ -351,12 +356,12 @@ local function tool_attempt(t, now, err, delay)
   t.n = t.n + 1
   -- the attempt began after the wait (delay_ms is rounded: never past now)
   local a = new_span("attempt " .. t.n, M.KIND.INTERNAL, t.span, math.min(t.next_start, now))
-  if err then a:fail(err.kind or "tool_error", err.message or err) end
+  if err then fail(a, err.kind or "tool_error", err.message or err) end
   if delay then
-    a:set("luagent.retry.delay_ms", math.floor(delay * 1000 + 0.5))
+    set(a, "luagent.retry.delay_ms", math.floor(delay * 1000 + 0.5))
     a.delay = delay
   end
-  a:finish(now)
+  finish(a, now)
   t.next_start = now + (delay or 0)
 end
 
@@ -374,8 +379,8 @@ function H.tool_execution_end(ev, now)
   tools[key] = nil
   ended("t", key, t.span)
   if (ev.attempts or 0) > t.n then tool_attempt(t, now, ev.error) end
-  if ev.error then t.span:fail(ev.error.kind or "tool_error", ev.error.message) end
-  t.span:finish(now)
+  if ev.error then fail(t.span, ev.error.kind or "tool_error", ev.error.message) end
+  finish(t.span, now)
   if not t.span.parent then root_done(t.span) end
 end
 
@@ -438,17 +443,17 @@ function M.tree(root, lines, depth)
   local line = INDENT[depth] .. root.name .. " " .. M.duration(d)
   local tool = false
   if root.name:find("^attempt ") then
-    local status = root.attrs["http.response.status_code"]
+    local status = get(root, "http.response.status_code")
     local note = status and ("HTTP " .. status)
     if root.status == M.STATUS.ERROR then
-      local first = note or root.status_message or root.attrs["error.type"]
+      local first = note or root.status_message or get(root, "error.type")
       local more = root.delay and ("retried after " .. M.duration(root.delay)) or "failed"
       note = first and (first .. ", " .. more) or more
     end
     if note then line = line .. "  " .. note end
   else
     tool = root.name:find("^execute_tool ") ~= nil
-    if root.status == M.STATUS.ERROR then line = line .. "  error: " .. tostring(root.attrs["error.type"]) end
+    if root.status == M.STATUS.ERROR then line = line .. "  error: " .. tostring(get(root, "error.type")) end
   end
   lines[#lines + 1] = line
   local kids = root.children
@@ -695,7 +700,7 @@ end
 -- `--trace`). Spans still open (a run cut short) are ended now.
 function M.stop(out, flush_seconds)
   for key, s in pairs(runs) do
-    s:finish()
+    finish(s)
     runs[key] = nil
     root_done(s)
   end
