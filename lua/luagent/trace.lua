@@ -480,27 +480,42 @@ M.file_batch = { delay = 1, batch = 512 }
 -- file_exporter(path) -> sink, close | nil, message: TracesData lines of
 -- finished traces, batched as M.file_batch says; close() ends the line
 -- that is open. Each trace is turned into JSON (one string, scrubbed) as
--- it ends and written at once into the file's buffer, which holds what
--- waits: nothing of a batch stays in the Lua heap, where every object
--- kept makes each collection of a streaming run longer. A line is whole
--- in the file once its batch ends (its tail and a flush); until then the
--- file may end inside it.
+-- it ends; the texts wait until M.file_chunk bytes of them are there and
+-- go out in one write: little of a batch stays in the Lua heap, where
+-- every object kept makes each collection of a streaming run longer, and
+-- the file is written in large pieces (glibc's stdio ignores the size
+-- setvbuf asks for and writes 4 KiB at a time). A line is whole in the
+-- file once its batch ends (its tail and a flush); until then the file
+-- may end inside it.
+M.file_chunk = 65536
 function M.file_exporter(path)
   local f, err = io.open(path, "w")
   if not f then return nil, err end
-  f:setvbuf("full", 65536)
   local spans, timer = 0, nil -- spans in the open line; its batch's timer
+  local texts, bytes = {}, 0  -- what waits to be written, and its size
+  local function write_out()
+    if bytes == 0 then return end
+    f:write(table.concat(texts))
+    texts, bytes = {}, 0
+  end
+  local function add(text)
+    texts[#texts + 1] = text
+    bytes = bytes + #text
+    if bytes >= M.file_chunk then write_out() end
+  end
   local function end_line()
     if timer then timer:cancel() end -- the line ends before its delay
     timer = nil
     if spans == 0 then return end
-    f:write(RESOURCE_TAIL, "\n")
+    add(RESOURCE_TAIL .. "\n")
+    write_out()
     f:flush()
     spans = 0
   end
   return function(root)
     local text, n = core.otlp_trace(root, offset)
-    f:write(spans == 0 and head() or ",", secrets.text(text))
+    if spans == 0 then add(head()) else add(",") end
+    add(secrets.text(text))
     spans = spans + n
     if spans >= M.file_batch.batch then return end_line() end
     if not timer then
