@@ -371,6 +371,64 @@ describe("http.request", function()
     assert.equal(string.format("%030d", n), last)
   end)
 
+  it("holds at most 16 KiB unread by default, whatever the sender bursts", function()
+    local size = 512 * 1024
+    srv = server.serve(function(conn)
+      conn:write(server.head(200, { "Connection: close", "Content-Length: " .. size }) .. string.rep("x", size))
+    end)
+    local resp = assert(http.request { url = srv.url })
+    for _ = 1, 400 do -- the burst arrives while nobody reads
+      if resp:info().paused then break end
+      luagent.sleep(0.005)
+    end
+    assert.is_true(resp:info().paused)
+    local total, largest = 0, 0
+    while true do
+      local chunk = resp:read() -- everything unread at once
+      if not chunk then break end
+      total, largest = total + #chunk, math.max(largest, #chunk)
+    end
+    assert.equal(size, total)
+    assert.is_true(largest <= 16384, "held " .. largest .. " bytes unread")
+  end)
+
+  it("keeps its connection when a burst paused it and the reader closes at the last event", function()
+    -- as the provider does: it closes at the answer's last event, before
+    -- the body's end (the chunked encoding's last chunk) was read; with the
+    -- transfer paused by max_buffer, that end is still in the socket
+    local conns = 0
+    local core = require "luagent.core"
+    local listener = assert(core.tcp_listen("127.0.0.1", 0))
+    local _, port = listener:address()
+    local parts = {}
+    for i = 1, 400 do
+      local ev = string.format("data: %099d\n\n", i)
+      parts[#parts + 1] = string.format("%x\r\n%s\r\n", #ev, ev)
+    end
+    parts[#parts + 1] = "0\r\n\r\n"
+    local answer = server.head(200, { "Content-Type: text/event-stream", "Transfer-Encoding: chunked" })
+      .. table.concat(parts)
+    local acceptor = luagent.daemon(function()
+      while true do
+        local conn = listener:accept()
+        if not conn then return end
+        conns = conns + 1
+        luagent.daemon(function()
+          while server.read_request(conn) do conn:write(answer) end
+          conn:close()
+        end)
+      end
+    end)
+    for _ = 1, 3 do
+      local resp = assert(http.request { url = "http://127.0.0.1:" .. port .. "/", max_buffer = 4096 })
+      for _ = 1, 400 do assert.is_table(resp:next_event()) end
+      resp:close()
+    end
+    listener:close()
+    acceptor:cancel()
+    assert.equal(1, conns)
+  end)
+
   it("fills the table a reader gives with the next event, fields absent from it cleared", function()
     srv = server.serve(function(conn)
       conn:write(sse_head() .. "retry: 5\nid: 7\ndata: a\n\nevent: x\ndata: b\n\n")
