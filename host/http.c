@@ -26,13 +26,18 @@
 
 #define HTTP_KEY "luagent.Http"
 #define REQ_MT "luagent.HttpRequest"
-/* Body bytes a request buffers by default before it pauses its transfer:
- * the rest waits in the socket, in the kernel's memory, not the process's.
- * Streams that arrive as they are generated never reach it; an answer sent
- * at once (bench/stream_server.lua: 64 KiB) is read a bound at a time. At
- * 1,000 such streams at once, 64 KiB held about 64 MB; PULL_MAX keeps the
- * smaller bound's CPU price low (bench/stream.sh's header has figures). */
-#define HIGH_WATER ((size_t)16 << 10)
+/* Body bytes a request buffers by default before it pauses its transfer
+ * (the rest waits in the socket, in the kernel's memory, not the process's):
+ * HIGH_WATER while the requests of the process hold under BUDGET bytes of
+ * buffers in all, LOW_WATER past it. Streams that arrive as they are
+ * generated never reach either; an answer sent at once (bench/stream_server
+ * .lua: 64 KiB) is read a bound at a time. Each pause costs CPU (PULL_MAX
+ * keeps it low), worth it only when many streams would hold their bursts:
+ * at 1,000 at once, 64 KiB each held about 64 MB (bench/stream.sh's header
+ * has figures). A max_buffer given is a bound of its own. */
+#define HIGH_WATER ((size_t)64 << 10)
+#define LOW_WATER ((size_t)16 << 10)
+#define BUDGET ((size_t)4 << 20)
 /* curl's read size per transfer (CURLOPT_BUFFERSIZE, curl's default 16 KiB):
  * curl allocates it per transfer and a paused transfer holds up to one
  * read, so it counts once per stream. Smaller reads cost more syscalls. */
@@ -44,6 +49,7 @@ typedef struct {
   CURLM *multi;
   uv_timer_t *timer; /* curl's timer; malloc'd, freed in its close callback */
   lg_loop *loop;
+  size_t held;       /* bytes allocated for the requests' body buffers */
   int closed;
 } http_ctx;
 
@@ -95,6 +101,7 @@ typedef struct request {
   double idle_timeout;
   double body_at;       /* the loop's clock at the last body bytes (or resume) */
   size_t max_buffer;    /* pause the transfer past this many unread bytes */
+  int bounded;          /* max_buffer was given; else the default (in_bound) */
   lg_timer first_byte, idle, total;
   lg_wait wait;
   int waiting;          /* a task waits on `wait` */
@@ -132,6 +139,26 @@ static size_t buf_unread(const bytebuf *b) { return b->len - b->off; }
 static void buf_free(bytebuf *b) {
   free(b->p);
   memset(b, 0, sizeof *b);
+}
+
+/* Appends to r's body buffer, counting its growth in the process's total. */
+static int in_append(request *r, const char *data, size_t n) {
+  size_t cap = r->in.cap;
+  if (buf_append(&r->in, data, n) != 0) return -1;
+  r->ctx->held += r->in.cap - cap;
+  return 0;
+}
+
+/* Frees r's body buffer, off the process's total. */
+static void in_free(request *r) {
+  if (r->ctx) r->ctx->held -= r->in.cap;
+  buf_free(&r->in);
+}
+
+/* The unread bytes r may hold before its transfer pauses. */
+static size_t in_bound(const request *r) {
+  if (r->bounded) return r->max_buffer;
+  return r->ctx->held > BUDGET ? LOW_WATER : HIGH_WATER;
 }
 
 /* ---------------------------------------------------- request lifecycle */
@@ -200,7 +227,7 @@ static void req_close(request *r) {
   CURLFN(slist_free_all)(r->headers);
   free(r->body);
   buf_free(&r->head);
-  buf_free(&r->in);
+  in_free(r);
   if (r->sse_on) lg_sse_free(&r->sse);
   r->easy = NULL;
   r->headers = NULL;
@@ -300,12 +327,12 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud) {
     lg_loop_timer_stop(r->ctx->loop, &r->first_byte);
   }
   size_t unread = buf_unread(&r->in);
-  if (unread > 0 && unread + len > r->max_buffer) {
+  if (unread > 0 && unread + len > in_bound(r)) {
     r->paused = 1;
     lg_loop_timer_stop(r->ctx->loop, &r->idle);
     return CURL_WRITEFUNC_PAUSE; /* curl keeps these bytes and re-sends them */
   }
-  if (buf_append(&r->in, data, len) != 0) return 0;
+  if (in_append(r, data, len) != 0) return 0;
   r->received += len;
   if (r->idle_timeout > 0) {
     r->body_at = lg_loop_now(r->ctx->loop);
@@ -590,7 +617,7 @@ static int request_k(lua_State *L, int status, lua_KContext ctx) {
  * connect, first_byte and idle <= 0 mean none too. A given total <= 0 (a
  * deadline already passed) fails at once with kind timeout, which = "total",
  * before any transfer starts. max_buffer: unread body bytes held before the
- * transfer pauses (default HIGH_WATER). */
+ * transfer pauses (default: see HIGH_WATER). */
 static int l_http_request(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   http_ctx *ctx = http_get(L);
@@ -622,7 +649,8 @@ static int l_http_request(lua_State *L) {
   }
   lua_pop(L, 1);
   lua_Integer max_buffer = (lua_Integer)HIGH_WATER;
-  if (lua_getfield(L, 1, "max_buffer") != LUA_TNIL) {
+  int bounded = lua_getfield(L, 1, "max_buffer") != LUA_TNIL;
+  if (bounded) {
     int is_int;
     max_buffer = lua_tointegerx(L, -1, &is_int);
     if (!is_int) max_buffer = 0;
@@ -641,6 +669,7 @@ static int l_http_request(lua_State *L) {
   r->total.fire = total_fired;
   r->idle_timeout = t_idle;
   r->max_buffer = (size_t)max_buffer;
+  r->bounded = bounded;
   r->fd = CURL_SOCKET_BAD;
   lg_sse_init(&r->sse, max_line, max_event);
   r->sse_on = 1;
@@ -725,7 +754,7 @@ static int l_http_request(lua_State *L) {
  * transfer, keeps its room, resumes the transfer and pulls. */
 static void drained(request *r) {
   if (!r->paused || !r->in_multi) {
-    buf_free(&r->in);
+    in_free(r);
     return;
   }
   r->in.off = r->in.len = 0;
@@ -736,10 +765,11 @@ static void drained(request *r) {
   /* Pull: rather than wait for the loop's next turn, let curl read the
    * socket now (the rest of a burst is usually there) and go on in the
    * same wake-up, as with the whole burst buffered. Waiting instead cost
-   * more than the bytes saved: at 1,000 streams (bench/stream.sh), a
-   * 16 KiB bound took 20-30 % more CPU than 64 KiB, pulling about 12 %
-   * (Lua's collector and allocator run slower, not more, between reads).
-   * At most PULL_MAX bytes, then the reader waits its turn like any other. */
+   * more than the bytes saved: at 1,000 streams (bench/stream.sh), the
+   * 16 KiB bound took 20-30 % more CPU than 64 KiB, pulling 6-12 % (the
+   * rest: curl's pause and resume, smaller reads, and Lua's collector and
+   * allocator running slower, not more, between reads). At most PULL_MAX
+   * bytes, then the reader waits its turn like any other. */
   if (!r->paused && r->in_multi && r->fd != CURL_SOCKET_BAD && r->pulled < PULL_MAX) act_now(r);
   r->pulled += (size_t)(r->received - before);
 }

@@ -378,25 +378,37 @@ describe("http.request", function()
     assert.equal(string.format("%030d", n), last)
   end)
 
-  it("holds at most 16 KiB unread by default, whatever the sender bursts", function()
-    local size = 512 * 1024
+  it("holds 64 KiB unread per response by default, 16 KiB once responses hold 4 MiB in all", function()
+    local size, n = 128 * 1024, 100
     srv = server.serve(function(conn)
       conn:write(server.head(200, { "Connection: close", "Content-Length: " .. size }) .. string.rep("x", size))
     end)
-    local resp = assert(http.request { url = srv.url })
-    for _ = 1, 400 do -- the burst arrives while nobody reads
-      if resp:info().paused then break end
+    local resps = {}
+    for i = 1, n do resps[i] = assert(http.request { url = srv.url }) end
+    local held
+    for _ = 1, 400 do -- the bursts arrive while nobody reads
+      held = 0
+      local paused = 0
+      for _, resp in ipairs(resps) do
+        local info = resp:info()
+        held = held + info.bytes
+        if info.paused then paused = paused + 1 end
+      end
+      if paused == n then break end
       luagent.sleep(0.005)
     end
-    assert.is_true(resp:info().paused)
-    local total, largest = 0, 0
-    while true do
-      local chunk = resp:read() -- everything unread at once
-      if not chunk then break end
-      total, largest = total + #chunk, math.max(largest, #chunk)
+    -- 64 KiB each until 4 MiB are held, then 16 KiB: 64 KiB each would be 6.4 MB
+    assert.is_true(held <= 4 * 1024 * 1024 + n * 16 * 1024, "held " .. held .. " bytes unread")
+    for _, resp in ipairs(resps) do
+      local total, largest = 0, 0
+      while true do
+        local chunk = resp:read() -- everything unread at once
+        if not chunk then break end
+        total, largest = total + #chunk, math.max(largest, #chunk)
+      end
+      assert.equal(size, total)
+      assert.is_true(largest <= 64 * 1024, "held " .. largest .. " bytes unread")
     end
-    assert.equal(size, total)
-    assert.is_true(largest <= 16384, "held " .. largest .. " bytes unread")
   end)
 
   it("keeps its connection when a burst paused it and the reader closes at the last event", function()
