@@ -18,6 +18,30 @@ local function virtually(fn)
   if not ok then error(err, 0) end
 end
 
+-- A keep-alive server answering every request on a connection with
+-- `answer` (raw bytes); -> its url, a function counting the connections it
+-- accepted, and close().
+local function keep_alive(answer)
+  local conns = 0
+  local listener = assert(require("luagent.core").tcp_listen("127.0.0.1", 0))
+  local _, port = listener:address()
+  local acceptor = luagent.daemon(function()
+    while true do
+      local conn = listener:accept()
+      if not conn then return end
+      conns = conns + 1
+      luagent.daemon(function()
+        while server.read_request(conn) do conn:write(answer) end
+        conn:close()
+      end)
+    end
+  end)
+  return "http://127.0.0.1:" .. port .. "/", function() return conns end, function()
+    listener:close()
+    acceptor:cancel()
+  end
+end
+
 describe("http.request", function()
   local srv
   after_each(function() if srv then srv.close() srv = nil end end)
@@ -69,29 +93,12 @@ describe("http.request", function()
   end)
 
   it("reuses one connection for requests to the same host", function()
-    local conns = 0
-    local core = require "luagent.core"
-    local listener = assert(core.tcp_listen("127.0.0.1", 0))
-    local _, port = listener:address()
-    local acceptor = luagent.daemon(function()
-      while true do
-        local conn = listener:accept()
-        if not conn then return end
-        conns = conns + 1
-        luagent.daemon(function()
-          while server.read_request(conn) do
-            conn:write(server.head(200, { "Content-Length: 2" }) .. "ok")
-          end
-          conn:close()
-        end)
-      end
-    end)
+    local url, conns, close = keep_alive(server.head(200, { "Content-Length: 2" }) .. "ok")
     for _ = 1, 5 do
-      assert.equal("ok", assert(http.fetch { url = "http://127.0.0.1:" .. port .. "/" }).body)
+      assert.equal("ok", assert(http.fetch { url = url }).body)
     end
-    listener:close()
-    acceptor:cancel()
-    assert.equal(1, conns)
+    close()
+    assert.equal(1, conns())
   end)
 
   describe("failures, each with its own kind", function()
@@ -369,6 +376,60 @@ describe("http.request", function()
     if reader:status() ~= "done" then reader:cancel("stuck") end
     assert.equal(n, count)
     assert.equal(string.format("%030d", n), last)
+  end)
+
+  it("holds 64 KiB unread per response by default, 16 KiB once responses hold 4 MiB in all", function()
+    local size, n = 128 * 1024, 100
+    srv = server.serve(function(conn)
+      conn:write(server.head(200, { "Connection: close", "Content-Length: " .. size }) .. string.rep("x", size))
+    end)
+    local resps = {}
+    for i = 1, n do resps[i] = assert(http.request { url = srv.url }) end
+    local held
+    for _ = 1, 400 do -- the bursts arrive while nobody reads
+      held = 0
+      local paused = 0
+      for _, resp in ipairs(resps) do
+        local info = resp:info()
+        held = held + info.bytes
+        if info.paused then paused = paused + 1 end
+      end
+      if paused == n then break end
+      luagent.sleep(0.005)
+    end
+    -- 64 KiB each until 4 MiB are held, then 16 KiB: 64 KiB each would be 6.4 MB
+    assert.is_true(held <= 4 * 1024 * 1024 + n * 16 * 1024, "held " .. held .. " bytes unread")
+    for _, resp in ipairs(resps) do
+      local total, largest = 0, 0
+      while true do
+        local chunk = resp:read() -- everything unread at once
+        if not chunk then break end
+        total, largest = total + #chunk, math.max(largest, #chunk)
+      end
+      assert.equal(size, total)
+      assert.is_true(largest <= 64 * 1024, "held " .. largest .. " bytes unread")
+    end
+  end)
+
+  it("keeps its connection when a burst paused it and the reader closes at the last event", function()
+    -- as the provider does: it closes at the answer's last event, before
+    -- it asks for the body's end (the chunked encoding's last chunk); a
+    -- transfer paused by max_buffer and aborted there lost its connection
+    local parts = {}
+    for i = 1, 400 do
+      local ev = string.format("data: %099d\n\n", i)
+      parts[#parts + 1] = string.format("%x\r\n%s\r\n", #ev, ev)
+    end
+    parts[#parts + 1] = "0\r\n\r\n"
+    local url, conns, close = keep_alive(server.head(200, { "Content-Type: text/event-stream",
+      "Transfer-Encoding: chunked" }) .. table.concat(parts))
+    for _ = 1, 3 do
+      local resp = assert(http.request { url = url, max_buffer = 4096 })
+      for _ = 1, 400 do assert.is_table(resp:next_event()) end
+      resp:close()
+    end
+    close()
+    assert.equal(1, conns())
   end)
 
   it("fills the table a reader gives with the next event, fields absent from it cleared", function()

@@ -176,7 +176,9 @@ Response.__close = Response.close
 -- idle=, total=}, sse={max_line=, max_event=}, max_buffer=, http_errors=true,
 -- http_version=, ca_file=, tap=} -> resp {status=, headers=} | nil, err.
 -- max_buffer: body bytes received and not yet read that a response holds
--- before its transfer pauses until they are read (default 64 KiB).
+-- before its transfer pauses until they are read (the rest waits in the
+-- socket). Default: 64 KiB, or 16 KiB once the process's responses hold
+-- 4 MiB in all (many streams at once).
 -- With http_errors (the default), a status >= 400 is returned as nil and an
 -- `http` error record with status, headers and the body (up to 64 KiB).
 -- http_version: "2" (the default: HTTP/2 when TLS offers it, else 1.1),
