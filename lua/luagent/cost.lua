@@ -18,7 +18,7 @@ local M = {}
 
 M.currency = "USD"
 -- How many call records are kept for the costliest turns (at least).
-M.keep = 50
+M.keep = 20
 
 ------------------------------------------------------------------------------
 -- Prices

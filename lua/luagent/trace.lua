@@ -73,28 +73,40 @@ M.unix_nano = unix_nano
 
 -- A span is a plain table: name, kind, parent (a span), start, stop,
 -- trace_id, span_id, status, status_message, delay (the wait after an
--- attempt), children, and its attributes as one list of names and values,
--- attrs = {k1, v1, k2, v2, ...}, with nattrs the slots in use; a pair
--- whose value is nil is no attribute (host/jsonw.c leaves it out). A list,
--- not a map: a call sets some twenty attributes, and storing into an array
--- costs a fraction of inserting new keys into a hash. Each attribute is
--- set once.
+-- attempt), children (nil until one is made), and its attributes as one
+-- list of names and values, attrs = {k1, v1, k2, v2, ...}, with nattrs the
+-- slots in use; a pair whose value is nil is no attribute (host/jsonw.c
+-- leaves it out). A list, not a map: a call sets some twenty attributes,
+-- and storing into an array costs a fraction of inserting new keys into a
+-- hash. Each attribute is set once.
 
--- new_span(name, kind, parent, start) -> span: a child of `parent` (a span)
--- or a root with a new trace id.
-local function new_span(name, kind, parent, start)
+-- new_span(name, kind, parent, start [, many]) -> span: a child of
+-- `parent` (a span) or a root with a new trace id. Its attribute list has
+-- room for a chat or agent span's attributes when `many`, for an
+-- attempt's or a tool call's otherwise (it grows past either).
+local function new_span(name, kind, parent, start, many)
+  local attrs
+  if many then
+    attrs = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+              nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+              nil, nil, nil, nil, nil, nil, nil, nil }
+  else
+    attrs = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil }
+  end
   local s = {
     name = name, kind = kind, parent = parent, start = start or core.now(),
     trace_id = parent and parent.trace_id or hex_id(32), span_id = hex_id(16),
-    -- room for a chat span's attributes at once
-    attrs = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-              nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-              nil, nil, nil, nil, nil, nil, nil, nil },
-    nattrs = 0, children = {}, status = M.STATUS.UNSET, stop = nil, status_message = nil, delay = nil,
+    attrs = attrs, nattrs = 0, children = nil, status = M.STATUS.UNSET, stop = nil, status_message = nil,
+    delay = nil,
   }
-  if parent then parent.children[#parent.children + 1] = s end
+  if parent then
+    local kids = parent.children
+    if kids then kids[#kids + 1] = s else parent.children = { s } end
+  end
   return s
 end
+
+local NO_CHILDREN = {} -- a leaf's children, read only
 
 -- set(span, key, value): adds an attribute (a nil value: none).
 local function set(s, k, v)
@@ -138,7 +150,7 @@ end
 local function flatten(root, out)
   out = out or {}
   out[#out + 1] = root
-  for _, c in ipairs(root.children) do flatten(c, out) end
+  for _, c in ipairs(root.children or NO_CHILDREN) do flatten(c, out) end
   return out
 end
 
@@ -212,7 +224,7 @@ local function call_of(id, agent_id, t)
   local c = calls[id]
   if c then return c end
   local parent = agent_id and runs[agent_id]
-  c = { span = new_span("chat", M.KIND.CLIENT, parent, t), attempts = {} }
+  c = { span = new_span("chat", M.KIND.CLIENT, parent, t, true), attempts = {} }
   set(c.span, "gen_ai.operation.name", "chat")
   calls[id] = c
   return c
@@ -252,7 +264,7 @@ end
 local H = {} -- per event type
 
 function H.agent_start(ev, now)
-  local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, nil, now)
+  local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, nil, now, true)
   set(s, "gen_ai.operation.name", "invoke_agent")
   set(s, "gen_ai.agent.name", ev.agent)
   set(s, "gen_ai.agent.id", ev.agent_id)
@@ -456,7 +468,7 @@ function M.tree(root, lines, depth)
     if root.status == M.STATUS.ERROR then line = line .. "  error: " .. tostring(get(root, "error.type")) end
   end
   lines[#lines + 1] = line
-  local kids = root.children
+  local kids = root.children or NO_CHILDREN
   -- a tool call that ran once, fine: its one attempt says nothing more
   if tool and #kids == 1 and kids[1].status ~= M.STATUS.ERROR then return lines end
   if #kids > 1 then
@@ -483,11 +495,11 @@ M.file_batch = { delay = 1, batch = 512 }
 -- it ends; the texts wait until M.file_chunk bytes of them are there and
 -- go out in one write: little of a batch stays in the Lua heap, where
 -- every object kept makes each collection of a streaming run longer, and
--- the file is written in large pieces (glibc's stdio ignores the size
--- setvbuf asks for and writes 4 KiB at a time). A line is whole in the
+-- the file is written in pieces larger than the 4 KiB glibc's stdio
+-- writes (it ignores the size setvbuf asks for). A line is whole in the
 -- file once its batch ends (its tail and a flush); until then the file
 -- may end inside it.
-M.file_chunk = 65536
+M.file_chunk = 16384
 function M.file_exporter(path)
   local f, err = io.open(path, "w")
   if not f then return nil, err end
