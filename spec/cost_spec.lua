@@ -178,7 +178,8 @@ describe("cost", function()
     -- call i costs i tokens out, except two expensive ones early, one
     -- between them later and one costliest late
     local out = { [2] = 900, [5] = 800, [20] = 850, [30] = 1000 }
-    for i = 1, 40 do
+    out[41] = 0 -- the cheapest last: below the floor, never kept
+    for i = 1, 41 do
       events.publish { type = "message_end", call = 1000 + i, final = true, attempts = 1, stop_reason = "stop",
         request_model = "test-model", provider_kind = "openai",
         total_usage = { input_tokens = 0, output_tokens = out[i] or i, cache_read_tokens = 0, cache_write_tokens = 0 } }
@@ -193,8 +194,9 @@ describe("cost", function()
     assert.is_true(kept[1002] and kept[1020] and kept[1030])
     for i = 2, #calls do assert.is_true(calls[i - 1] < calls[i]) end
     assert.is_nil(kept[1001])
+    assert.is_nil(kept[1041])
     assert.is_true(#calls <= 2 * 3)
-    assert.equal(40, cost.totals().calls) -- the meters count every call
+    assert.equal(41, cost.totals().calls) -- the meters count every call
   end)
 
   it("keeps OpenRouter's generation id with the call", function()

@@ -293,6 +293,55 @@ describe("trace, from the OTLP file export", function()
     assert.equal(2, #cjson.decode(lines[2]).resourceSpans[1].scopeSpans[1].spans)
   end)
 
+  it("leaves an attempt a refused retry ended as provider_retry wrote it (each attribute once)", function()
+    local events = require "luagent.events"
+    local file = os.tmpname()
+    assert(trace.start { file = file })
+    local usage = { input_tokens = 3, output_tokens = 1, cache_read_tokens = 0, cache_write_tokens = 0 }
+    events.publish { type = "message_start", call = 7, id = "r7", model = "m" }
+    events.publish { type = "provider_retry", call = 7, attempt = 1, max_attempts = 3, status = 503,
+      class = "overloaded", delay_ms = 500, source = "backoff", usage = usage, error = "HTTP 503" }
+    -- the retry is refused before a second attempt starts: the final event names attempt 1
+    events.publish { type = "message_end", call = 7, final = true, attempts = 1, stop_reason = "error",
+      status = 503, usage = usage, request_model = "m", provider_kind = "openai",
+      error = { kind = "budget_exhausted", message = "the endpoint's retry budget is exhausted" } }
+    trace.stop()
+    local spans = cjson.decode(slurp(file):match("^[^\n]+")).resourceSpans[1].scopeSpans[1].spans
+    os.remove(file)
+    local attempt
+    for _, sp in ipairs(spans) do if sp.name == "attempt 1" then attempt = sp end end
+    local seen = {}
+    for _, kv in ipairs(attempt.attributes) do
+      assert.is_nil(seen[kv.key], "attribute " .. kv.key .. " written twice")
+      seen[kv.key] = kv.value
+    end
+    assert.same({ stringValue = "overloaded" }, seen["error.type"])
+    assert.same({ intValue = "503" }, seen["http.response.status_code"])
+  end)
+
+  it("prints the tree from memory when there is no temporary file, a line per span", function()
+    local events = require "luagent.events"
+    local tmpfile = io.tmpfile
+    io.tmpfile = function() return nil end
+    local ok, err = pcall(trace.start, { tree = true })
+    io.tmpfile = tmpfile
+    assert(ok, err)
+    for id = 1, 2 do
+      events.publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
+      events.publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
+        request_model = "m", provider_kind = "openai", status = 200 }
+    end
+    local out = {}
+    trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
+    local lines = {}
+    for l in table.concat(out):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+    assert.equal(4, #lines)
+    assert.matches("^chat m ", lines[1])
+    assert.matches("^  attempt 1 .*HTTP 200$", lines[2])
+    assert.matches("^chat m ", lines[3])
+    assert.matches("^  attempt 1 .*HTTP 200$", lines[4])
+  end)
+
   it("prints the tree with durations, the failed attempts and their waits", function()
     assert(trace.start { tree = true })
     local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })

@@ -91,7 +91,8 @@ local function new_span(name, kind, parent, start, many)
               nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
               nil, nil, nil, nil, nil, nil, nil, nil }
   else
-    attrs = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil }
+    attrs = { nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+              nil, nil, nil, nil, nil, nil, nil, nil }
   end
   local s = {
     name = name, kind = kind, parent = parent, start = start or core.now(),
@@ -132,7 +133,6 @@ local function get(s, k)
     if attrs[i] == k then return attrs[i + 1] end
   end
 end
-M.attribute = get
 
 -- fail(span, type, message): an error status with its message, and
 -- `error.type`.
@@ -312,7 +312,10 @@ local function call_end(ev, now)
   ended("c", ev.call, s)
   if ev.started then s.start = ev.started end
   local n = ev.attempts or 0
-  if n > 0 then
+  -- the last attempt, unless provider_retry ended it already (the retry
+  -- it announced was then refused: budget, breaker, deadline, a gate)
+  local last = c.attempts[n]
+  if n > 0 and not (last and last.stop) then
     local a = attempt_of(c, n, ev.attempt_started or now)
     if ev.attempt_started then a.start = ev.attempt_started end
     set(a, "http.response.status_code", ev.status)
@@ -716,7 +719,7 @@ function M.start(opts)
     -- run's tree does not grow the Lua heap); in memory if there is none
     printed = io.tmpfile() or { write = function(self, text) self[#self + 1] = text end }
     sinks[#sinks + 1] = function(root)
-      printed:write(secrets.text(table.concat(M.tree(root), "\n")), "\n")
+      printed:write(secrets.text(table.concat(M.tree(root), "\n")) .. "\n")
     end
   end
   return true
