@@ -397,8 +397,8 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp)
   http_ctx *ctx = ud;
   http_sock *s = sockp;
   request *r = NULL;
-  if (what != CURL_POLL_REMOVE && CURLFN(easy_getinfo)(e, CURLINFO_PRIVATE, (char **)&r) == CURLE_OK && r)
-    r->fd = fd;
+  if (CURLFN(easy_getinfo)(e, CURLINFO_PRIVATE, (char **)&r) == CURLE_OK && r)
+    r->fd = what == CURL_POLL_REMOVE ? CURL_SOCKET_BAD : fd; /* no stale number to pull from */
   if (what == CURL_POLL_REMOVE) {
     if (s) {
       uv_poll_stop(&s->poll);

@@ -19,6 +19,7 @@
 #include "word8.h"
 
 #define MAX_DEPTH 32
+#define MAX_ATTRS (1 << 20) /* slots of a span's attribute list */
 
 /* Appends s[0, n) to b. Inline, as luaL_addchar is (and through the same
  * luaL_Buffer fields its macro uses): a span or a line is a few hundred
@@ -175,7 +176,7 @@ static int l_json_fields(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
-  lua_Integer nhead = luaL_len(L, 2), nkeys = 0;
+  lua_Integer nhead = (lua_Integer)lua_rawlen(L, 2), nkeys = 0;
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pop(L, 1);
@@ -310,6 +311,7 @@ static void put_any(lua_State *L, luaL_Buffer *b, int depth) {
  * (trace.lua's unix_nano). */
 static long long unix_nano(double t, double offset) {
   double e = t + offset, s = floor(e);
+  if (!(fabs(e) < 9.2e9)) return 0; /* not a time (nan, inf): the cast would be undefined */
   return (long long)s * 1000000000LL + (long long)floor((e - s) * 1e9);
 }
 
@@ -319,6 +321,17 @@ static const char *string_field(lua_State *L, int t, const char *k, size_t *n) {
   const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, n) : NULL;
   lua_pop(L, 1);
   return s;
+}
+
+/* The integer field k of the table at t (a float with an exact integer
+ * value too), or dflt when it is nil; raises for any other value. */
+static lua_Integer integer_field(lua_State *L, int t, const char *k, lua_Integer dflt) {
+  int ok, absent = lua_getfield(L, t, k) == LUA_TNIL;
+  lua_Integer v = lua_tointegerx(L, -1, &ok);
+  lua_pop(L, 1);
+  if (absent) return dflt;
+  if (!ok) luaL_error(L, "otlp_span: a span's %s must be an integer", k);
+  return v;
 }
 
 static double number_field(lua_State *L, int t, const char *k, double dflt) {
@@ -353,9 +366,10 @@ static void put_span(lua_State *L, luaL_Buffer *b, int s, int attrs, double offs
   lua_pop(L, 1); /* the parent table is kept by the span */
   if (!trace_id || !span_id || !name) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name, attrs)");
   double start = number_field(L, s, "start", 0), stop = number_field(L, s, "stop", start);
-  lua_Integer kind = (lua_Integer)number_field(L, s, "kind", 0);
-  lua_Integer status = (lua_Integer)number_field(L, s, "status", 0);
-  lua_Integer nattrs = (lua_Integer)number_field(L, s, "nattrs", 0);
+  lua_Integer kind = integer_field(L, s, "kind", 0);
+  lua_Integer status = integer_field(L, s, "status", 0);
+  lua_Integer nattrs = integer_field(L, s, "nattrs", 0);
+  if (nattrs < 0 || nattrs > MAX_ATTRS) luaL_error(L, "otlp_span: nattrs must be a count up to %d", MAX_ATTRS);
 
   ADD_LIT(b, "{\"traceId\":\"");
   add(b, trace_id, ntrace);
@@ -407,6 +421,7 @@ static int l_otlp_span(lua_State *L) {
   double offset = luaL_checknumber(L, 2);
   lua_settop(L, 2);
   push_attributes(L, 1);
+  luaL_checkstack(L, 8, "otlp_span: no stack"); /* put_span's own pushes */
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   put_span(L, &b, 1, 3, offset);
@@ -442,6 +457,7 @@ static int l_otlp_trace(lua_State *L) {
   }
   int last = lua_gettop(L), n = last - 2;
   for (int at = 3; at <= last; at++) push_attributes(L, at);
+  luaL_checkstack(L, 8, "otlp_trace: too many spans"); /* put_span's own pushes */
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   for (int i = 0; i < n; i++) {

@@ -187,6 +187,26 @@ describe("core.otlp_trace", function()
     assert.equal(core.otlp_span(s, 5), text)
   end)
 
+  it("writes a wide tree (a root with 50 children) inside a task", function()
+    local root = node("0000000000000001")
+    for i = 1, 50 do node(string.format("%016x", 100 + i), root) end
+    local text, n = coroutine.wrap(function() return core.otlp_trace(root, 0) end)()
+    assert.equal(51, n)
+    assert.equal(51, #cjson.decode("[" .. text .. "]"))
+  end)
+
+  it("refuses an attribute count that is no count, and writes no time for a start that is none", function()
+    local s = node("0000000000000001")
+    s.nattrs = 0 / 0
+    assert.has_error(function() core.otlp_span(s, 0) end, "otlp_span: a span's nattrs must be an integer")
+    s.nattrs = -2
+    assert.has_error(function() core.otlp_span(s, 0) end, "otlp_span: nattrs must be a count up to 1048576")
+    s.nattrs, s.start, s.stop = 2, 0 / 0, math.huge
+    local d = cjson.decode(core.otlp_span(s, 0))
+    assert.equal("0", d.startTimeUnixNano)
+    assert.equal("0", d.endTimeUnixNano)
+  end)
+
   it("raises for a child that is not a span, naming what is wrong", function()
     local root = node("0000000000000001")
     root.children[1] = { name = "x" }
