@@ -363,6 +363,14 @@ end
 -- logged.
 function M.consumer()
   local models = {} -- call -> model, for the events that do not name it
+  -- A record no sink kept (the default sink makes its line and lets it
+  -- go), emptied: the next line fills the same table, its keys mostly the
+  -- same and their slots still there, instead of a new one per call.
+  local spare
+  local function done_with(r)
+    for k in pairs(r) do r[k] = nil end
+    spare = r
+  end
   return function(ev)
     local t = ev.type
     local most = MOST[t]
@@ -370,12 +378,18 @@ function M.consumer()
       if ev.final and ev.call then models[ev.call] = nil end
       return
     end
-    -- sized for a call's line at once (the fields given nil here are set
-    -- below or by EVENTS[t]; a table grown field by field rehashes 5 times)
-    local r = { event = t, agent = ev.agent, model = nil, call = nil, trace_id = nil, span_id = nil,
-      stop_reason = nil, raw_stop_reason = nil, input_tokens = nil, output_tokens = nil, attempts = nil,
-      status = nil, total_input_tokens = nil, total_output_tokens = nil, duration = nil, time = nil,
-      level = nil, msg = nil }
+    local r = spare
+    if r then
+      spare = nil
+      r.event, r.agent = t, ev.agent
+    else
+      -- sized for a call's line at once (the fields given nil here are set
+      -- below or by EVENTS[t]; a table grown field by field rehashes 5 times)
+      r = { event = t, agent = ev.agent, model = nil, call = nil, trace_id = nil, span_id = nil,
+        stop_reason = nil, raw_stop_reason = nil, input_tokens = nil, output_tokens = nil, attempts = nil,
+        status = nil, total_input_tokens = nil, total_output_tokens = nil, duration = nil, time = nil,
+        level = nil, msg = nil }
+    end
     if ev.call then
       if ev.request_model then models[ev.call] = ev.request_model
       elseif t == "message_start" and ev.model and not models[ev.call] then models[ev.call] = ev.model end
@@ -385,9 +399,10 @@ function M.consumer()
       r.tool, r.call_id = ev.name, ev.call_id
     end
     local level, msg = EVENTS[t](ev, r)
-    if not M.enabled(level) then return end
+    if not M.enabled(level) then return done_with(r) end
     r.trace_id, r.span_id = trace_context(ev)
     emit(level, msg, r)
+    if M.sink == M.default_sink then done_with(r) end
   end
 end
 
