@@ -11,7 +11,8 @@
 #   stream  the provider through the retry loop (luagent.stream): every
 #           event published on the bus
 #   observed  stream with logs, traces and cost all on (`--log info --trace
-#           --cost --otlp FILE`): their cost per chunk is observed / stream
+#           --cost --otlp FILE`): their cost per chunk is observed / stream,
+#           and again in one process by bench/observers.lua
 #   node    the official `openai` node SDK (bench/stream_node.js), when
 #           `make peers` installed it into .peers/node_modules
 # One at a time, the clients run interleaved for ROUNDS rounds and the best
@@ -127,6 +128,9 @@ if [ -n "$NODE" ]; then run_one many node "$rcnode" "$C"; fi
 if [ "$BIG" -gt 0 ]; then
   for m in $FLOORS provider; do run_one big "$m" "$RBIG" "$BIG"; done
 fi
+# the observers' cost again, in one process (bench/observers.lua): the two
+# rows above come from separate processes, which differ by a few percent
+$on_client "$B/luagent" run bench/observers.lua "$url" 80 25 >"$tmp/observers" 2>"$tmp/err" || failed observers
 
 echo "== bench/stream.sh (client CPU per streamed chunk and peak RSS; ratios to libcurl + cJSON)"
 echo "$((N + 3)) SSE events ($N text chunks) per response;" \
@@ -177,3 +181,6 @@ awk -v events=$((N + 3)) -v C="$C" -v BIG="$BIG" '
       printf "observers: logs, traces and cost on cost %+.1f%% CPU per chunk (observed vs stream)\n",
         (cpu["one observed"] / chunks["one observed"]) / (cpu["one stream"] / chunks["one stream"]) * 100 - 100
   }' "$tmp/results"
+awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
+  END { printf "observers, in one process (on and off in alternating blocks of 25 calls): %s CPU per call" \
+    " (%s us on, %s us off)\n", f["cost"], f["on"], f["off"] }' "$tmp/observers"

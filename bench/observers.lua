@@ -1,0 +1,61 @@
+-- Benchmark (not a test): what logs, traces and cost cost per streamed
+-- chunk, measured in one process. Blocks of K calls through luagent.stream
+-- alternate with the observers on (`--log info --trace --cost --otlp` as
+-- `luagent run` sets them: log lines at info, spans with their tree and an
+-- OTLP file, the cost meter) and off; their CPU is summed per mode.
+-- Alternating blocks in one process take out what separate processes
+-- differ by (where the heap and the code land in the caches), which moves
+-- bench/stream.sh's two rows by a few percent from run to run. Turning the
+-- observers on and off happens outside the timed blocks; the modules stay
+-- loaded in the off blocks.
+--   build/luagent run bench/observers.lua URL [BLOCKS] [K] 2>/dev/null
+-- Prints one line: "observers off=<us per call> on=<us per call> cost=<+%>".
+local luagent = require "luagent"
+local trace = require "luagent.trace"
+local log = require "luagent.log"
+local cost = require "luagent.cost"
+
+local url = arg[1]
+local blocks = math.tointeger(tonumber(arg[2] or "80"))
+local k = math.tointeger(tonumber(arg[3] or "25"))
+if not url or not blocks or not k or blocks < 2 or k < 1 then
+  io.stderr:write("usage: luagent run bench/observers.lua URL [BLOCKS] [K]\n")
+  os.exit(2)
+end
+
+local key = os.getenv("BENCH_KEY") or "sk-bench-0123456789abcdefghijklmnopqrstuvwxyz"
+local provider = luagent.provider { kind = "openai", model = "bench", base_url = url, api_key = key }
+local messages = { { role = "user", content = "Say something." } }
+local otlp = os.tmpname()
+local devnull = assert(io.open("/dev/null", "w"))
+
+local function call()
+  for _ in luagent.stream { model = provider, messages = messages, max_tokens = 4096 } do end
+end
+
+local function observers_on()
+  log.set_level("info")
+  assert(trace.start { tree = true, file = otlp })
+  cost.start()
+end
+
+local function observers_off()
+  trace.stop(devnull) -- the tree is printed, to nowhere
+  cost.stop()
+  log.set_level("warn")
+end
+
+for _ = 1, 20 do call() end -- warm-up: modules, the connection
+local spent, calls = { on = 0, off = 0 }, { on = 0, off = 0 }
+for b = 1, blocks do
+  local mode = b % 2 == 1 and "on" or "off"
+  if mode == "on" then observers_on() end
+  local t0 = os.clock()
+  for _ = 1, k do call() end
+  spent[mode] = spent[mode] + os.clock() - t0
+  calls[mode] = calls[mode] + k
+  if mode == "on" then observers_off() end
+end
+os.remove(otlp)
+local off, on = spent.off / calls.off * 1e6, spent.on / calls.on * 1e6
+print(string.format("observers off=%.1f on=%.1f cost=%+.1f%%", off, on, (on / off - 1) * 100))
