@@ -56,6 +56,15 @@ local function attrs_of(span)
   return t
 end
 
+-- Publishes the events of a model call made outside any agent, answered
+-- at the first attempt, as the retry loop would.
+local function bare_call(id)
+  local events = require "luagent.events"
+  events.publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
+  events.publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
+    request_model = "m", provider_kind = "openai", status = 200 }
+end
+
 describe("trace, from the OTLP file export", function()
   before_each(function()
     luagent.configure { log_sink = function() end }
@@ -238,12 +247,7 @@ describe("trace, from the OTLP file export", function()
   end)
 
   it("batches the file export: traces that end within a second share a line", function()
-    local events = require "luagent.events"
-    local function call(id)
-      events.publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
-      events.publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
-        request_model = "m", provider_kind = "openai", status = 200 }
-    end
+    local call = bare_call
     local file = os.tmpname()
     assert(trace.start { file = file })
     local t = luagent.spawn(function()
@@ -268,12 +272,7 @@ describe("trace, from the OTLP file export", function()
   end)
 
   it("ends a batch's line at once when it holds file_batch.batch spans", function()
-    local events = require "luagent.events"
-    local function call(id)
-      events.publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
-      events.publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
-        request_model = "m", provider_kind = "openai", status = 200 }
-    end
+    local call = bare_call
     local file = os.tmpname()
     local bound = trace.file_batch.batch
     trace.file_batch.batch = 4 -- two calls: a chat span and an attempt each
@@ -320,17 +319,12 @@ describe("trace, from the OTLP file export", function()
   end)
 
   it("prints the tree from memory when there is no temporary file, a line per span", function()
-    local events = require "luagent.events"
     local tmpfile = io.tmpfile
     io.tmpfile = function() return nil end
     local ok, err = pcall(trace.start, { tree = true })
     io.tmpfile = tmpfile
     assert(ok, err)
-    for id = 1, 2 do
-      events.publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
-      events.publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
-        request_model = "m", provider_kind = "openai", status = 200 }
-    end
+    for id = 1, 2 do bare_call(id) end
     local out = {}
     trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
     local lines = {}
