@@ -54,6 +54,19 @@ describe("core.json_fields (log lines)", function()
     assert.equal('{"time":"T","level":"info","msg":"hi","a":true,"list":[1,2],"z":1}', line)
   end)
 
+  it("writes durations (whole microseconds) as json.encode does, for 20,000 of them and the edges", function()
+    math.randomseed(7)
+    local xs = { 1e-4, 0.0001, 0.000099, 0.5, 1.0, 1.5, 10.25, 999999999.999999, 1e9, 123.000001, 0.001, 0.1 + 0.2 }
+    for _ = 1, 20000 do
+      local k = math.random(0, 1000000000)
+      xs[#xs + 1] = k / 1e6
+      xs[#xs + 1] = math.random(100, 10 ^ 15) / 1e6
+    end
+    for _, x in ipairs(xs) do
+      assert.equal('{"v":' .. encode(x) .. "}", core.json_fields({ v = x }, {}, encode))
+    end
+  end)
+
   it("writes numbers as json.encode does: integers exactly, floats shortest, non-finite as null", function()
     for _, x in ipairs({ 0, -1, 1.5, 0.1, 1e300, -1e-300, 2 ^ 53, 2 ^ 63, 3.0, 123456789.123456789,
                          math.mininteger, math.maxinteger, math.huge, -math.huge, 0 / 0 }) do
