@@ -257,3 +257,26 @@ describe("luagent run --log", function()
     assert.matches("%-%-log%-format wants json, text or auto, not 'xml'", r.stderr)
   end)
 end)
+
+describe("log.duration", function()
+  local log = require "luagent.log"
+  it("writes seconds, milliseconds or microseconds, rounded as the float formats round", function()
+    assert.equal("37.968s", log.duration(37.968))
+    assert.equal("1.000s", log.duration(1))
+    assert.equal("2.000s", log.duration(1.9999))
+    assert.equal("1.3ms", log.duration(0.0013))
+    assert.equal("1.0ms", log.duration(0.001))
+    assert.equal("1000.0ms", log.duration(0.99996))
+    assert.equal("191µs", log.duration(0.000191))
+    assert.equal("0µs", log.duration(0))
+    assert.equal("?", log.duration(nil))
+    -- the same text as string.format's float formats, for 100,000 random durations
+    math.randomseed(11)
+    for _ = 1, 100000 do
+      local d = math.random() * 10 ^ math.random(-6, 3)
+      local want = d >= 1 and string.format("%.3fs", d) or d >= 0.001 and string.format("%.1fms", d * 1000)
+        or string.format("%dµs", math.floor(d * 1e6 + 0.5))
+      assert.equal(want, log.duration(d))
+    end
+  end)
+end)

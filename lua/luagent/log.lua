@@ -224,10 +224,18 @@ local function err_text(e)
 end
 
 -- duration(seconds) -> "37.968s", "1.3ms", "191µs".
+-- Rounded in integers and written with integer formats: a float format
+-- is glibc's slowest path, and a traced call writes three of these.
 function M.duration(d)
   if not d then return "?" end
-  if d >= 1 then return string.format("%.3fs", d) end
-  if d >= 0.001 then return string.format("%.1fms", d * 1000) end
+  if d >= 1 then
+    local ms = math.floor(d * 1000 + 0.5)
+    return string.format("%d.%03ds", ms // 1000, ms % 1000)
+  end
+  if d >= 0.001 then
+    local tenths = math.floor(d * 10000 + 0.5)
+    return string.format("%d.%dms", tenths // 10, tenths % 10)
+  end
   return string.format("%dµs", math.floor(d * 1e6 + 0.5))
 end
 local secs = M.duration
