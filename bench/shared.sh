@@ -27,19 +27,8 @@ if [ -z "$server" ] || [ -z "$cli" ]; then
   exit 0
 fi
 
-on_redis= on_luagent=
-if taskset -c 0 true 2>/dev/null && taskset -c 1 true 2>/dev/null; then
-  on_redis="taskset -c 0" on_luagent="taskset -c 1"
-fi
-
-tmp=$(mktemp -d)
-pid=
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$(dirname "$0")/common.sh" # $tmp, $pids, $on_cpu0, $on_cpu1
+on_redis=$on_cpu0 on_luagent=$on_cpu1
 
 # a free port: the kernel's pick for port 0
 echo 'local s = require("luagent.core").tcp_listen("127.0.0.1", 0)
@@ -47,7 +36,7 @@ local _, p = s:address() s:close() io.write(p)' >"$tmp/port.lua"
 port=$("$B/luagent" run "$tmp/port.lua")
 $on_redis "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
   </dev/null >"$tmp/redis.log" 2>&1 &
-pid=$!
+pid=$! pids=$!
 i=0
 until "$cli" -p "$port" ping >/dev/null 2>&1; do
   i=$((i + 1))

@@ -56,25 +56,14 @@ fi
 NODE=
 if [ -d .peers/node_modules/openai ] && command -v node >/dev/null; then NODE=node; fi
 
-on_server= on_client=
-if taskset -c 0 true 2>/dev/null && taskset -c 1 true 2>/dev/null; then
-  on_server="taskset -c 0" on_client="taskset -c 1"
-fi
+. "$(dirname "$0")/common.sh" # $tmp, $pids, $on_cpu0, $on_cpu1
+on_server=$on_cpu0 on_client=$on_cpu1
 timed=
 if [ -x /usr/bin/time ]; then timed=/usr/bin/time; fi
 
-tmp=$(mktemp -d)
-server=
-cleanup() {
-  if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; fi
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 $on_server "$B/luagent" run bench/stream_server.lua 0 "$N" >"$tmp/server" 2>&1 &
-server=$!
+server=$! pids=$!
 i=0
 until grep -q '^listening' "$tmp/server"; do
   i=$((i + 1))
