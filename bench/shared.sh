@@ -37,16 +37,7 @@ port=$("$B/luagent" run "$tmp/port.lua")
 $on_redis "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
   </dev/null >"$tmp/redis.log" 2>&1 &
 pid=$! pids=$!
-i=0
-until "$cli" -p "$port" ping >/dev/null 2>&1; do
-  i=$((i + 1))
-  if [ "$i" -gt 100 ] || ! kill -0 "$pid" 2>/dev/null; then
-    echo "shared.sh: redis-server did not start:" >&2
-    cat "$tmp/redis.log" >&2
-    exit 1
-  fi
-  sleep 0.05
-done
+bench_wait redis-server "$pid" "$tmp/redis.log" "$cli" -p "$port" ping
 url="redis://127.0.0.1:$port/0"
 
 # run_one SIDE: one run of bench/agents.lua; appends "SIDE wall cpu evalsha

@@ -64,16 +64,7 @@ if [ -x /usr/bin/time ]; then timed=/usr/bin/time; fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 $on_server "$B/luagent" run bench/stream_server.lua 0 "$N" >"$tmp/server" 2>&1 &
 server=$! pids=$!
-i=0
-until grep -q '^listening' "$tmp/server"; do
-  i=$((i + 1))
-  if [ "$i" -gt 100 ] || ! kill -0 "$server" 2>/dev/null; then
-    echo "stream.sh: the server did not start:" >&2
-    cat "$tmp/server" >&2
-    exit 1
-  fi
-  sleep 0.1
-done
+bench_wait "the server" "$server" "$tmp/server" grep -q '^listening' "$tmp/server"
 url="http://127.0.0.1:$(awk '{ print $2; exit }' "$tmp/server")"
 
 failed() {
