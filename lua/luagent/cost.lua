@@ -112,12 +112,16 @@ end
 -- Meters
 ------------------------------------------------------------------------------
 
--- Sorts call records costliest first (no price sorts last), then by call.
-local function costliest_first(a, b)
-  local x, y = a.cost or -1, b.cost or -1
+-- Whether a call (its cost, nil: no price; its number) comes before record
+-- b, costliest first (no price sorts last), then by call.
+local function ahead(cost, call, b)
+  local x, y = cost or -1, b.cost or -1
   if x ~= y then return x > y end
-  return a.call < b.call
+  return call < b.call
 end
+
+-- Sorts call records costliest first.
+local function costliest_first(a, b) return ahead(a.cost, a.call, b) end
 
 local function by_call(a, b) return a.call < b.call end
 
@@ -126,12 +130,13 @@ local function new_meter(name)
   return { name = name, calls = 0, attempts = 0, usage = usage.zero(), cost = 0, unpriced = 0 }
 end
 
--- The meters of the run: per agent (by id, in first-seen order), the calls
--- in flight, the finished calls' records (and the floor a record must beat
--- to be kept), each agent's current turn.
-local state -- {agents=, order=, calls=, done=, floor=, turns=, run=}
+-- The meters of the run: per agent (by id, in first-seen order), the
+-- records of calls in flight (made at a call's first charge), the answer
+-- ids of calls in flight, the finished calls' records (and the floor a
+-- record must beat to be kept), each agent's current turn.
+local state -- {agents=, order=, calls=, ids=, done=, floor=, turns=, run=}
 local function reset()
-  state = { agents = {}, order = {}, calls = {}, done = {}, turns = {}, run = new_meter("total") }
+  state = { agents = {}, order = {}, calls = {}, ids = {}, done = {}, turns = {}, run = new_meter("total") }
 end
 reset()
 
@@ -161,30 +166,46 @@ local function call_record(ev)
   return r
 end
 
--- Charges one attempt's usage to the call, its agent and the run.
-local function charge(r, ev, u)
-  r.model = r.model or ev.request_model
-  r.provider_kind = r.provider_kind or ev.provider_kind
-  r.attempts = r.attempts + 1
-  local p = M.price(r.model)
-  local c = p and type(u) == "table" and M.usage_cost(u, p) or (p and 0 or nil)
-  r.attempt_costs[#r.attempt_costs + 1] = c or false
-  usage.add(r.usage, u)
+-- The cost of usage `u` at price `p` (nil: no price; no usage costs 0).
+local function cost_of(u, p)
+  return p and (type(u) == "table" and M.usage_cost(u, p) or 0) or nil
+end
+
+-- Charges one attempt's usage `u` (costing c, nil: no price) to the
+-- agent's meter and the run's.
+local function charge_meters(ev, u, c)
   local a, run = agent_meter(ev), state.run
   a.attempts, run.attempts = a.attempts + 1, run.attempts + 1
   usage.add(a.usage, u)
   usage.add(run.usage, u)
   if c then a.cost, run.cost = a.cost + c, run.cost + c end
+end
+
+-- Charges one attempt's usage to the call's record, its agent and the run.
+local function charge(r, ev, u)
+  r.model = r.model or ev.request_model
+  r.provider_kind = r.provider_kind or ev.provider_kind
+  r.attempts = r.attempts + 1
+  local c = cost_of(u, M.price(r.model))
+  r.attempt_costs[#r.attempt_costs + 1] = c or false
+  usage.add(r.usage, u)
+  charge_meters(ev, u, c)
   if c and r.cost then r.cost = r.cost + c else r.cost = nil end
+end
+
+-- Counts a finished call (priced or not) on its agent's meter and the run's.
+local function count_call(ev, priced)
+  state.ids[ev.call] = nil
+  local a, run = agent_meter(ev), state.run
+  a.calls, run.calls = a.calls + 1, run.calls + 1
+  if not priced then a.unpriced, run.unpriced = a.unpriced + 1, run.unpriced + 1 end
 end
 
 -- A call ended: counted on its meters, its record kept for the report.
 local function finish_call(r, ev)
   state.calls[ev.call] = nil
-  local unpriced = r.cost == nil
-  local a, run = agent_meter(ev), state.run
-  a.calls, run.calls = a.calls + 1, run.calls + 1
-  if unpriced then a.unpriced, run.unpriced = a.unpriced + 1, run.unpriced + 1 end
+  r.message_id = state.ids[ev.call]
+  count_call(ev, r.cost ~= nil)
   if r.provider_kind == "openrouter" then r.generation_id = r.message_id end
   -- keep the costliest M.keep (for the report), not every call of a long
   -- run: past 2 * M.keep records, the costliest M.keep stay, and the
@@ -207,11 +228,23 @@ local function consume(ev)
   if t == "turn_start" then
     state.turns[ev.agent_id or ""] = ev.turn
   elseif t == "message_start" and ev.call then
-    if ev.id then call_record(ev).message_id = ev.id end
+    if ev.id then state.ids[ev.call] = ev.id end
   elseif t == "provider_retry" then
     charge(call_record(ev), ev, ev.usage)
   elseif (t == "message_end" and ev.final) or t == "call_aborted" then
-    local r = call_record(ev)
+    local r = state.calls[ev.call]
+    if not r and ev.attempts == 1 and state.floor then
+      -- the common case, one attempt and nothing charged before: when the
+      -- call cannot beat the floor, it is charged and counted without a
+      -- record (none is kept)
+      local u = ev.total_usage
+      local c = cost_of(u, M.price(ev.request_model))
+      if not ahead(c, ev.call, state.floor) then
+        charge_meters(ev, u, c)
+        return count_call(ev, c ~= nil)
+      end
+    end
+    r = r or call_record(ev)
     if (ev.attempts or 0) > r.attempts then
       -- the last attempt: what the call's total holds beyond the attempts
       -- charged so far (so the meter always adds up to total_usage); all
