@@ -142,117 +142,155 @@ static void put_integer(luaL_Buffer *b, long long v) {
 
 /* ---- json_fields ---------------------------------------------------------- */
 
+/* A field of the table being written: its key's text, and where the key is
+ * on the stack, its value just above it. Both stay on the stack until the
+ * line is written, so no string can go while the encoder runs. */
 typedef struct {
   const char *p;
   size_t n;
-  int idx; /* where the key string is on the stack (pushed as it is:
-              pushing its text would hash it anew) */
-} key;
+  int at;
+} field;
+
+#define MAX_HEAD 32         /* names json_fields' head list may hold */
+#define FIELDS_ON_C_STACK 48 /* other fields before a userdata holds them */
 
 /* Lua's order of strings (in the C locale): bytes, then length. */
-static int key_cmp(const void *a, const void *b) {
-  const key *x = a, *y = b;
+static int field_cmp(const void *a, const void *b) {
+  const field *x = a, *y = b;
   int c = memcmp(x->p, y->p, x->n < y->n ? x->n : y->n);
   if (c != 0) return c;
   return (x->n > y->n) - (x->n < y->n);
 }
 
-/* Appends ',"k":' (no comma first) and the value of field k of the table
- * at t; nothing when it is nil. A value that is no string, number or
- * boolean is encoded by the function at `encode`. */
-static void put_field(lua_State *L, luaL_Buffer *b, int t, int encode, key k, int *first) {
-  lua_pushvalue(L, k.idx);
-  int type = lua_rawget(L, t);
-  if (type == LUA_TNIL) {
-    lua_pop(L, 1);
+/* Sorts fields by key: insertion sort for the few of a log line, qsort
+ * past that. */
+static void sort_fields(field *f, size_t n) {
+  if (n > 16) {
+    qsort(f, n, sizeof *f, field_cmp);
     return;
   }
-  if (type == LUA_TSTRING || type == LUA_TNUMBER || type == LUA_TBOOLEAN) {
-    size_t n = 0;
-    const char *s = type == LUA_TSTRING ? lua_tolstring(L, -1, &n) : NULL; /* kept by the table */
-    int is_int = type == LUA_TNUMBER && lua_isinteger(L, -1);
-    lua_Integer i = is_int ? lua_tointeger(L, -1) : 0;
-    lua_Number x = type == LUA_TNUMBER ? lua_tonumber(L, -1) : 0;
-    int yes = type == LUA_TBOOLEAN && lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    if (!*first) luaL_addchar(b, ',');
-    *first = 0;
-    put_string(b, k.p, k.n);
-    luaL_addchar(b, ':');
-    if (s) put_string(b, s, n);
-    else if (is_int) put_integer(b, (long long)i);
-    else if (type == LUA_TNUMBER) put_float(b, x);
-    else if (yes) ADD_LIT(b, "true");
-    else ADD_LIT(b, "false");
-    return;
+  for (size_t i = 1; i < n; i++) {
+    field x = f[i];
+    size_t j = i;
+    for (; j > 0 && field_cmp(&f[j - 1], &x) > 0; j--) f[j] = f[j - 1];
+    f[j] = x;
   }
-  lua_pop(L, 1);
+}
+
+/* Whether key k[0, n) is the string h[0, hn). Equal short strings are one
+ * object in Lua, so their texts are one pointer; a long one is compared. */
+static int same_key(const char *k, size_t n, const char *h, size_t hn) {
+  return k == h || (n == hn && n > 40 && memcmp(k, h, n) == 0);
+}
+
+/* Appends ',"k":' (no comma first) and the value of field f. A value that
+ * is no string, number or boolean is encoded by the function at `encode`. */
+static void put_field(lua_State *L, luaL_Buffer *b, int encode, const field *f, int *first) {
+  int v = f->at + 1;
   if (!*first) luaL_addchar(b, ',');
   *first = 0;
-  put_string(b, k.p, k.n);
+  put_string(b, f->p, f->n);
   luaL_addchar(b, ':');
-  lua_pushvalue(L, encode);
-  lua_pushvalue(L, k.idx);
-  lua_rawget(L, t);
-  lua_call(L, 1, 1);
-  if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "json_fields: the encoder returned no string");
-  luaL_addvalue(b);
+  switch (lua_type(L, v)) {
+    case LUA_TSTRING: {
+      size_t n;
+      const char *s = lua_tolstring(L, v, &n);
+      put_string(b, s, n);
+      break;
+    }
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, v)) put_integer(b, (long long)lua_tointeger(L, v));
+      else put_float(b, lua_tonumber(L, v));
+      break;
+    case LUA_TBOOLEAN:
+      if (lua_toboolean(L, v)) ADD_LIT(b, "true");
+      else ADD_LIT(b, "false");
+      break;
+    default:
+      lua_pushvalue(L, encode);
+      lua_pushvalue(L, v);
+      lua_call(L, 1, 1);
+      if (lua_type(L, -1) != LUA_TSTRING) luaL_error(L, "json_fields: the encoder returned no string");
+      luaL_addvalue(b);
+  }
 }
 
 /* json_fields(t, head, encode) -> the JSON object of table t's string
- * keys: those named in the list `head` first, in its order, then the
- * others sorted. Strings, numbers and booleans are written here; any other
- * value through encode(value) -> JSON text. */
+ * keys: those named in the list `head` (up to MAX_HEAD names) first, in
+ * its order, then the others sorted. Strings, numbers and booleans are
+ * written here; any other value through encode(value) -> JSON text.
+ * One pass over t: each key and value is left on the stack as lua_next
+ * gives it, a head key found by its string's identity. */
 static int l_json_fields(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
-  lua_Integer nhead = (lua_Integer)lua_rawlen(L, 2), nkeys = 0;
-  lua_pushnil(L);
-  while (lua_next(L, 1)) {
-    lua_pop(L, 1);
-    nkeys++;
-  }
-  /* the key list lives in a userdata: freed by the collector even when
-   * the encoder raises */
-  key *keys = lua_newuserdatauv(L, (size_t)(nhead + nkeys + 1) * sizeof(key), 0);
-  int ud = lua_gettop(L);
-  /* every key string goes on the stack above the userdata */
-  luaL_checkstack(L, (int)(nhead + nkeys + 4), "json_fields: too many fields");
-  for (lua_Integer i = 1; i <= nhead; i++) {
+  lua_settop(L, 3);
+  lua_Integer nhead = (lua_Integer)lua_rawlen(L, 2);
+  if (nhead > MAX_HEAD) luaL_error(L, "json_fields: head holds more than %d names", MAX_HEAD);
+  luaL_checkstack(L, (int)nhead + 8, "json_fields: no stack");
+  const char *head[MAX_HEAD];
+  size_t head_n[MAX_HEAD];
+  int head_at[MAX_HEAD]; /* 0: not in t */
+  for (lua_Integer i = 0; i < nhead; i++) {
     /* a string already (a number made one here would live on the stack only) */
-    if (lua_rawgeti(L, 2, i) != LUA_TSTRING) luaL_error(L, "json_fields: head[%d] is not a string", (int)i);
-    keys[i - 1].p = lua_tolstring(L, -1, &keys[i - 1].n);
-    keys[i - 1].idx = lua_gettop(L);
+    if (lua_rawgeti(L, 2, i + 1) != LUA_TSTRING) luaL_error(L, "json_fields: head[%d] is not a string", (int)i + 1);
+    head[i] = lua_tolstring(L, -1, &head_n[i]);
+    head_at[i] = 0;
   }
-  key *rest = keys + nhead;
-  size_t nrest = 0;
+  /* the other fields: on the C stack, or (past FIELDS_ON_C_STACK) in a
+   * userdata placed below everything pushed since, which the collector
+   * frees even when the encoder raises */
+  field on_c_stack[FIELDS_ON_C_STACK], *rest = on_c_stack;
+  size_t nrest = 0, cap = FIELDS_ON_C_STACK;
+  int box = 0; /* the userdata's stack index, once there is one */
   lua_pushnil(L);
   while (lua_next(L, 1)) {
-    lua_pop(L, 1);
-    if (lua_type(L, -1) != LUA_TSTRING) continue;
-    key k;
-    k.p = lua_tolstring(L, -1, &k.n);
-    int in_head = 0;
-    for (lua_Integer i = 0; i < nhead && !in_head; i++) {
-      in_head = keys[i].n == k.n && memcmp(keys[i].p, k.p, k.n) == 0;
+    int at = lua_gettop(L) - 1;
+    if (lua_type(L, at) != LUA_TSTRING) {
+      lua_pop(L, 1); /* the key stays, for lua_next */
+      continue;
     }
-    if (in_head) continue;
-    lua_pushvalue(L, -1); /* kept below the key lua_next goes on from */
-    lua_insert(L, -2);
-    k.idx = lua_gettop(L) - 1;
-    rest[nrest++] = k;
+    size_t n;
+    const char *k = lua_tolstring(L, at, &n);
+    lua_Integer h = 0;
+    while (h < nhead && !same_key(k, n, head[h], head_n[h])) h++;
+    if (h < nhead) {
+      head_at[h] = at;
+    } else {
+      if (nrest == cap) {
+        field *grown = lua_newuserdatauv(L, 2 * cap * sizeof *grown, 0);
+        memcpy(grown, rest, nrest * sizeof *grown);
+        if (box) {
+          lua_replace(L, box);
+        } else {
+          /* below the fields: each one's index moves up by one */
+          box = 4 + (int)nhead;
+          lua_insert(L, box);
+          at++;
+          for (size_t i = 0; i < nrest; i++) grown[i].at++;
+          for (lua_Integer i = 0; i < nhead; i++)
+            if (head_at[i]) head_at[i]++;
+        }
+        rest = grown;
+        cap *= 2;
+      }
+      rest[nrest++] = (field){k, n, at};
+    }
+    luaL_checkstack(L, 4, "json_fields: too many fields");
+    lua_pushvalue(L, at); /* the key again, for lua_next */
   }
-  qsort(rest, nrest, sizeof(key), key_cmp);
+  sort_fields(rest, nrest);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   luaL_addchar(&b, '{');
   int first = 1;
-  for (size_t i = 0; i < (size_t)nhead + nrest; i++) put_field(L, &b, 1, 3, keys[i], &first);
+  for (lua_Integer i = 0; i < nhead; i++) {
+    if (head_at[i]) put_field(L, &b, 3, &(field){head[i], head_n[i], head_at[i]}, &first);
+  }
+  for (size_t i = 0; i < nrest; i++) put_field(L, &b, 3, &rest[i], &first);
   luaL_addchar(&b, '}');
   luaL_pushresult(&b);
-  lua_replace(L, ud);
-  lua_settop(L, ud);
   return 1;
 }
 

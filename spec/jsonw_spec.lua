@@ -93,6 +93,32 @@ describe("core.json_fields (log lines)", function()
     for i = 1, 300 do want[i] = ('"k%03d":%d'):format(i, i) end
     assert.equal("{" .. table.concat(want, ",") .. "}", core.json_fields(t, {}, encode))
   end)
+
+  it("finds head keys among many (a long name too) and keeps every string alive while the encoder runs", function()
+    local long = string.rep("h", 50)
+    local t = { time = "T", [long] = "L" }
+    for i = 1, 150 do t[("k%03d"):format(i)] = i % 7 == 0 and { i } or ("v" .. i) end
+    -- what it must write: the head names present, in order, then the rest sorted
+    local head = { "time", string.rep("h", 25) .. string.rep("h", 25), "absent" }
+    local want = { '"time":"T"', '"' .. long .. '":"L"' }
+    for i = 1, 150 do
+      want[#want + 1] = ('"k%03d":%s'):format(i, i % 7 == 0 and ("[" .. i .. "]") or ('"v' .. i .. '"'))
+    end
+    -- an encoder that empties the table and collects: the strings read
+    -- from it must still be there
+    local function emptying(v)
+      for k in pairs(t) do t[k] = nil end
+      collectgarbage()
+      return encode(v)
+    end
+    assert.equal("{" .. table.concat(want, ",") .. "}", core.json_fields(t, head, emptying))
+  end)
+
+  it("takes at most 32 head names", function()
+    local head = {}
+    for i = 1, 33 do head[i] = "h" .. i end
+    assert.has_error(function() core.json_fields({}, head, encode) end, "json_fields: head holds more than 32 names")
+  end)
 end)
 
 describe("core.otlp_span", function()
