@@ -16,6 +16,7 @@
 #include "errors.h"
 #include "guard.h"
 #include "http.h"
+#include "ids.h"
 #include "jsonw.h"
 #include "loop.h"
 #include "process.h"
@@ -25,6 +26,7 @@
 #include "redis.h"
 #include "sse.h"
 #include "tcp.h"
+#include "timetext.h"
 #include "watch.h"
 
 void lg_class_new(lua_State *L, const char *name, const luaL_Reg *methods,
@@ -125,6 +127,8 @@ int luaopen_luagent_core(lua_State *L) {
   lg_sse_register(L);
   lg_chunk_register(L);
   lg_jsonw_register(L);
+  lg_ids_register(L);
+  lg_timetext_register(L);
   lg_scrub_register(L);
   lg_loop_register(L);
   lg_tcp_register(L);

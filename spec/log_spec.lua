@@ -278,5 +278,26 @@ describe("log.duration", function()
         or string.format("%dµs", math.floor(d * 1e6 + 0.5))
       assert.equal(want, log.duration(d))
     end
+    assert.equal("-5µs", log.duration(-0.000005))
+    assert.equal("?", log.duration(0 / 0))
+    assert.equal("?", log.duration(math.huge))
+  end)
+end)
+
+describe("core.iso_time (a log line's time)", function()
+  local core = require "luagent.core"
+  it("writes UTC to the millisecond, as os.date and string.format write it, across seconds and days", function()
+    math.randomseed(12)
+    local t = 1796086862.0
+    for _ = 1, 20000 do
+      t = t + math.random() * (math.random() < 0.01 and 100000 or 0.7)
+      local s = math.floor(t)
+      local want = os.date("!%Y-%m-%dT%H:%M:%S", s) .. string.format(".%03dZ", math.floor((t - s) * 1000))
+      assert.equal(want, core.iso_time(t))
+    end
+    assert.equal("1970-01-01T00:00:00.000Z", core.iso_time(0))
+    assert.equal("1969-12-31T23:59:59.500Z", core.iso_time(-0.5))
+    assert.has_error(function() core.iso_time(0 / 0) end)
+    assert.has_error(function() core.iso_time(1e300) end)
   end)
 end)

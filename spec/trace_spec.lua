@@ -380,3 +380,36 @@ describe("luagent run --otlp FILE", function()
     assert.matches("costliest turns", r.stderr)
   end)
 end)
+
+describe("trace and span ids (core.random_id)", function()
+  local core = require "luagent.core"
+
+  it("are 16 or 32 lowercase hex digits, never all zeros, and do not repeat", function()
+    local seen = {}
+    for _ = 1, 20000 do
+      for _, n in ipairs({ 16, 32 }) do
+        local id = core.random_id(n)
+        assert.equal(n, #id)
+        assert.truthy(id:match("^[0-9a-f]+$"))
+        assert.falsy(id:match("^0+$"))
+        assert.is_nil(seen[id])
+        seen[id] = true
+      end
+    end
+    assert.has_error(function() core.random_id(8) end)
+  end)
+
+  it("differ between runs of a script that seeds math.random with a constant", function()
+    local helpers = require "spec.support.helpers"
+    local script = helpers.tempfile([[
+      math.randomseed(42)
+      print(require("luagent.trace").hex_id(32))
+    ]], ".lua")
+    local a = helpers.run("run", script)
+    local b = helpers.run("run", script)
+    os.remove(script)
+    assert.equal(0, a.code)
+    assert.matches("^%x+\n$", a.stdout)
+    assert.not_equal(a.stdout, b.stdout)
+  end)
+end)

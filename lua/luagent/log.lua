@@ -55,12 +55,8 @@ function M.enabled(level) return M.LEVELS[level] >= threshold and threshold < M.
 -- Formatting one line
 ------------------------------------------------------------------------------
 
-local last_second, last_text -- the date and time of the last line's second
-local function iso_time(t)
-  local s = math.floor(t)
-  if s ~= last_second then last_second, last_text = s, os.date("!%Y-%m-%dT%H:%M:%S", s) end
-  return string.format("%s.%03dZ", last_text, math.floor((t - s) * 1000))
-end
+-- "2026-12-01T01:01:02.752Z": UTC to the millisecond (host/timetext.c).
+local iso_time = core.iso_time
 
 local function clock_time(t)
   local s = math.floor(t)
@@ -223,20 +219,13 @@ local function err_text(e)
   return tostring(e)
 end
 
--- duration(seconds) -> "37.968s", "1.3ms", "191µs".
--- Rounded in integers and written with integer formats: a float format
--- is glibc's slowest path, and a traced call writes three of these.
+-- duration(seconds) -> "37.968s" (to the millisecond), "1.3ms" (to a
+-- tenth of one), "191µs"; "?" for no number. Written in C
+-- (host/timetext.c): a traced call writes three.
+local duration_text = core.duration_text
 function M.duration(d)
-  if not d then return "?" end
-  if d >= 1 then
-    local ms = math.floor(d * 1000 + 0.5)
-    return string.format("%d.%03ds", ms // 1000, ms % 1000)
-  end
-  if d >= 0.001 then
-    local tenths = math.floor(d * 10000 + 0.5)
-    return string.format("%d.%dms", tenths // 10, tenths % 10)
-  end
-  return string.format("%dµs", math.floor(d * 1e6 + 0.5))
+  if type(d) ~= "number" then return "?" end
+  return duration_text(d)
 end
 local secs = M.duration
 

@@ -38,23 +38,10 @@ M.PROVIDER_NAMES = { openai = "openai", openai_responses = "openai", anthropic =
 -- Ids and times
 ------------------------------------------------------------------------------
 
--- A per-process salt, so ids differ between runs even when a script seeds
--- math.random with a constant.
-local salt = math.floor((core.wall() % 1000) * 1e6) * 0x9e3779b97f4a7c15
-
--- A random id of `n` hex digits (16 or 32), never all zeros (one format
--- per id: a call makes three).
-local random, MIN, MAX = math.random, math.mininteger, math.maxinteger
-local function hex_id(n)
-  local a = random(MIN, MAX) ~ salt
-  if n == 32 then
-    local b = random(MIN, MAX)
-    if a == 0 and b == 0 then return hex_id(n) end
-    return string.format("%016x%016x", a, b)
-  end
-  if a == 0 then return hex_id(n) end
-  return string.format("%016x", a)
-end
+-- A random id of `n` hex digits (16 or 32), never all zeros, from the
+-- core's own generator (host/ids.c): a script that seeds math.random with
+-- a constant still gets ids of its own on every run.
+local hex_id = core.random_id
 M.hex_id = hex_id
 
 local offset -- epoch seconds minus loop-clock seconds, fixed when tracing starts
