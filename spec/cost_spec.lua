@@ -196,7 +196,13 @@ describe("cost", function()
     assert.is_nil(kept[1001])
     assert.is_nil(kept[1041])
     assert.is_true(#calls <= 2 * 3)
-    assert.equal(41, cost.totals().calls) -- the meters count every call
+    -- the meters count and charge every call, kept or not
+    local totals, sum = cost.totals(), 0
+    for i = 1, 41 do sum = sum + (out[i] or i) end
+    assert.equal(41, totals.calls)
+    assert.equal(41, totals.attempts)
+    assert.equal(sum, totals.usage.output_tokens)
+    assert.is_true(math.abs(totals.total - sum * cost.price("test-model").output / 1e6) < 1e-12)
   end)
 
   it("keeps OpenRouter's generation id with the call", function()
