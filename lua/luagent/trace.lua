@@ -60,7 +60,9 @@ M.unix_nano = unix_nano
 
 -- A span is a plain table: name, kind, parent (a span), start, stop,
 -- trace_id, span_id, status, status_message, delay (the wait after an
--- attempt), children (nil until one is made), and its attributes as one
+-- attempt), children (nil until one is made), attempt (an attempt's
+-- number), response_model and response_id (a chat span's, from its
+-- answer's start), and its attributes as one
 -- list of names and values, attrs = {k1, v1, k2, v2, ...}, with nattrs the
 -- slots in use; a pair whose value is nil is no attribute (host/jsonw.c
 -- leaves it out). A list, not a map: a call sets some twenty attributes,
@@ -86,7 +88,7 @@ local function new_span(name, kind, parent, start, many)
     name = name, kind = kind, parent = parent, start = start or core.now(),
     trace_id = parent and parent.trace_id or hex_id(32), span_id = hex_id(16),
     attrs = attrs, nattrs = 0, children = nil, status = M.STATUS.UNSET, stop = nil, status_message = nil,
-    delay = nil,
+    delay = nil, attempt = nil, response_model = nil, response_id = nil,
   }
   if parent then
     local kids = parent.children
@@ -180,7 +182,7 @@ M.service_name = os.getenv("OTEL_SERVICE_NAME") or "luagent"
 ------------------------------------------------------------------------------
 
 local runs = {}   -- agent_id -> invoke_agent span
-local calls = {}  -- call -> {span=, attempts={n=span}, response_model=, response_id=}
+local calls = {}  -- call -> chat span (its children: the attempts)
 local tools = {}  -- agent_id .. "\0" .. call_id -> {span=, attempts={}, next_start=}
 local sinks = {}  -- function(root): called when a trace's root ends
 local unsubscribe
@@ -207,25 +209,59 @@ local function root_done(root)
   for _, sink in ipairs(sinks) do sink(root) end
 end
 
--- The chat span record of call `id` (made on first sight).
-local function call_of(id, agent_id, t)
-  local c = calls[id]
-  if c then return c end
-  local parent = agent_id and runs[agent_id]
-  c = { span = new_span("chat", M.KIND.CLIENT, parent, t, true), attempts = {} }
-  set(c.span, "gen_ai.operation.name", "chat")
-  calls[id] = c
-  return c
+-- Span names, made once each: "attempt N" per N, "chat MODEL" per model
+-- (a run has a few of each; past a bound, names are made as needed).
+local ATTEMPT_NAMES = setmetatable({}, { __index = function(t, n)
+  local name = "attempt " .. n
+  if math.type(n) == "integer" and n > 0 and n <= 64 then t[n] = name end
+  return name
+end })
+local chat_names, nchat_names = {}, 0
+local function chat_name(model)
+  local name = chat_names[model]
+  if not name then
+    name = "chat " .. model
+    if nchat_names < 256 then chat_names[model], nchat_names = name, nchat_names + 1 end
+  end
+  return name
 end
 
--- The span of attempt `n` of call record `c` (made on first sight).
+-- gen_ai.response.finish_reasons: one list per reason, made once (a
+-- span's attributes are never changed after they are set).
+local finish_lists, nfinish_lists = {}, 0
+local function finish_reasons(reason)
+  if reason == nil then return json.array {} end
+  local list = finish_lists[reason]
+  if not list then
+    list = json.array { reason }
+    if nfinish_lists < 64 then finish_lists[reason], nfinish_lists = list, nfinish_lists + 1 end
+  end
+  return list
+end
+
+-- The chat span of call `id` (made on first sight).
+local function call_of(id, agent_id, t)
+  local s = calls[id]
+  if s then return s end
+  local parent = agent_id and runs[agent_id]
+  s = new_span("chat", M.KIND.CLIENT, parent, t, true)
+  set(s, "gen_ai.operation.name", "chat")
+  calls[id] = s
+  return s
+end
+
+-- The span of attempt `n` of chat span `c` (made on first sight).
 local function attempt_of(c, n, t)
-  local a = c.attempts[n]
-  if a then return a end
-  a = new_span("attempt " .. n, M.KIND.CLIENT, c.span, t)
+  local kids = c.children
+  if kids then
+    for i = #kids, 1, -1 do
+      if kids[i].attempt == n then return kids[i] end
+    end
+  end
+  local a = new_span(ATTEMPT_NAMES[n], M.KIND.CLIENT, c, t)
+  a.attempt = n
   set(a, "http.request.method", "POST")
   if n > 1 then set(a, "http.request.resend_count", n - 1) end
-  c.attempts[n] = a
   return a
 end
 
@@ -275,8 +311,8 @@ function H.agent_end(ev, now)
 end
 
 function H.message_start(ev, now)
-  local c = call_of(ev.call, ev.agent_id, now)
-  c.response_model, c.response_id = ev.model, ev.id
+  local s = call_of(ev.call, ev.agent_id, now)
+  s.response_model, s.response_id = ev.model, ev.id
 end
 
 function H.provider_retry(ev, now)
@@ -294,17 +330,17 @@ end
 
 -- The call's final event (message_end final, or call_aborted).
 local function call_end(ev, now)
-  local c = call_of(ev.call, ev.agent_id, ev.started or now)
+  local s = call_of(ev.call, ev.agent_id, ev.started or now)
   calls[ev.call] = nil
-  local s = c.span
   ended("c", ev.call, s)
   if ev.started then s.start = ev.started end
   local n = ev.attempts or 0
   -- the last attempt, unless provider_retry ended it already (the retry
   -- it announced was then refused: budget, breaker, deadline, a gate)
-  local last = c.attempts[n]
-  if n > 0 and not (last and last.stop) then
-    local a = attempt_of(c, n, ev.attempt_started or now)
+  local kids = s.children
+  local last = kids and kids[#kids]
+  if n > 0 and not (last and last.attempt == n and last.stop) then
+    local a = attempt_of(s, n, ev.attempt_started or now)
     if ev.attempt_started then a.start = ev.attempt_started end
     set(a, "http.response.status_code", ev.status)
     usage_attrs(a, ev.usage)
@@ -315,15 +351,15 @@ local function call_end(ev, now)
     end
     finish(a, now)
   end
-  s.name = "chat " .. tostring(ev.request_model or c.response_model or "")
+  s.name = chat_name(tostring(ev.request_model or s.response_model or ""))
   local answered = ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted"
   set4(s, "gen_ai.provider.name", M.PROVIDER_NAMES[ev.provider_kind] or ev.provider_kind,
     "gen_ai.request.model", ev.request_model,
-    "gen_ai.response.model", answered and c.response_model or nil,
-    "gen_ai.response.id", answered and c.response_id or nil)
+    "gen_ai.response.model", answered and s.response_model or nil,
+    "gen_ai.response.id", answered and s.response_id or nil)
   usage_attrs(s, ev.total_usage)
   local hp = server_of(ev.endpoint)
-  set4(s, "gen_ai.response.finish_reasons", json.array { ev.raw_stop_reason or ev.stop_reason },
+  set4(s, "gen_ai.response.finish_reasons", finish_reasons(ev.raw_stop_reason or ev.stop_reason),
     "server.address", hp and hp[1], "server.port", hp and hp[2], "luagent.call", ev.call)
   set(s, "luagent.attempts", n)
   if ev.stop_reason == "error" then
@@ -358,7 +394,8 @@ end
 local function tool_attempt(t, now, err, delay)
   t.n = t.n + 1
   -- the attempt began after the wait (delay_ms is rounded: never past now)
-  local a = new_span("attempt " .. t.n, M.KIND.INTERNAL, t.span, math.min(t.next_start, now))
+  local a = new_span(ATTEMPT_NAMES[t.n], M.KIND.INTERNAL, t.span, math.min(t.next_start, now))
+  a.attempt = t.n
   if err then fail(a, err.kind or "tool_error", err.message or err) end
   if delay then
     set(a, "luagent.retry.delay_ms", math.floor(delay * 1000 + 0.5))
@@ -398,8 +435,7 @@ end
 function M.context(ev)
   local s
   if ev.call then
-    local c = calls[ev.call]
-    s = c and c.span or just_ended("c", ev.call)
+    s = calls[ev.call] or just_ended("c", ev.call)
   elseif ev.call_id then
     local t = tools[tool_key(ev)]
     s = t and t.span or just_ended("t", tool_key(ev))
@@ -437,36 +473,48 @@ local function by_start(a, b)
   return a.span_id < b.span_id
 end
 
--- tree(root) -> lines: each span with its duration, children indented
--- in start order; attempts say their status or error and the wait after.
--- Lines are not scrubbed: the caller scrubs their text.
-function M.tree(root, lines, depth)
-  lines, depth = lines or {}, depth or 0
+-- "HTTP 503", made once per status.
+local HTTP_NOTES = setmetatable({}, { __index = function(t, status)
+  local note = "HTTP " .. status
+  if math.type(status) == "integer" and status >= 100 and status <= 599 then t[status] = note end
+  return note
+end })
+
+-- Hands emit(line) each line of the tree under `root`: each span with its
+-- duration, children indented in start order; attempts say their status
+-- or error and the wait after. Lines are not scrubbed.
+local function tree_lines(root, emit, depth)
   local d = (root.stop or root.start) - root.start
-  local line = INDENT[depth] .. root.name .. " " .. M.duration(d)
+  local head = INDENT[depth] .. root.name .. " " .. M.duration(d)
   local tool = false
-  if root.name:find("^attempt ") then
+  if root.attempt then
     local status = get(root, "http.response.status_code")
-    local note = status and ("HTTP " .. status)
+    local note = status and HTTP_NOTES[status]
     if root.status == M.STATUS.ERROR then
       local first = note or root.status_message or get(root, "error.type")
       local more = root.delay and ("retried after " .. M.duration(root.delay)) or "failed"
       note = first and (first .. ", " .. more) or more
     end
-    if note then line = line .. "  " .. note end
+    emit(note and (head .. "  " .. note) or head)
   else
-    tool = root.name:find("^execute_tool ") ~= nil
-    if root.status == M.STATUS.ERROR then line = line .. "  error: " .. tostring(get(root, "error.type")) end
+    tool = get(root, "gen_ai.operation.name") == "execute_tool"
+    if root.status == M.STATUS.ERROR then head = head .. "  error: " .. tostring(get(root, "error.type")) end
+    emit(head)
   end
-  lines[#lines + 1] = line
   local kids = root.children or NO_CHILDREN
   -- a tool call that ran once, fine: its one attempt says nothing more
-  if tool and #kids == 1 and kids[1].status ~= M.STATUS.ERROR then return lines end
+  if tool and #kids == 1 and kids[1].status ~= M.STATUS.ERROR then return end
   if #kids > 1 then
     kids = table.move(kids, 1, #kids, 1, {})
     table.sort(kids, by_start)
   end
-  for _, c in ipairs(kids) do M.tree(c, lines, depth + 1) end
+  for _, c in ipairs(kids) do tree_lines(c, emit, depth + 1) end
+end
+
+-- tree(root) -> lines: the tree under `root` as tree_lines gives it.
+function M.tree(root)
+  local lines = {}
+  tree_lines(root, function(line) lines[#lines + 1] = line end, 0)
   return lines
 end
 
@@ -705,10 +753,9 @@ function M.start(opts)
   if opts.tree and not printed then
     -- kept as text, in a temporary file (the spans can go, and a long
     -- run's tree does not grow the Lua heap); in memory if there is none
-    printed = io.tmpfile() or { write = function(self, text) self[#self + 1] = text end }
-    sinks[#sinks + 1] = function(root)
-      printed:write(secrets.text(table.concat(M.tree(root), "\n")) .. "\n")
-    end
+    printed = io.tmpfile() or { write = function(self, ...) for _, text in ipairs({ ... }) do self[#self + 1] = text end end }
+    local function emit(line) printed:write(secrets.text(line), "\n") end
+    sinks[#sinks + 1] = function(root) tree_lines(root, emit, 0) end
   end
   return true
 end
