@@ -292,13 +292,14 @@ end
 -- The retry loop's gate: a refusal when a cap applies and is reached, or
 -- when a cap applies and the model has no price (the cap could not hold).
 local function gate(opts)
+  local run_limit = config.get("max_cost") -- `luagent run --max-cost N`
+  if not opts.max_cost and not run_limit then return nil end -- no cap: every call's case, no work
   local limits = {}
   if opts.max_cost then
     local m = state.agents[opts.agent_id or opts.agent or ""]
     limits[#limits + 1] = { limit = opts.max_cost, spent = m and m.cost or 0,
       scope = "agent", what = "the agent '" .. tostring(opts.agent) .. "'" }
   end
-  local run_limit = config.get("max_cost") -- `luagent run --max-cost N`
   if run_limit then
     limits[#limits + 1] = { limit = run_limit, spent = state.run.cost, scope = "run", what = "the run" }
   end
