@@ -9,7 +9,6 @@
 #include <lauxlib.h>
 #include <lua.h>
 #include <stdint.h>
-#include <string.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,7 +31,7 @@ static uint64_t next(rng *r) {
   return out;
 }
 
-/* splitmix64: spreads a seed over the state (never all zeros). */
+/* splitmix64: spreads a seed over the state. */
 static uint64_t splitmix(uint64_t *x) {
   uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -40,13 +39,14 @@ static uint64_t splitmix(uint64_t *x) {
   return z ^ (z >> 31);
 }
 
+/* The whole state from getrandom; else spread from the time and the pid. */
 static void seed(rng *r) {
-  uint64_t x;
-  if (getrandom(&x, sizeof x, GRND_NONBLOCK) != (ssize_t)sizeof x) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    x = ((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
-  }
+  if (getrandom(r->s, sizeof r->s, GRND_NONBLOCK) == (ssize_t)sizeof r->s &&
+      (r->s[0] | r->s[1] | r->s[2] | r->s[3]) != 0)
+    return;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t x = ((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 32);
   for (int i = 0; i < 4; i++) r->s[i] = splitmix(&x);
 }
 

@@ -2,10 +2,10 @@
  * call and a span per attempt must cost little next to the call's stream;
  * built in Lua, each field left a few small strings behind for the
  * collector. Here each result is written into one luaL_Buffer, which owns
- * the stack's top: a value is popped before the buffer is written to, and
- * the string it points to stays alive because the caller's table holds it
- * (keys and values are read raw, and nothing here changes those tables;
- * json_fields' encoder is given a value, never the table). */
+ * the stack's top. otlp_span and otlp_trace pop a value before the buffer
+ * is written to, and the string it points to stays alive because the
+ * span's tables hold it (read raw; nothing here changes them); json_fields
+ * keeps every key and value it writes on the stack. */
 #include "jsonw.h"
 
 #include <lauxlib.h>
@@ -178,9 +178,10 @@ static void sort_fields(field *f, size_t n) {
 }
 
 /* Whether key k[0, n) is the string h[0, hn). Equal short strings are one
- * object in Lua, so their texts are one pointer; a long one is compared. */
+ * object in Lua, so their texts are one pointer: most keys match or differ
+ * there (or by length) without a byte compared. */
 static int same_key(const char *k, size_t n, const char *h, size_t hn) {
-  return k == h || (n == hn && n > 40 && memcmp(k, h, n) == 0);
+  return k == h || (n == hn && memcmp(k, h, n) == 0);
 }
 
 /* Appends ',"k":' (no comma first) and the value of field f. A value that
@@ -233,7 +234,7 @@ static int l_json_fields(lua_State *L) {
   size_t head_n[MAX_HEAD];
   int head_at[MAX_HEAD]; /* 0: not in t */
   for (lua_Integer i = 0; i < nhead; i++) {
-    /* a string already (a number made one here would live on the stack only) */
+    /* a string already: a number would never be the same key as a string */
     if (lua_rawgeti(L, 2, i + 1) != LUA_TSTRING) luaL_error(L, "json_fields: head[%d] is not a string", (int)i + 1);
     head[i] = lua_tolstring(L, -1, &head_n[i]);
     head_at[i] = 0;
@@ -281,6 +282,7 @@ static int l_json_fields(lua_State *L) {
     lua_pushvalue(L, at); /* the key again, for lua_next */
   }
   sort_fields(rest, nrest);
+  luaL_checkstack(L, 8, "json_fields: no stack"); /* the buffer, the encoder's call */
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   luaL_addchar(&b, '{');

@@ -66,13 +66,15 @@ static int l_duration_text(lua_State *L) {
 
 /* The text of the last second iso_time wrote: its upvalue. */
 typedef struct {
-  int valid;        /* 0: no second written yet */
+  int valid; /* 0: no second written yet */
   long long second;
-  char text[20];    /* "YYYY-MM-DDTHH:MM:SS" */
+  char text[19]; /* "YYYY-MM-DDTHH:MM:SS" */
 } last_second;
 
 /* iso_time(epoch) -> "2026-12-01T01:01:02.752Z": UTC, to the millisecond
- * (cut, not rounded). Raises for no time gmtime can take. */
+ * (cut, not rounded). Raises for a time outside the years 0 to 9999. The
+ * text is os.date's and string.format's, but for a fraction so close to
+ * the next second that it reads .1000 there: .999 here. */
 static int l_iso_time(lua_State *L) {
   double t = luaL_checknumber(L, 1);
   last_second *last = lua_touserdata(L, lua_upvalueindex(1));
@@ -81,13 +83,25 @@ static int l_iso_time(lua_State *L) {
   if (!last->valid || (long long)s != last->second) {
     time_t secs = (time_t)s;
     struct tm tm;
-    if (!gmtime_r(&secs, &tm) || tm.tm_year + 1900 > 9999 || tm.tm_year + 1900 < 0)
+    if (!gmtime_r(&secs, &tm) || tm.tm_year < -1900 || tm.tm_year > 9999 - 1900)
       return luaL_argerror(L, 1, "not a time");
-    strftime(last->text, sizeof last->text, "%Y-%m-%dT%H:%M:%S", &tm);
+    /* by hand: strftime's %Y writes years before 1000 with fewer digits */
+    char *p = last->text;
+    digits_before(p + 4, (unsigned long long)(tm.tm_year + 1900), 4);
+    p[4] = '-';
+    digits_before(p + 7, (unsigned long long)(tm.tm_mon + 1), 2);
+    p[7] = '-';
+    digits_before(p + 10, (unsigned long long)tm.tm_mday, 2);
+    p[10] = 'T';
+    digits_before(p + 13, (unsigned long long)tm.tm_hour, 2);
+    p[13] = ':';
+    digits_before(p + 16, (unsigned long long)tm.tm_min, 2);
+    p[16] = ':';
+    digits_before(p + 19, (unsigned long long)tm.tm_sec, 2);
     last->second = (long long)s;
     last->valid = 1;
   }
-  char text[32];
+  char text[24];
   memcpy(text, last->text, 19);
   int ms = (int)floor((t - s) * 1000);
   if (ms > 999) ms = 999; /* (t - s) * 1000 may round up to 1000 */

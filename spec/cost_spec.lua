@@ -203,6 +203,21 @@ describe("cost", function()
     assert.equal(41, totals.attempts)
     assert.equal(sum, totals.usage.output_tokens)
     assert.is_true(math.abs(totals.total - sum * cost.price("test-model").output / 1e6) < 1e-12)
+    -- past the floor, a retried call still gets its record: every attempt,
+    -- the last answer's id
+    local u = { input_tokens = 0, output_tokens = 2000, cache_read_tokens = 0, cache_write_tokens = 0 }
+    events.publish { type = "message_start", call = 2000, id = "m1" }
+    events.publish { type = "provider_retry", call = 2000, attempt = 1, usage = u, request_model = "test-model" }
+    events.publish { type = "message_start", call = 2000, id = "m2" }
+    events.publish { type = "message_end", call = 2000, final = true, attempts = 2, stop_reason = "stop",
+      request_model = "test-model", provider_kind = "openai",
+      total_usage = { input_tokens = 0, output_tokens = 5000, cache_read_tokens = 0, cache_write_tokens = 0 } }
+    local last = cost.records()[#cost.records()]
+    assert.equal(2000, last.call)
+    assert.equal(2, last.attempts)
+    assert.equal(5000, last.usage.output_tokens)
+    assert.equal("m2", last.message_id)
+    assert.equal(43, cost.totals().attempts)
   end)
 
   it("keeps OpenRouter's generation id with the call", function()

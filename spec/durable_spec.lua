@@ -72,6 +72,19 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     assert.matches("payer#1/1/t2/c1%s+finished%s+transfer .* %(its check found it happened%)", s.stdout)
   end)
 
+  it("is traced and costed when resumed with --trace --cost: the replayed answers are no calls", function()
+    local id = crashed("after")
+    local r = sh(env, "resume", "--trace", "--cost", id)
+    assert.equal(0, r.code, r.stderr)
+    -- the observers stay subscribed (a replayed answer has no call number)
+    assert.not_matches("event consumer failed", r.stderr)
+    -- one real model call (the last turn): one chat span, one cost row
+    local _, chats = r.stderr:gsub("\n  chat ", "")
+    assert.equal(1, chats)
+    assert.matches("\n    attempt 1 %S+  HTTP 200\n", r.stderr)
+    assert.matches("\npayer%s+1%s+1%s", r.stderr)
+  end)
+
   it("runs when its check says it did not happen", function()
     local id = crashed("before")
     assert.equal(0, #lines(env.LEDGER))

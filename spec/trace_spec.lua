@@ -9,6 +9,7 @@ local luagent = require "luagent"
 local mock = require "luagent.mock"
 local retry = require "luagent.retry"
 local trace = require "luagent.trace"
+local events = require "luagent.events"
 local errors = require "luagent.errors"
 local cjson = require "cjson"
 local testserver = require "spec.support.testserver"
@@ -316,6 +317,25 @@ describe("trace, from the OTLP file export", function()
     end
     assert.same({ stringValue = "overloaded" }, seen["error.type"])
     assert.same({ intValue = "503" }, seen["http.response.status_code"])
+  end)
+
+  it("prints a tool call that ran once, fine, as one line; one that failed, with its attempts", function()
+    assert(trace.start { tree = true })
+    local function tool(id, err)
+      events.publish { type = "tool_execution_start", agent = "a", agent_id = "a#1", call_id = id, name = "look" }
+      events.publish { type = "tool_execution_end", agent = "a", agent_id = "a#1", call_id = id, name = "look",
+        attempts = 1, error = err }
+    end
+    tool("c1")
+    tool("c2", { kind = "tool_error", message = "no such record" })
+    local out = {}
+    trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
+    local lines = {}
+    for l in table.concat(out):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+    assert.equal(3, #lines)
+    assert.matches("^execute_tool look %S+$", lines[1])
+    assert.matches("^execute_tool look %S+  error: tool_error$", lines[2])
+    assert.matches("^  attempt 1 %S+  no such record, failed$", lines[3])
   end)
 
   it("prints the tree from memory when there is no temporary file, a line per span", function()

@@ -131,7 +131,8 @@ local function new_meter(name)
 end
 
 -- The meters of the run: per agent (by id, in first-seen order), the
--- records of calls in flight (made at a call's first charge), the answer
+-- records of calls in flight (made at a call's first charge, or at its
+-- end), the answer
 -- ids of calls in flight, the finished calls' records (and the floor a
 -- record must beat to be kept), each agent's current turn.
 local state -- {agents=, order=, calls=, ids=, done=, floor=, turns=, run=}
@@ -193,7 +194,8 @@ local function charge(r, ev, u)
   if c and r.cost then r.cost = r.cost + c else r.cost = nil end
 end
 
--- Counts a finished call (priced or not) on its agent's meter and the run's.
+-- Counts a finished call (priced or not) on its agent's meter and the
+-- run's, and lets its answer id go.
 local function count_call(ev, priced)
   state.ids[ev.call] = nil
   local a, run = agent_meter(ev), state.run
@@ -229,9 +231,11 @@ local function consume(ev)
     state.turns[ev.agent_id or ""] = ev.turn
   elseif t == "message_start" and ev.call then
     if ev.id then state.ids[ev.call] = ev.id end
-  elseif t == "provider_retry" then
+  elseif t == "provider_retry" and ev.call ~= nil then
     charge(call_record(ev), ev, ev.usage)
-  elseif (t == "message_end" and ev.final) or t == "call_aborted" then
+  elseif ((t == "message_end" and ev.final) or t == "call_aborted") and ev.call ~= nil then
+    -- (an answer a resumed run replays from its journal has no call
+    -- number: the run that got it paid for it)
     local r = state.calls[ev.call]
     if not r and ev.attempts == 1 and state.floor then
       -- the common case, one attempt and nothing charged before: when the
@@ -303,7 +307,6 @@ local function gate(opts)
   if run_limit then
     limits[#limits + 1] = { limit = run_limit, spent = state.run.cost, scope = "run", what = "the run" }
   end
-  if #limits == 0 then return nil end
   local model = model_of(opts)
   for _, l in ipairs(limits) do
     local msg

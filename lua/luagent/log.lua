@@ -220,7 +220,7 @@ local function err_text(e)
 end
 
 -- duration(seconds) -> "37.968s" (to the millisecond), "1.3ms" (to a
--- tenth of one), "191µs"; "?" for no number. Written in C
+-- tenth of one), "191µs"; "?" for no number or no finite one. Written in C
 -- (host/timetext.c): a traced call writes three.
 local duration_text = core.duration_text
 function M.duration(d)

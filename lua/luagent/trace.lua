@@ -183,7 +183,7 @@ M.service_name = os.getenv("OTEL_SERVICE_NAME") or "luagent"
 
 local runs = {}   -- agent_id -> invoke_agent span
 local calls = {}  -- call -> chat span (its children: the attempts)
-local tools = {}  -- agent_id .. "\0" .. call_id -> {span=, attempts={}, next_start=}
+local tools = {}  -- agent_id .. "\0" .. call_id -> {span=, n= (attempts so far), next_start=}
 local sinks = {}  -- function(root): called when a trace's root ends
 local unsubscribe
 
@@ -310,12 +310,16 @@ function H.agent_end(ev, now)
   root_done(s)
 end
 
+-- A model call's events carry its number; an answer a resumed run replays
+-- from its journal has none (no request was made): it is no span.
 function H.message_start(ev, now)
+  if ev.call == nil then return end
   local s = call_of(ev.call, ev.agent_id, now)
   s.response_model, s.response_id = ev.model, ev.id
 end
 
 function H.provider_retry(ev, now)
+  if ev.call == nil then return end
   local c = call_of(ev.call, ev.agent_id, ev.started or now)
   local a = attempt_of(c, ev.attempt, ev.attempt_started or now)
   a.start = ev.attempt_started or a.start
@@ -330,6 +334,7 @@ end
 
 -- The call's final event (message_end final, or call_aborted).
 local function call_end(ev, now)
+  if ev.call == nil then return end
   local s = call_of(ev.call, ev.agent_id, ev.started or now)
   calls[ev.call] = nil
   ended("c", ev.call, s)
@@ -509,13 +514,6 @@ local function tree_lines(root, emit, depth)
     table.sort(kids, by_start)
   end
   for _, c in ipairs(kids) do tree_lines(c, emit, depth + 1) end
-end
-
--- tree(root) -> lines: the tree under `root` as tree_lines gives it.
-function M.tree(root)
-  local lines = {}
-  tree_lines(root, function(line) lines[#lines + 1] = line end, 0)
-  return lines
 end
 
 ------------------------------------------------------------------------------
