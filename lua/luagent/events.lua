@@ -15,10 +15,59 @@ local M = {}
 
 -- Consumers in two groups: annotators (they add fields to events, so they
 -- run first) and the others; in each, consumers of every event (`all`) and
--- consumers of some types only (`typed[type]`), so an event nobody asked
--- for by type (a text delta) costs nothing but the `all` consumers.
+-- consumers of some types only (`typed[type]`).
 local groups = { { all = {}, typed = {} }, { all = {}, typed = {} } }
 local ANNOTATE, NORMAL = groups[1], groups[2]
+
+-- Per event type, the consumers it goes to, in delivery order; `every`
+-- for a type no consumer asked for by name (a text delta reaches only the
+-- `all` consumers). Made anew at each subscribe and unsubscribe, so that a
+-- publish is one lookup and one loop. In each list the consumer subscribed
+-- last runs first.
+local routes, every
+
+local function rebuild()
+  local function route(t)
+    local r = {}
+    for _, group in ipairs(groups) do
+      for _, list in ipairs({ t and group.typed[t] or {}, group.all }) do
+        for i = #list, 1, -1 do r[#r + 1] = list[i] end
+      end
+    end
+    return r
+  end
+  routes, every = {}, route(nil)
+  for _, group in ipairs(groups) do
+    for t, list in pairs(group.typed) do
+      if list[1] and not routes[t] then routes[t] = route(t) end
+    end
+  end
+end
+rebuild()
+
+-- Removes fn once from each of `lists`.
+local function remove(lists, fn)
+  for _, list in ipairs(lists) do
+    for i, f in ipairs(list) do
+      if f == fn then table.remove(list, i) break end
+    end
+  end
+  rebuild()
+end
+
+-- Removes every subscription of fn (a consumer that raised).
+local function drop(fn)
+  for _, group in ipairs(groups) do
+    local lists = { group.all }
+    for _, list in pairs(group.typed) do lists[#lists + 1] = list end
+    for _, list in ipairs(lists) do
+      for i = #list, 1, -1 do
+        if list[i] == fn then table.remove(list, i) end
+      end
+    end
+  end
+  rebuild()
+end
 
 -- subscribe(fn [, opts]) -> unsubscribe function. fn(event) runs for every
 -- event published (or, with opts.types = {"agent_end", ...}, for events of
@@ -39,36 +88,39 @@ function M.subscribe(fn, opts)
     lists[1] = group.all
   end
   for _, list in ipairs(lists) do list[#list + 1] = fn end
-  return function()
-    for _, list in ipairs(lists) do
-      for i, f in ipairs(list) do
-        if f == fn then table.remove(list, i) break end
-      end
-    end
+  rebuild()
+  return function() remove(lists, fn) end
+end
+
+-- The position in its route of the consumer running now: publish reads it
+-- when one raises (a publish from inside a consumer puts it back on return).
+local at = 0
+
+-- Runs route[from], route[from + 1], ... with ev.
+local function run(route, from, ev)
+  for i = from, #route do
+    at = i
+    route[i](ev)
   end
 end
 
-local function deliver(list, ev)
-  for i = #list, 1, -1 do
-    local fn = list[i]
-    local ok, err = pcall(fn, ev)
-    if not ok then
-      if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
-      table.remove(list, i)
-      require("luagent.log").write("warn", "an event consumer failed on a " .. tostring(ev.type)
-        .. " event and was removed: " .. secrets.text(tostring(err)))
-    end
-  end
-end
-
--- publish(event): hands the event to every subscriber that wants it.
+-- publish(event): hands the event to every subscriber that wants it. One
+-- protected call covers the whole route; when a consumer raises, it is
+-- removed and reported, and the ones after it still get the event.
 function M.publish(ev)
-  local t = ev.type
-  for g = 1, 2 do
-    local group = groups[g]
-    local typed = group.typed[t]
-    if typed and typed[1] then deliver(typed, ev) end
-    if group.all[1] then deliver(group.all, ev) end
+  local route = routes[ev.type] or every
+  if not route[1] then return end
+  local outer, from = at, 1
+  while true do
+    local ok, err = pcall(run, route, from, ev)
+    local failed = at
+    at = outer
+    if ok then return end
+    if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
+    drop(route[failed])
+    require("luagent.log").write("warn", "an event consumer failed on a " .. tostring(ev.type)
+      .. " event and was removed: " .. secrets.text(tostring(err)))
+    from = failed + 1
   end
 end
 

@@ -1,0 +1,110 @@
+-- The event bus (lua/luagent/events.lua): who gets which event in which
+-- order, and what happens when a consumer raises: it is removed and
+-- reported once, the consumers after it still get the event, and a
+-- cancellation goes on to the publisher.
+local events = require "luagent.events"
+local errors = require "luagent.errors"
+local log = require "luagent.log"
+
+-- Collects the log's lines while fn runs.
+local function logged(fn)
+  local lines, sink, level = {}, log.sink, log.level()
+  log.sink = function(_, line) lines[#lines + 1] = line end
+  log.set_level("warn")
+  local ok, err = pcall(fn)
+  log.sink = sink
+  log.set_level(level)
+  assert(ok, err)
+  return lines
+end
+
+describe("events.publish", function()
+  local stops
+  before_each(function() stops = {} end)
+  after_each(function() for _, stop in ipairs(stops) do stop() end end)
+  local function sub(fn, opts) stops[#stops + 1] = events.subscribe(fn, opts) end
+
+  it("gives annotators every event first, typed consumers their types only", function()
+    local seen = {}
+    sub(function(ev) seen[#seen + 1] = "all:" .. ev.type end)
+    sub(function(ev) seen[#seen + 1] = "typed:" .. ev.type end, { types = { "b" } })
+    sub(function(ev)
+      ev.note = "annotated"
+      seen[#seen + 1] = "annotator:" .. ev.type
+    end, { annotate = true, types = { "a", "b" } })
+    local ev = { type = "b" }
+    events.publish { type = "a" }
+    events.publish(ev)
+    events.publish { type = "c" }
+    assert.same({ "annotator:a", "all:a", "annotator:b", "typed:b", "all:b", "all:c" }, seen)
+    assert.equal("annotated", ev.note)
+  end)
+
+  it("removes a consumer that raises, reports it once, and still gives the event to the others", function()
+    local got, calls = {}, 0
+    sub(function(ev) got[#got + 1] = "first:" .. ev.type end)
+    sub(function()
+      calls = calls + 1
+      error("broken consumer")
+    end, { types = { "a", "b" } })
+    sub(function(ev) got[#got + 1] = "last:" .. ev.type end)
+    local lines = logged(function()
+      events.publish { type = "a" }
+      events.publish { type = "b" } -- gone from every type it asked for
+    end)
+    assert.equal(1, calls)
+    assert.equal(1, #lines)
+    assert.matches("an event consumer failed on a a event and was removed: .*broken consumer", lines[1])
+    assert.same({ "last:a", "first:a", "last:b", "first:b" }, got)
+  end)
+
+  it("blames the consumer that raised, after a publish of its own", function()
+    local inner, outer = 0, 0
+    sub(function() inner = inner + 1 end, { types = { "inner" } })
+    sub(function()
+      outer = outer + 1
+      events.publish { type = "inner" }
+      error("after publishing")
+    end, { types = { "outer" } })
+    local lines = logged(function()
+      events.publish { type = "outer" }
+      events.publish { type = "outer" }
+      events.publish { type = "inner" }
+    end)
+    assert.equal(1, outer)
+    assert.equal(2, inner)
+    assert.equal(1, #lines)
+    assert.matches("failed on a outer event", lines[1])
+  end)
+
+  it("lets a cancellation through to the publisher and keeps the consumer", function()
+    local calls, after = 0, 0
+    sub(function() after = after + 1 end)
+    sub(function()
+      calls = calls + 1
+      error(errors.new("cancelled", "cancelled"), 0)
+    end)
+    for _ = 1, 2 do
+      local ok, err = pcall(events.publish, { type = "a" })
+      assert.is_false(ok)
+      assert.is_true(errors.is_cancel(err))
+    end
+    assert.equal(2, calls)
+    assert.equal(0, after) -- subscribed first: it runs after the one that raised
+  end)
+
+  it("delivers an event to the consumers there when it was published", function()
+    local got = {}
+    local stop_b
+    sub(function(ev)
+      got[#got + 1] = "a:" .. ev.n
+      if stop_b then stop_b() stop_b = nil end
+    end)
+    stop_b = events.subscribe(function(ev) got[#got + 1] = "b:" .. ev.n end)
+    -- b was subscribed last, so it runs first: the first event reaches
+    -- both, the second only a
+    events.publish { type = "x", n = 1 }
+    events.publish { type = "x", n = 2 }
+    assert.same({ "b:1", "a:1", "a:2" }, got)
+  end)
+end)
