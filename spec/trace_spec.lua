@@ -293,6 +293,31 @@ describe("trace, from the OTLP file export", function()
     assert.equal(2, #cjson.decode(lines[2]).resourceSpans[1].scopeSpans[1].spans)
   end)
 
+  it("turns finished traces into text render_batch at a time, in the order they ended", function()
+    local file = os.tmpname()
+    assert(trace.start { file = file, tree = true })
+    for id = 1, 2 * trace.render_batch + 5 do bare_call(id) end
+    local out = {}
+    trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
+    local lines = {}
+    for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
+    os.remove(file)
+    assert.equal(1, #lines)
+    local spans = cjson.decode(lines[1]).resourceSpans[1].scopeSpans[1].spans
+    assert.equal(2 * (2 * trace.render_batch + 5), #spans)
+    for i = 1, #spans, 2 do
+      local chat, attempt = spans[i], spans[i + 1]
+      assert.equal("chat m", chat.name)
+      assert.equal(chat.spanId, attempt.parentSpanId)
+      for _, kv in ipairs(chat.attributes) do
+        if kv.key == "luagent.call" then assert.equal(tostring((i + 1) // 2), kv.value.intValue) end
+      end
+    end
+    local tree = {}
+    for l in table.concat(out):gmatch("([^\n]*)\n") do tree[#tree + 1] = l end
+    assert.equal(#spans, #tree)
+  end)
+
   it("leaves an attempt a refused retry ended as provider_retry wrote it (each attribute once)", function()
     local events = require "luagent.events"
     local file = os.tmpname()

@@ -526,21 +526,38 @@ end
 -- `batch` spans wait.
 M.file_batch = { delay = 1, batch = 512 }
 
+-- How many finished traces wait to be turned into text together (the
+-- OTLP file's JSON, the --trace tree's lines). Run back to back, the
+-- writer's code and branches stay warm: one at a time, between the
+-- chunks of a streaming run, it cost twice as much.
+M.render_batch = 32
+
+-- The spans of the tree under `s`.
+local function count_spans(s)
+  local n, kids = 1, s.children
+  if kids then
+    for i = 1, #kids do n = n + count_spans(kids[i]) end
+  end
+  return n
+end
+
 -- file_exporter(path) -> sink, close | nil, message: TracesData lines of
 -- finished traces, batched as M.file_batch says; close() ends the line
--- that is open. Each trace is turned into JSON (one string, scrubbed) as
--- it ends; the texts wait until M.file_chunk bytes of them are there and
--- go out in one write: little of a batch stays in the Lua heap, where
--- every object kept makes each collection of a streaming run longer, and
--- the file is written in pieces larger than the 4 KiB glibc's stdio
--- writes (it ignores the size setvbuf asks for). A line is whole in the
--- file once its batch ends (its tail and a flush); until then the file
--- may end inside it.
+-- that is open. Finished traces wait, M.render_batch at most, and are
+-- turned into JSON (one string each, scrubbed) together; the texts wait
+-- until M.file_chunk bytes of them are there and go out in one write:
+-- little of a batch stays in the Lua heap, where every object kept makes
+-- each collection of a streaming run longer, and the file is written in
+-- pieces larger than the 4 KiB glibc's stdio writes (it ignores the size
+-- setvbuf asks for). A line is whole in the file once its batch ends (its
+-- tail and a flush); until then the file may end inside it.
 M.file_chunk = 16384
 function M.file_exporter(path)
   local f, err = io.open(path, "w")
   if not f then return nil, err end
   local spans, timer = 0, nil -- spans in the open line; its batch's timer
+  local roots = {}            -- finished traces of the open line, not yet text
+  local opened = false        -- whether the open line's head is written
   local texts, bytes = {}, 0  -- what waits to be written, and its size
   local function write_out()
     if bytes == 0 then return end
@@ -552,21 +569,29 @@ function M.file_exporter(path)
     bytes = bytes + #text
     if bytes >= M.file_chunk then write_out() end
   end
+  local function render()
+    for i = 1, #roots do
+      add(opened and "," or head())
+      opened = true
+      add(secrets.text((core.otlp_trace(roots[i], offset))))
+      roots[i] = nil
+    end
+  end
   local function end_line()
     if timer then timer:cancel() end -- the line ends before its delay
     timer = nil
     if spans == 0 then return end
+    render()
     add(RESOURCE_TAIL .. "\n")
     write_out()
     f:flush()
-    spans = 0
+    spans, opened = 0, false
   end
   return function(root)
-    local text, n = core.otlp_trace(root, offset)
-    if spans == 0 then add(head()) else add(",") end
-    add(secrets.text(text))
-    spans = spans + n
+    roots[#roots + 1] = root
+    spans = spans + count_spans(root)
     if spans >= M.file_batch.batch then return end_line() end
+    if #roots >= M.render_batch then render() end
     if not timer then
       timer = core.spawn(function()
         core.sleep(M.file_batch.delay)
@@ -722,6 +747,7 @@ end
 ------------------------------------------------------------------------------
 
 local printed, exporters, closers = nil, {}, {}
+local tree_roots = {} -- finished traces whose tree lines are not yet in `printed`
 
 -- start{tree=bool, file=path, url=base URL, headers="k=v,..", max_queue=,
 -- batch=, timeout=}
@@ -753,7 +779,17 @@ function M.start(opts)
     -- run's tree does not grow the Lua heap); in memory if there is none
     printed = io.tmpfile() or { write = function(self, ...) for _, text in ipairs({ ... }) do self[#self + 1] = text end end }
     local function emit(line) printed:write(secrets.text(line), "\n") end
-    sinks[#sinks + 1] = function(root) tree_lines(root, emit, 0) end
+    local function render()
+      for i = 1, #tree_roots do
+        tree_lines(tree_roots[i], emit, 0)
+        tree_roots[i] = nil
+      end
+    end
+    sinks[#sinks + 1] = function(root)
+      tree_roots[#tree_roots + 1] = root
+      if #tree_roots >= M.render_batch then render() end
+    end
+    closers[#closers + 1] = render
   end
   return true
 end
