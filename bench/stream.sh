@@ -110,7 +110,7 @@ if [ "$BIG" -gt 0 ]; then
 fi
 # the observers' cost again, in one process (bench/observers.lua): the two
 # rows above come from separate processes, which differ by a few percent
-$on_client "$B/luagent" run bench/observers.lua "$url" 80 25 >"$tmp/observers" 2>"$tmp/err" || failed observers
+$on_client "$B/luagent" run bench/observers.lua "$url" 40 100 >"$tmp/observers" 2>"$tmp/err" || failed observers
 
 echo "== bench/stream.sh (client CPU per streamed chunk and peak RSS; ratios to libcurl + cJSON)"
 echo "$((N + 3)) SSE events ($N text chunks) per response;" \
@@ -162,5 +162,5 @@ awk -v events=$((N + 3)) -v C="$C" -v BIG="$BIG" '
         (cpu["one observed"] / chunks["one observed"]) / (cpu["one stream"] / chunks["one stream"]) * 100 - 100
   }' "$tmp/results"
 awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
-  END { printf "observers, in one process (on and off in alternating blocks of 25 calls): %s CPU per call" \
+  END { printf "observers, in one process (on and off in alternating blocks of 100 calls): %s CPU per call" \
     " (%s us on, %s us off)\n", f["cost"], f["on"], f["off"] }' "$tmp/observers"
