@@ -15,8 +15,10 @@
 #           and again in one process by bench/observers.lua
 #   node    the official `openai` node SDK (bench/stream_node.js), when
 #           `make peers` installed it into .peers/node_modules
-# One at a time, the clients run interleaved for ROUNDS rounds and the best
-# CPU time of each counts: the machine is shared and noisy, so read ratios.
+# One at a time, the clients run interleaved for ROUNDS (5) rounds and the
+# best CPU time of each counts: the machine is shared and noisy, so read
+# ratios (with 3 rounds, the observers' two rows moved by 3 points and more
+# from run to run).
 # Then C at once (one round), and BIG at once for luagent and the cJSON floor
 # (BIG=0 skips it). Node runs a fifth of the requests (it is slow); figures
 # are per chunk, so the ratios hold.
@@ -42,7 +44,7 @@ C=${C:-1000}
 RC=${RC:-5000}
 BIG=${BIG:-10000}
 RBIG=${RBIG:-$BIG}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 
 mkdir -p "$B/bench"
 ${CC:-cc} -std=c11 -O2 bench/floor_client.c -lcurl -o "$B/bench/floor_client"
