@@ -216,16 +216,20 @@ static void put_field(lua_State *L, luaL_Buffer *b, int encode, const field *f, 
   }
 }
 
-/* json_fields(t, head, encode) -> the JSON object of table t's string
- * keys: those named in the list `head` (up to MAX_HEAD names) first, in
- * its order, then the others sorted. Strings, numbers and booleans are
- * written here; any other value through encode(value) -> JSON text.
+/* json_fields(t, head, encode [, clear]) -> the JSON object of table t's
+ * string keys: those named in the list `head` (up to MAX_HEAD names)
+ * first, in its order, then the others sorted. Strings, numbers and
+ * booleans are written here; any other value through encode(value) ->
+ * JSON text. With clear, every string key of t is set to nil as it is
+ * read (a record the caller fills again for its next line: emptied here
+ * for a lookup each, where a pairs loop costs a traversal more).
  * One pass over t: each key and value is left on the stack as lua_next
  * gives it, a head key found by its string's identity. */
 static int l_json_fields(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checktype(L, 3, LUA_TFUNCTION);
+  int clear = lua_toboolean(L, 4);
   lua_settop(L, 3);
   lua_Integer nhead = (lua_Integer)lua_rawlen(L, 2);
   if (nhead > MAX_HEAD) luaL_error(L, "json_fields: head holds more than %d names", MAX_HEAD);
@@ -279,6 +283,12 @@ static int l_json_fields(lua_State *L) {
       rest[nrest++] = (field){k, n, at};
     }
     luaL_checkstack(L, 4, "json_fields: too many fields");
+    if (clear) {
+      /* an existing field set to nil: allowed while lua_next traverses */
+      lua_pushvalue(L, at);
+      lua_pushnil(L);
+      lua_rawset(L, 1);
+    }
     lua_pushvalue(L, at); /* the key again, for lua_next */
   }
   sort_fields(rest, nrest);

@@ -114,6 +114,14 @@ describe("core.json_fields (log lines)", function()
     assert.equal("{" .. table.concat(want, ",") .. "}", core.json_fields(t, head, emptying))
   end)
 
+  it("empties the table's string keys as it reads them when asked (the same text)", function()
+    local function record() return { time = "T", level = "info", msg = "m", b = 2, a = { 1 }, [1] = "kept" } end
+    local want = core.json_fields(record(), { "time", "level", "msg" }, encode)
+    local t = record()
+    assert.equal(want, core.json_fields(t, { "time", "level", "msg" }, encode, true))
+    assert.same({ [1] = "kept" }, t)
+  end)
+
   it("takes at most 32 head names", function()
     local head = {}
     for i = 1, 33 do head[i] = "h" .. i end

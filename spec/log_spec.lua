@@ -195,6 +195,43 @@ describe("log lines", function()
   end)
 end)
 
+describe("the default sink's lines", function()
+  it("carry no field of the line before (the record is emptied as its line is written)", function()
+    local events = require "luagent.events"
+    local written = {}
+    local stderr, level, format = io.stderr, log.level(), log.format
+    io.stderr = { write = function(_, ...) for _, s in ipairs({ ... }) do written[#written + 1] = s end end }
+    log.set_level("info")
+    log.set_format("json")
+    local stop = events.subscribe(log.consumer(), { types = log.TYPES })
+    local ok, err = pcall(function()
+      events.publish { type = "message_end", call = 1, final = true, attempts = 2, stop_reason = "error",
+        request_model = "m", reason = "gave up", error = "overloaded: HTTP 529" }
+      events.publish { type = "message_end", call = 2, final = true, attempts = 1, stop_reason = "stop",
+        request_model = "m", started = 0 }
+      events.publish { type = "message_end", call = 3, final = true, attempts = 1, stop_reason = "stop",
+        request_model = "m", started = 0 }
+    end)
+    stop()
+    io.stderr = stderr
+    log.set_level(level)
+    log.set_format(format)
+    assert(ok, err)
+    local lines = {}
+    for line in table.concat(written):gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(line) end
+    assert.equal(3, #lines)
+    assert.equal("gave up", lines[1].reason)
+    assert.equal("overloaded: HTTP 529", lines[1].error)
+    for i = 2, 3 do
+      assert.is_nil(lines[i].reason)
+      assert.is_nil(lines[i].error)
+      assert.equal(i, lines[i].call)
+      assert.equal(1, lines[i].attempts)
+      assert.equal("info", lines[i].level)
+    end
+  end)
+end)
+
 describe("luagent run --log", function()
   it("with stdout thrown away, prints log lines and nothing else", function()
     local out, err = os.tmpname(), os.tmpname()

@@ -98,13 +98,14 @@ end
 -- A field's value that is no string, number or boolean, as JSON.
 local function encode_value(v) return json.encode(v, { nonfinite = "null" }) end
 
--- The line for `record` in the current format.
-local function render(record, epoch)
+-- The line for `record` in the current format; with `clear`, the JSON
+-- form empties the record as it reads it (the consumer fills it again).
+local function render(record, epoch, clear)
   if is_json == nil then decide() end
   if is_json then
     -- the leading fields in order, then the rest sorted, written in C
     -- (host/jsonw.c) into one string: a line per call must stay cheap
-    return core.json_fields(record, HEAD, encode_value)
+    return core.json_fields(record, HEAD, encode_value, clear)
   end
   local who = {}
   if record.agent then who[#who + 1] = record.agent end
@@ -130,13 +131,19 @@ end
 
 -- Writes the line of `record` (the caller's to give away) at `level`.
 -- The line is scrubbed whole; the record's strings only when a sink other
--- than the default will see them.
-local function emit(level, msg, record)
+-- than the default will see them. With the default sink and `reuse`, the
+-- record is left empty, for the caller to fill again; returns whether it
+-- was.
+local function emit(level, msg, record, reuse)
   local epoch = core.wall()
   record.time = iso_time(epoch)
   record.level, record.msg = level, msg
-  if M.sink ~= M.default_sink then secrets.scrub(record) end
-  M.sink(level, secrets.text(render(record, epoch)), record)
+  if is_json == nil then decide() end
+  local default = M.sink == M.default_sink
+  if not default then secrets.scrub(record) end
+  local clear = reuse and default and is_json
+  M.sink(level, secrets.text(render(record, epoch, clear)), record)
+  return clear
 end
 
 -- write(level, msg [, fields]): one line at `level` when the threshold lets
@@ -361,13 +368,10 @@ end
 function M.consumer()
   local models = {} -- call -> model, for the events that do not name it
   -- A record no sink kept (the default sink makes its line and lets it
-  -- go), emptied: the next line fills the same table, its keys mostly the
-  -- same and their slots still there, instead of a new one per call.
+  -- go), emptied (as its JSON line was written, or here when no line was
+  -- due): the next line fills the same table, its keys mostly the same and
+  -- their slots still there, instead of a new one per call.
   local spare
-  local function done_with(r)
-    for k in pairs(r) do r[k] = nil end
-    spare = r
-  end
   return function(ev)
     local t = ev.type
     local most = MOST[t]
@@ -396,10 +400,13 @@ function M.consumer()
       r.tool, r.call_id = ev.name, ev.call_id
     end
     local level, msg = EVENTS[t](ev, r)
-    if not M.enabled(level) then return done_with(r) end
+    if not M.enabled(level) then
+      for k in pairs(r) do r[k] = nil end
+      spare = r
+      return
+    end
     r.trace_id, r.span_id = trace_context(ev)
-    emit(level, msg, r)
-    if M.sink == M.default_sink then done_with(r) end
+    if emit(level, msg, r, true) then spare = r end
   end
 end
 
