@@ -2,7 +2,7 @@
  * call and a span per attempt must cost little next to the call's stream;
  * built in Lua, each field left a few small strings behind for the
  * collector. Here each result is written into one luaL_Buffer, which owns
- * the stack's top. otlp_span and otlp_trace pop a value before the buffer
+ * the stack's top. otlp_span and otlp_traces pop a value before the buffer
  * is written to, and the string it points to stays alive because the
  * span's tables hold it (read raw; nothing here changes them); json_fields
  * keeps every key and value it writes on the stack. */
@@ -428,7 +428,7 @@ static double number_field(lua_State *L, int t, const char *k, double dflt) {
  * attributes as a list of names and values: {k1, v1, k2, v2, ...}), nattrs
  * (the slots of attrs in use), status, status_message. */
 static void push_attributes(lua_State *L, int s) {
-  luaL_checkstack(L, 2, "otlp_trace: too many spans");
+  luaL_checkstack(L, 2, "otlp_traces: too many spans");
   if (lua_getfield(L, s, "attrs") != LUA_TTABLE) luaL_error(L, "otlp_span: not a span (trace_id, span_id, name, attrs)");
 }
 
@@ -510,35 +510,44 @@ static int l_otlp_span(lua_State *L) {
   return 1;
 }
 
-/* otlp_trace(root, offset) -> text, count: the OTLP JSON of span root and
- * of every span under it (the spans of each one's `children` list),
- * comma-separated, parents before children, and how many there are. One
- * string for a finished trace, not one per span and a join. */
-static int l_otlp_trace(lua_State *L) {
+/* otlp_traces(roots, offset) -> text, count: the OTLP JSON of the spans of
+ * every tree in the list `roots` (each span and the spans of its
+ * `children` list), tree after tree, each tree parents before children,
+ * comma-separated, and how many spans there are. One string for a batch
+ * of finished traces, not one per span or per trace and a join. */
+static int l_otlp_traces(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   double offset = luaL_checknumber(L, 2);
   lua_settop(L, 2);
-  /* breadth first, on the stack: each span's children are pushed after
-   * every span already there, so the stack from index 3 is the list */
-  lua_pushvalue(L, 1);
-  for (int at = 3; at <= lua_gettop(L); at++) {
-    if (lua_getfield(L, at, "children") != LUA_TTABLE) {
+  /* each tree breadth first, on the stack: a span's children are pushed
+   * after every span already there, so the stack from index 3 is the list */
+  for (lua_Integer r = 1;; r++) {
+    luaL_checkstack(L, 2, "otlp_traces: too many spans");
+    int type = lua_rawgeti(L, 1, r);
+    if (type == LUA_TNIL) {
       lua_pop(L, 1);
-      continue;
+      break;
     }
-    int kids = lua_gettop(L);
-    for (lua_Integer i = 1;; i++) {
-      luaL_checkstack(L, 2, "otlp_trace: too many spans");
-      if (lua_rawgeti(L, kids, i) != LUA_TTABLE) {
+    if (type != LUA_TTABLE) luaL_error(L, "otlp_traces: roots[%d] is not a span", (int)r);
+    for (int at = lua_gettop(L); at <= lua_gettop(L); at++) {
+      if (lua_getfield(L, at, "children") != LUA_TTABLE) {
         lua_pop(L, 1);
-        break;
+        continue;
       }
+      int kids = lua_gettop(L);
+      for (lua_Integer i = 1;; i++) {
+        luaL_checkstack(L, 2, "otlp_traces: too many spans");
+        if (lua_rawgeti(L, kids, i) != LUA_TTABLE) {
+          lua_pop(L, 1);
+          break;
+        }
+      }
+      lua_remove(L, kids);
     }
-    lua_remove(L, kids);
   }
   int last = lua_gettop(L), n = last - 2;
   for (int at = 3; at <= last; at++) push_attributes(L, at);
-  luaL_checkstack(L, 8, "otlp_trace: too many spans"); /* put_span's own pushes */
+  luaL_checkstack(L, 8, "otlp_traces: too many spans"); /* put_span's own pushes */
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   for (int i = 0; i < n; i++) {
@@ -555,7 +564,7 @@ void lg_jsonw_register(lua_State *L) {
     {"json_quote", l_json_quote},
     {"json_fields", l_json_fields},
     {"otlp_span", l_otlp_span},
-    {"otlp_trace", l_otlp_trace},
+    {"otlp_traces", l_otlp_traces},
     {NULL, NULL},
   };
   luaL_setfuncs(L, fns, 0);

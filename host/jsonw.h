@@ -7,7 +7,7 @@
 
 struct lua_State;
 
-/* Sets json_quote, json_fields, otlp_span and otlp_trace into the table on
+/* Sets json_quote, json_fields, otlp_span and otlp_traces into the table on
  * top of the stack. */
 void lg_jsonw_register(struct lua_State *L);
 

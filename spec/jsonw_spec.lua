@@ -202,7 +202,7 @@ describe("core.otlp_span", function()
   end)
 end)
 
-describe("core.otlp_trace", function()
+describe("core.otlp_traces", function()
   local function node(id, parent)
     local s = { trace_id = string.rep("a", 32), span_id = id, name = "span " .. id, kind = 1, start = 1,
       stop = 2, status = 0, attrs = { "n", id }, nattrs = 2, parent = parent, children = {} }
@@ -215,7 +215,7 @@ describe("core.otlp_trace", function()
     local a = node("000000000000000a", root)
     local b = node("000000000000000b", root)
     local a1 = node("00000000000000a1", a)
-    local text, n = core.otlp_trace(root, 0)
+    local text, n = core.otlp_traces({ root }, 0)
     assert.equal(4, n)
     local spans = cjson.decode("[" .. text .. "]")
     local ids = {}
@@ -226,10 +226,22 @@ describe("core.otlp_trace", function()
     assert.equal(a.span_id, spans[4].parentSpanId)
   end)
 
+  it("writes the trees of a list one after the other, and refuses a root that is no span", function()
+    local r1, r2 = node("0000000000000001"), node("0000000000000002")
+    local c1, c2 = node("00000000000000c1", r1), node("00000000000000c2", r2)
+    local text, n = core.otlp_traces({ r1, r2 }, 0)
+    assert.equal(4, n)
+    local ids = {}
+    for i, d in ipairs(cjson.decode("[" .. text .. "]")) do ids[i] = d.spanId end
+    assert.same({ r1.span_id, c1.span_id, r2.span_id, c2.span_id }, ids)
+    assert.same({ "", 0 }, { core.otlp_traces({}, 0) })
+    assert.has_error(function() core.otlp_traces({ r1, "x" }, 0) end, "otlp_traces: roots[2] is not a span")
+  end)
+
   it("writes a lone span (no children list) as otlp_span does, inside a task too", function()
     local s = node("0000000000000001")
     s.children = nil
-    local text, n = coroutine.wrap(function() return core.otlp_trace(s, 5) end)()
+    local text, n = coroutine.wrap(function() return core.otlp_traces({ s }, 5) end)()
     assert.equal(1, n)
     assert.equal(core.otlp_span(s, 5), text)
   end)
@@ -237,7 +249,7 @@ describe("core.otlp_trace", function()
   it("writes a wide tree (a root with 50 children) inside a task", function()
     local root = node("0000000000000001")
     for i = 1, 50 do node(string.format("%016x", 100 + i), root) end
-    local text, n = coroutine.wrap(function() return core.otlp_trace(root, 0) end)()
+    local text, n = coroutine.wrap(function() return core.otlp_traces({ root }, 0) end)()
     assert.equal(51, n)
     assert.equal(51, #cjson.decode("[" .. text .. "]"))
   end)
@@ -257,6 +269,6 @@ describe("core.otlp_trace", function()
   it("raises for a child that is not a span, naming what is wrong", function()
     local root = node("0000000000000001")
     root.children[1] = { name = "x" }
-    assert.has_error(function() core.otlp_trace(root, 0) end, "otlp_span: not a span (trace_id, span_id, name, attrs)")
+    assert.has_error(function() core.otlp_traces({ root }, 0) end, "otlp_span: not a span (trace_id, span_id, name, attrs)")
   end)
 end)

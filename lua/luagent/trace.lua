@@ -544,7 +544,7 @@ end
 -- file_exporter(path) -> sink, close | nil, message: TracesData lines of
 -- finished traces, batched as M.file_batch says; close() ends the line
 -- that is open. Finished traces wait, M.render_batch at most, and are
--- turned into JSON (one string each, scrubbed) together; the texts wait
+-- turned into JSON together (one string, scrubbed); the texts wait
 -- until M.file_chunk bytes of them are there and go out in one write:
 -- little of a batch stays in the Lua heap, where every object kept makes
 -- each collection of a streaming run longer, and the file is written in
@@ -570,12 +570,11 @@ function M.file_exporter(path)
     if bytes >= M.file_chunk then write_out() end
   end
   local function render()
-    for i = 1, #roots do
-      add(opened and "," or head())
-      opened = true
-      add(secrets.text((core.otlp_trace(roots[i], offset))))
-      roots[i] = nil
-    end
+    if roots[1] == nil then return end
+    add(opened and "," or head())
+    opened = true
+    add(secrets.text((core.otlp_traces(roots, offset))))
+    roots = {}
   end
   local function end_line()
     if timer then timer:cancel() end -- the line ends before its delay
