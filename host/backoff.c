@@ -25,8 +25,8 @@ void lg_backoff_rng_seed(lg_backoff_rng *r, uint64_t seed) {
   for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
 }
 
-/* The top 53 bits of the next output, scaled to [0, 1). */
-double lg_backoff_rng_next(lg_backoff_rng *r) {
+/* The next output, all 64 bits. */
+uint64_t lg_backoff_rng_next64(lg_backoff_rng *r) {
   uint64_t *s = r->s;
   uint64_t out = rotl(s[1] * 5, 7) * 9;
   uint64_t t = s[1] << 17;
@@ -36,8 +36,11 @@ double lg_backoff_rng_next(lg_backoff_rng *r) {
   s[0] ^= s[3];
   s[2] ^= t;
   s[3] = rotl(s[3], 45);
-  return (double)(out >> 11) * 0x1.0p-53;
+  return out;
 }
+
+/* The top 53 bits of the next output, scaled to [0, 1). */
+double lg_backoff_rng_next(lg_backoff_rng *r) { return (double)(lg_backoff_rng_next64(r) >> 11) * 0x1.0p-53; }
 
 /* ======================================================================== */
 /* Backoff delays                                                           */

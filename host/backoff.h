@@ -19,6 +19,8 @@ typedef struct {
 void lg_backoff_rng_seed(lg_backoff_rng *r, uint64_t seed);
 /* The next number in [0, 1), with 53 random bits. */
 double lg_backoff_rng_next(lg_backoff_rng *r);
+/* The next output as it is: 64 random bits (trace ids, host/ids.c). */
+uint64_t lg_backoff_rng_next64(lg_backoff_rng *r);
 
 /* ---- Backoff delays ------------------------------------------------------ */
 

@@ -66,6 +66,15 @@ local function bare_call(id)
     request_model = "m", provider_kind = "openai", status = 200 }
 end
 
+-- Stops tracing; returns the lines of the tree it prints.
+local function stop_with_tree()
+  local out = {}
+  trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
+  local lines = {}
+  for l in table.concat(out):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+  return lines
+end
+
 describe("trace, from the OTLP file export", function()
   before_each(function()
     luagent.configure { log_sink = function() end }
@@ -297,8 +306,7 @@ describe("trace, from the OTLP file export", function()
     local file = os.tmpname()
     assert(trace.start { file = file, tree = true })
     for id = 1, 2 * trace.render_batch + 5 do bare_call(id) end
-    local out = {}
-    trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
+    local tree = stop_with_tree()
     local lines = {}
     for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
     os.remove(file)
@@ -313,8 +321,6 @@ describe("trace, from the OTLP file export", function()
         if kv.key == "luagent.call" then assert.equal(tostring((i + 1) // 2), kv.value.intValue) end
       end
     end
-    local tree = {}
-    for l in table.concat(out):gmatch("([^\n]*)\n") do tree[#tree + 1] = l end
     assert.equal(#spans, #tree)
   end)
 
@@ -353,10 +359,7 @@ describe("trace, from the OTLP file export", function()
     end
     tool("c1")
     tool("c2", { kind = "tool_error", message = "no such record" })
-    local out = {}
-    trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
-    local lines = {}
-    for l in table.concat(out):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+    local lines = stop_with_tree()
     assert.equal(3, #lines)
     assert.matches("^execute_tool look %S+$", lines[1])
     assert.matches("^execute_tool look %S+  error: tool_error$", lines[2])
@@ -370,10 +373,7 @@ describe("trace, from the OTLP file export", function()
     io.tmpfile = tmpfile
     assert(ok, err)
     for id = 1, 2 do bare_call(id) end
-    local out = {}
-    trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
-    local lines = {}
-    for l in table.concat(out):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+    local lines = stop_with_tree()
     assert.equal(4, #lines)
     assert.matches("^chat m ", lines[1])
     assert.matches("^  attempt 1 .*HTTP 200$", lines[2])
