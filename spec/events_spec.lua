@@ -77,6 +77,52 @@ describe("events.publish", function()
     assert.matches("failed on a outer event", lines[1])
   end)
 
+  it("blames the consumer that raised after waiting while another task published", function()
+    local luagent = require "luagent"
+    luagent.clock.virtual()
+    local got = {}
+    -- route [P, Q] (the consumer subscribed last runs first)
+    sub(function(ev)
+      got[#got + 1] = "Q" .. ev.n
+      if ev.n == 1 then
+        luagent.sleep(0.02)
+        error("Q broke")
+      end
+    end)
+    sub(function(ev)
+      got[#got + 1] = "P" .. ev.n
+      if ev.n == 2 then luagent.sleep(0.03) end -- P waits while Q raises
+    end)
+    local lines = logged(function()
+      local t1 = luagent.spawn(function() events.publish { type = "x", n = 1 } end)
+      local t2 = luagent.spawn(function()
+        luagent.sleep(0.005)
+        events.publish { type = "x", n = 2 }
+      end)
+      t1:join()
+      t2:join()
+      events.publish { type = "x", n = 3 }
+    end)
+    luagent.clock.real()
+    assert.equal(1, #lines)
+    assert.matches("and was removed: .*Q broke", lines[1])
+    -- Q is gone, P stays
+    assert.same({ "P1", "Q1", "P2", "Q2", "P3" }, got)
+  end)
+
+  it("calls a consumer subscribed twice no more once one subscription raised", function()
+    local calls = 0
+    local function twice()
+      calls = calls + 1
+      error("broken")
+    end
+    sub(twice)
+    sub(twice, { types = { "a" } })
+    local lines = logged(function() events.publish { type = "a" } end)
+    assert.equal(1, calls)
+    assert.equal(1, #lines)
+  end)
+
   it("lets a cancellation through to the publisher and keeps the consumer", function()
     local calls, after = 0, 0
     sub(function() after = after + 1 end)

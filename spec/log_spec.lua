@@ -196,13 +196,16 @@ describe("log lines", function()
 end)
 
 describe("the default sink's lines", function()
-  it("carry no field of the line before (the record is emptied as its line is written)", function()
+  -- Publishes a failed call's final event, then two answered ones, to a
+  -- log consumer writing with the default sink in `format`; returns the
+  -- text written to stderr.
+  local function three_lines(format)
     local events = require "luagent.events"
     local written = {}
-    local stderr, level, format = io.stderr, log.level(), log.format
+    local stderr, level, saved_format = io.stderr, log.level(), log.format
     io.stderr = { write = function(_, ...) for _, s in ipairs({ ... }) do written[#written + 1] = s end end }
     log.set_level("info")
-    log.set_format("json")
+    log.set_format(format)
     local stop = events.subscribe(log.consumer(), { types = log.TYPES })
     local ok, err = pcall(function()
       events.publish { type = "message_end", call = 1, final = true, attempts = 2, stop_reason = "error",
@@ -215,10 +218,14 @@ describe("the default sink's lines", function()
     stop()
     io.stderr = stderr
     log.set_level(level)
-    log.set_format(format)
+    log.set_format(saved_format)
     assert(ok, err)
+    return table.concat(written)
+  end
+
+  it("carry no field of the line before (the record is emptied as its line is written)", function()
     local lines = {}
-    for line in table.concat(written):gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(line) end
+    for line in three_lines("json"):gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(line) end
     assert.equal(3, #lines)
     assert.equal("gave up", lines[1].reason)
     assert.equal("overloaded: HTTP 529", lines[1].error)
@@ -228,6 +235,18 @@ describe("the default sink's lines", function()
       assert.equal(i, lines[i].call)
       assert.equal(1, lines[i].attempts)
       assert.equal("info", lines[i].level)
+    end
+  end)
+
+  it("carry no field of the line before in the text form either", function()
+    local lines = {}
+    for line in three_lines("text"):gmatch("[^\n]+") do lines[#lines + 1] = line end
+    assert.equal(3, #lines)
+    assert.matches("reason=\"gave up\"", lines[1])
+    for i = 2, 3 do
+      assert.not_matches("%sreason=", lines[i])
+      assert.not_matches("%serror=", lines[i])
+      assert.matches("#" .. i, lines[i])
     end
   end)
 end)

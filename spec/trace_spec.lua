@@ -324,6 +324,30 @@ describe("trace, from the OTLP file export", function()
     assert.equal(#spans, #tree)
   end)
 
+  it("drops a batch that fails to turn into text, and goes on with the next", function()
+    local file = os.tmpname()
+    assert(trace.start {})
+    local sink, close = trace.file_exporter(file)
+    local batch = trace.render_batch
+    trace.render_batch = 1
+    local ok, err = pcall(sink, { name = "no span" })
+    assert.is_false(ok)
+    assert.matches("not a span", tostring(err))
+    local s = { trace_id = string.rep("a", 32), span_id = string.rep("b", 16), name = "fine", kind = 1,
+      start = 1, stop = 2, status = 0, attrs = {}, nattrs = 0 }
+    sink(s)
+    close()
+    trace.render_batch = batch
+    trace.stop()
+    local lines = {}
+    for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
+    os.remove(file)
+    assert.equal(1, #lines)
+    local spans = cjson.decode(lines[1]).resourceSpans[1].scopeSpans[1].spans
+    assert.equal(1, #spans)
+    assert.equal("fine", spans[1].name)
+  end)
+
   it("leaves an attempt a refused retry ended as provider_retry wrote it (each attribute once)", function()
     local events = require "luagent.events"
     local file = os.tmpname()

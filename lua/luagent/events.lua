@@ -92,35 +92,57 @@ function M.subscribe(fn, opts)
   return function() remove(lists, fn) end
 end
 
--- The position in its route of the consumer running now: publish reads it
--- when one raises (a publish from inside a consumer puts it back on return).
-local at = 0
-
 -- Runs route[from], route[from + 1], ... with ev.
 local function run(route, from, ev)
-  for i = from, #route do
-    at = i
-    route[i](ev)
-  end
+  for i = from, #route do route[i](ev) end
 end
 
--- publish(event): hands the event to every subscriber that wants it. One
--- protected call covers the whole route; when a consumer raises, it is
--- removed and reported, and the ones after it still get the event.
+-- The error handler of publish's protected call. It runs where the error
+-- was raised, on the raising task's own stack (a consumer may have waited
+-- while other tasks published), and finds there which consumer raised:
+-- the loop variable of the innermost `run`.
+local BLAME = {} -- marks what blame returns
+local function blame(err)
+  for level = 2, 200 do
+    local info = debug.getinfo(level, "f")
+    if not info then break end
+    if info.func == run then
+      for k = 1, 10 do
+        local name, value = debug.getlocal(level, k)
+        if name == nil then break end
+        if name == "i" then return { [BLAME] = true, err = err, at = value } end
+      end
+      break
+    end
+  end
+  return { [BLAME] = true, err = err } -- (not found: nobody is blamed)
+end
+
+-- publish(event): hands the event to every subscriber that wants it, the
+-- subscribers there when it is published. One protected call covers the
+-- whole route; when a consumer raises, it is removed (every subscription
+-- of it) and reported, and the ones after it still get the event.
 function M.publish(ev)
   local route = routes[ev.type] or every
   if not route[1] then return end
-  local outer, from = at, 1
+  local from = 1
   while true do
-    local ok, err = pcall(run, route, from, ev)
-    local failed = at
-    at = outer
+    local ok, e = xpcall(run, blame, route, from, ev)
     if ok then return end
+    local err = type(e) == "table" and e[BLAME] and e.err or e
     if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
-    drop(route[failed])
+    local failed = type(e) == "table" and e[BLAME] and e.at
+    local fn = failed and route[failed]
+    if fn then drop(fn) end
     require("luagent.log").write("warn", "an event consumer failed on a " .. tostring(ev.type)
       .. " event and was removed: " .. secrets.text(tostring(err)))
-    from = failed + 1
+    if not fn then return end
+    -- the rest of the route, without the consumer just removed
+    local rest = {}
+    for i = failed + 1, #route do
+      if route[i] ~= fn then rest[#rest + 1] = route[i] end
+    end
+    route, from = rest, 1
   end
 end
 

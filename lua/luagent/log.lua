@@ -138,11 +138,13 @@ local function emit(level, msg, record, reuse)
   local epoch = core.wall()
   record.time = iso_time(epoch)
   record.level, record.msg = level, msg
-  if is_json == nil then decide() end
   local default = M.sink == M.default_sink
   if not default then secrets.scrub(record) end
-  local clear = reuse and default and is_json
+  local clear = reuse and default
   M.sink(level, secrets.text(render(record, epoch, clear)), record)
+  if clear and not is_json then
+    for k in pairs(record) do record[k] = nil end -- (the text form reads it in Lua)
+  end
   return clear
 end
 

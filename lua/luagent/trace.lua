@@ -529,7 +529,9 @@ M.file_batch = { delay = 1, batch = 512 }
 -- How many finished traces wait to be turned into text together (the
 -- OTLP file's JSON, the --trace tree's lines). Run back to back, the
 -- writer's code and branches stay warm: one at a time, between the
--- chunks of a streaming run, it cost twice as much.
+-- chunks of a streaming run, it cost twice as much. A trace is written as
+-- it is when its batch is turned into text: an event that still changes
+-- it after its root ended (a call ending after its agent run) shows.
 M.render_batch = 32
 
 -- The spans of the tree under `s`.
@@ -571,20 +573,24 @@ function M.file_exporter(path)
   end
   local function render()
     if roots[1] == nil then return end
+    local batch = roots -- taken first: a batch that fails to render is not tried again
+    roots = {}
+    local text = secrets.text((core.otlp_traces(batch, offset)))
     add(opened and "," or head())
     opened = true
-    add(secrets.text((core.otlp_traces(roots, offset))))
-    roots = {}
+    add(text)
   end
   local function end_line()
     if timer then timer:cancel() end -- the line ends before its delay
     timer = nil
     if spans == 0 then return end
+    spans = 0
     render()
+    if not opened then return end -- (every trace of it failed to render)
     add(RESOURCE_TAIL .. "\n")
     write_out()
     f:flush()
-    spans, opened = 0, false
+    opened = false
   end
   return function(root)
     roots[#roots + 1] = root
@@ -779,10 +785,9 @@ function M.start(opts)
     printed = io.tmpfile() or { write = function(self, ...) for _, text in ipairs({ ... }) do self[#self + 1] = text end end }
     local function emit(line) printed:write(secrets.text(line), "\n") end
     local function render()
-      for i = 1, #tree_roots do
-        tree_lines(tree_roots[i], emit, 0)
-        tree_roots[i] = nil
-      end
+      local batch = tree_roots -- taken first, as the file exporter's
+      tree_roots = {}
+      for i = 1, #batch do tree_lines(batch[i], emit, 0) end
     end
     sinks[#sinks + 1] = function(root)
       tree_roots[#tree_roots + 1] = root
@@ -815,7 +820,7 @@ function M.stop(out, flush_seconds)
   if io.type(printed) == "file" then printed:close() end
   if unsubscribe then unsubscribe() end
   unsubscribe, printed, exporters, closers, sinks = nil, nil, {}, {}, {}
-  runs, calls, tools = {}, {}, {}
+  runs, calls, tools, tree_roots = {}, {}, {}, {}
   recent, recent_key = {}, {}
 end
 
