@@ -563,7 +563,7 @@ function M.file_exporter(path)
   local texts, bytes = {}, 0  -- what waits to be written, and its size
   local function write_out()
     if bytes == 0 then return end
-    f:write(table.concat(texts))
+    f:write(table.unpack(texts)) -- (each piece as it is: no joined copy)
     texts, bytes = {}, 0
   end
   local function add(text)
