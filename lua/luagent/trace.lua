@@ -547,10 +547,10 @@ end
 -- finished traces, batched as M.file_batch says; close() ends the line
 -- that is open. Finished traces wait, M.render_batch at most, and are
 -- turned into JSON together (one string, scrubbed); the texts wait
--- until M.file_chunk bytes of them are there and go out in one write:
--- little of a batch stays in the Lua heap, where every object kept makes
--- each collection of a streaming run longer, and the file is written in
--- pieces larger than the 4 KiB glibc's stdio writes (it ignores the size
+-- until M.file_chunk bytes of them are there and go out together: little
+-- of a batch stays in the Lua heap, where every object kept makes each
+-- collection of a streaming run longer, and a text larger than stdio's
+-- 4 KiB buffer goes to the file in one write (glibc ignores the size
 -- setvbuf asks for). A line is whole in the file once its batch ends (its
 -- tail and a flush); until then the file may end inside it.
 M.file_chunk = 16384
