@@ -11,8 +11,9 @@
 #   stream  the provider through the retry loop (luagent.stream): every
 #           event published on the bus
 #   observed  stream with logs, traces and cost all on (`--log info --trace
-#           --cost --otlp FILE`): their cost per chunk is observed / stream,
-#           and again in one process by bench/observers.lua
+#           --cost --otlp FILE`): their cost per chunk is observed / stream
+#           (the best rows, and the median of the rounds' pairs, each run
+#           back to back), and again in one process by bench/observers.lua
 #   node    the official `openai` node SDK (bench/stream_node.js), when
 #           `make peers` installed it into .peers/node_modules
 # One at a time, the clients run interleaved for ROUNDS (5) rounds and the
@@ -126,6 +127,9 @@ awk -v events=$((N + 3)) -v C="$C" -v BIG="$BIG" '
       printf "stream.sh: %s counted %s chunks, expected %s\n", k, f["chunks"], req * events; bad = 1
     }
     if (!(k in cpu) || f["cpu"] < cpu[k]) cpu[k] = f["cpu"]
+    # each round runs stream, then observed at once: a pair
+    if (k == "one stream") base[++nbase] = f["cpu"]
+    if (k == "one observed") obs[++nobs] = f["cpu"]
     if (!(k in rss) || f["rss"] > rss[k]) rss[k] = f["rss"]
     chunks[k] = f["chunks"]; streams[k] = conc
     if (!(phase in seen)) { seen[phase] = 1; phases[++np] = phase }
@@ -159,9 +163,19 @@ awk -v events=$((N + 3)) -v C="$C" -v BIG="$BIG" '
           cpu[k], per, rss[k] / 1024, rss[k] / streams[k], xc, xr
       }
     }
-    if (("one observed" in cpu) && ("one stream" in cpu))
-      printf "observers: logs, traces and cost on cost %+.1f%% CPU per chunk (observed vs stream)\n",
-        (cpu["one observed"] / chunks["one observed"]) / (cpu["one stream"] / chunks["one stream"]) * 100 - 100
+    if (("one observed" in cpu) && ("one stream" in cpu)) {
+      # the median of the ratios of the pairs (insertion sort: a few rounds)
+      for (i = 1; i <= nobs; i++) {
+        x = obs[i] / base[i]
+        for (j = i - 1; j >= 1 && ratio[j] > x; j--) ratio[j + 1] = ratio[j]
+        ratio[j + 1] = x
+      }
+      med = (nobs % 2) ? ratio[(nobs + 1) / 2] : (ratio[nobs / 2] + ratio[nobs / 2 + 1]) / 2
+      printf "observers: logs, traces and cost on cost %+.1f%% CPU per chunk (observed vs stream, best rows);" \
+        " %+.1f%% (median of the %d rounds, each pair run back to back)\n",
+        (cpu["one observed"] / chunks["one observed"]) / (cpu["one stream"] / chunks["one stream"]) * 100 - 100,
+        med * 100 - 100, nobs
+    }
   }' "$tmp/results"
 awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] } }
   END { printf "observers, in one process (on and off in alternating blocks of 100 calls): %s CPU per call" \
