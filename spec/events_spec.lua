@@ -110,6 +110,13 @@ describe("events.publish", function()
     assert.same({ "P1", "Q1", "P2", "Q2", "P3" }, got)
   end)
 
+  it("reports a consumer that raises no message (nil) by what it raised", function()
+    sub(function() error(nil) end)
+    local lines = logged(function() events.publish { type = "a" } end)
+    assert.equal(1, #lines)
+    assert.matches("and was removed: nil\"", lines[1])
+  end)
+
   it("calls a consumer subscribed twice no more once one subscription raised", function()
     local calls = 0
     local function twice()

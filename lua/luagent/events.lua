@@ -129,9 +129,9 @@ function M.publish(ev)
   while true do
     local ok, e = xpcall(run, blame, route, from, ev)
     if ok then return end
-    local err = type(e) == "table" and e[BLAME] and e.err or e
+    local err, failed = e, nil -- (what blame returns, unless the handler itself failed)
+    if type(e) == "table" and e[BLAME] then err, failed = e.err, e.at end
     if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
-    local failed = type(e) == "table" and e[BLAME] and e.at
     local fn = failed and route[failed]
     if fn then drop(fn) end
     require("luagent.log").write("warn", "an event consumer failed on a " .. tostring(ev.type)
