@@ -132,9 +132,9 @@ end
 
 -- The meters of the run: per agent (by id, in first-seen order), the
 -- records of calls in flight (made at a call's first charge, or at its
--- end), the answer
--- ids of calls in flight, the finished calls' records (and the floor a
--- record must beat to be kept), each agent's current turn.
+-- end), the answer ids of calls in flight, the finished calls' records
+-- (and the floor a record must beat to be kept), each agent's current
+-- turn.
 local state -- {agents=, order=, calls=, ids=, done=, floor=, turns=, run=}
 local function reset()
   state = { agents = {}, order = {}, calls = {}, ids = {}, done = {}, turns = {}, run = new_meter("total") }
