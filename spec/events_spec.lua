@@ -117,6 +117,32 @@ describe("events.publish", function()
     assert.matches("and was removed: nil\"", lines[1])
   end)
 
+  it("removes a consumer that overflows the stack and goes on with the rest", function()
+    local got = {}
+    sub(function(ev) got[#got + 1] = "last:" .. ev.n end)
+    sub(function()
+      local function deep(n) return 1 + deep(n + 1) end
+      deep(1)
+    end)
+    sub(function(ev) got[#got + 1] = "first:" .. ev.n end)
+    local lines = logged(function()
+      events.publish { type = "a", n = 1 }
+      events.publish { type = "a", n = 2 }
+    end)
+    assert.equal(1, #lines)
+    assert.matches("stack overflow", lines[1])
+    assert.same({ "first:1", "last:1", "first:2", "last:2" }, got)
+  end)
+
+  it("reports an error that cannot be printed", function()
+    sub(function() error(setmetatable({}, { __tostring = function() error("no") end })) end)
+    local after = 0
+    sub(function() after = after + 1 end, { types = { "a" } })
+    local lines = logged(function() events.publish { type = "a" } end)
+    assert.equal(1, #lines)
+    assert.matches("an error that cannot be printed", lines[1])
+  end)
+
   it("calls a consumer subscribed twice no more once one subscription raised", function()
     local calls = 0
     local function twice()

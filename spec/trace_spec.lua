@@ -324,6 +324,26 @@ describe("trace, from the OTLP file export", function()
     assert.equal(#spans, #tree)
   end)
 
+  it("writes what rendered before a batch that fails at the end, and closes the file", function()
+    local file = os.tmpname()
+    assert(trace.start {})
+    local sink, close = trace.file_exporter(file)
+    local good = { trace_id = string.rep("a", 32), span_id = string.rep("b", 16), name = "fine", kind = 1,
+      start = 1, stop = 2, status = 0, attrs = {}, nattrs = 0 }
+    local batch = trace.render_batch
+    trace.render_batch = 1
+    sink(good) -- rendered at once
+    trace.render_batch = batch
+    sink({ name = "no span" }) -- waits, fails at the end
+    assert.has_error(close)
+    trace.stop()
+    local lines = {}
+    for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
+    os.remove(file)
+    assert.equal(1, #lines)
+    assert.equal("fine", cjson.decode(lines[1]).resourceSpans[1].scopeSpans[1].spans[1].name)
+  end)
+
   it("drops a batch that fails to turn into text, and goes on with the next", function()
     local file = os.tmpname()
     assert(trace.start {})

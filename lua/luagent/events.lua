@@ -92,30 +92,19 @@ function M.subscribe(fn, opts)
   return function() remove(lists, fn) end
 end
 
--- Runs route[from], route[from + 1], ... with ev.
-local function run(route, from, ev)
-  for i = from, #route do route[i](ev) end
-end
+-- Per task (a coroutine; the main thread too), a slot holding the position
+-- in its route of the consumer running now: publish reads it when one
+-- raises. Per task, because a consumer may wait while other tasks publish;
+-- a publish from inside a consumer (the same task) puts the outer position
+-- back when it returns.
+local slots = setmetatable({}, { __mode = "k" })
 
--- The error handler of publish's protected call. It runs where the error
--- was raised, on the raising task's own stack (a consumer may have waited
--- while other tasks published), and finds there which consumer raised:
--- the loop variable of the innermost `run`.
-local BLAME = {} -- marks what blame returns
-local function blame(err)
-  for level = 2, 200 do
-    local info = debug.getinfo(level, "f")
-    if not info then break end
-    if info.func == run then
-      for k = 1, 10 do
-        local name, value = debug.getlocal(level, k)
-        if name == nil then break end
-        if name == "i" then return { [BLAME] = true, err = err, at = value } end
-      end
-      break
-    end
+-- Runs route[from], route[from + 1], ... with ev, noting each position.
+local function run(route, from, ev, slot)
+  for i = from, #route do
+    slot[1] = i
+    route[i](ev)
   end
-  return { [BLAME] = true, err = err } -- (not found: nobody is blamed)
 end
 
 -- publish(event): hands the event to every subscriber that wants it, the
@@ -125,18 +114,24 @@ end
 function M.publish(ev)
   local route = routes[ev.type] or every
   if not route[1] then return end
-  local from = 1
+  local co = coroutine.running()
+  local slot = slots[co]
+  if not slot then
+    slot = { 0 }
+    slots[co] = slot
+  end
+  local outer, from = slot[1], 1
   while true do
-    local ok, e = xpcall(run, blame, route, from, ev)
+    local ok, err = pcall(run, route, from, ev, slot)
+    local failed = slot[1]
+    slot[1] = outer
     if ok then return end
-    local err, failed = e, nil -- (what blame returns, unless the handler itself failed)
-    if type(e) == "table" and e[BLAME] then err, failed = e.err, e.at end
     if errors.is_cancel(err) then error(err, 0) end -- the publisher's task was cancelled
-    local fn = failed and route[failed]
-    if fn then drop(fn) end
+    local fn = route[failed]
+    drop(fn)
+    local told, text = pcall(tostring, err)
     require("luagent.log").write("warn", "an event consumer failed on a " .. tostring(ev.type)
-      .. " event and was removed: " .. secrets.text(tostring(err)))
-    if not fn then return end
+      .. " event and was removed: " .. secrets.text(told and tostring(text) or "(an error that cannot be printed)"))
     -- the rest of the route, without the consumer just removed
     local rest = {}
     for i = failed + 1, #route do

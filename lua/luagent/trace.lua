@@ -585,12 +585,15 @@ function M.file_exporter(path)
     timer = nil
     if spans == 0 then return end
     spans = 0
-    render()
-    if not opened then return end -- (every trace of it failed to render)
-    add(RESOURCE_TAIL .. "\n")
-    write_out()
-    f:flush()
-    opened = false
+    -- what rendered before a batch that fails still ends its line
+    local ok, err = pcall(render)
+    if opened then -- (not when every trace of the line failed to render)
+      add(RESOURCE_TAIL .. "\n")
+      write_out()
+      f:flush()
+      opened = false
+    end
+    if not ok then error(err, 0) end
   end
   return function(root)
     roots[#roots + 1] = root
@@ -606,8 +609,9 @@ function M.file_exporter(path)
       timer:set_daemon(true)
     end
   end, function()
-    end_line()
+    local ok, err = pcall(end_line)
     f:close()
+    if not ok then error(err, 0) end
   end
 end
 
@@ -808,7 +812,10 @@ function M.stop(out, flush_seconds)
     root_done(s)
   end
   for _, x in ipairs(exporters) do x.flush(flush_seconds or 1) end
-  for _, close in ipairs(closers) do close() end
+  for _, close in ipairs(closers) do
+    local ok, err = pcall(close) -- one that fails must not keep the others or the tree
+    if not ok then log.write("warn", "trace: an exporter failed at the end: " .. secrets.text(tostring(err))) end
+  end
   if printed and out then
     if io.type(printed) == "file" then
       printed:seek("set")
