@@ -129,6 +129,11 @@ local function render(record, epoch, clear)
   return table.concat(out, "  ")
 end
 
+-- Empties a record for the next line (its slots stay).
+local function empty(record)
+  for k in pairs(record) do record[k] = nil end
+end
+
 -- Writes the line of `record` (the caller's to give away) at `level`.
 -- The line is scrubbed whole; the record's strings only when a sink other
 -- than the default will see them. With the default sink and `reuse`, the
@@ -143,7 +148,7 @@ local function emit(level, msg, record, reuse)
   local clear = reuse and default
   M.sink(level, secrets.text(render(record, epoch, clear)), record)
   if clear and not is_json then
-    for k in pairs(record) do record[k] = nil end -- (the text form reads it in Lua)
+    empty(record) -- (the text form reads it in Lua)
   end
   return clear
 end
@@ -403,7 +408,7 @@ function M.consumer()
     end
     local level, msg = EVENTS[t](ev, r)
     if not M.enabled(level) then
-      for k in pairs(r) do r[k] = nil end
+      empty(r)
       spare = r
       return
     end

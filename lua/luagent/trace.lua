@@ -209,34 +209,31 @@ local function root_done(root)
   for _, sink in ipairs(sinks) do sink(root) end
 end
 
--- Span names, made once each: "attempt N" per N, "chat MODEL" per model
--- (a run has a few of each; past a bound, names are made as needed).
-local ATTEMPT_NAMES = setmetatable({}, { __index = function(t, n)
-  local name = "attempt " .. n
-  if math.type(n) == "integer" and n > 0 and n <= 64 then t[n] = name end
-  return name
-end })
-local chat_names, nchat_names = {}, 0
-local function chat_name(model)
-  local name = chat_names[model]
-  if not name then
-    name = "chat " .. model
-    if nchat_names < 256 then chat_names[model], nchat_names = name, nchat_names + 1 end
+-- once(make, bound) -> f(key): make(key), made once per key for the
+-- first `bound` keys and kept; past them, made at each call (a run has a
+-- few of each; a server's odd values cannot grow the table).
+local function once(make, bound)
+  local made, n = {}, 0
+  return function(key)
+    local v = made[key]
+    if v == nil then
+      v = make(key)
+      if n < bound and key == key then made[key], n = v, n + 1 end -- (NaN is no key)
+    end
+    return v
   end
-  return name
 end
 
--- gen_ai.response.finish_reasons: one list per reason, made once (a
--- span's attributes are never changed after they are set).
-local finish_lists, nfinish_lists = {}, 0
+-- Span names: "attempt N" per N, "chat MODEL" per model.
+local attempt_name = once(function(n) return "attempt " .. n end, 64)
+local chat_name = once(function(model) return "chat " .. model end, 256)
+
+-- gen_ai.response.finish_reasons: one list per reason (a span's
+-- attributes are never changed after they are set).
+local finish_list = once(function(reason) return json.array { reason } end, 64)
 local function finish_reasons(reason)
   if reason == nil then return json.array {} end
-  local list = finish_lists[reason]
-  if not list then
-    list = json.array { reason }
-    if nfinish_lists < 64 then finish_lists[reason], nfinish_lists = list, nfinish_lists + 1 end
-  end
-  return list
+  return finish_list(reason)
 end
 
 -- The chat span of call `id` (made on first sight).
@@ -258,7 +255,7 @@ local function attempt_of(c, n, t)
       if kids[i].attempt == n then return kids[i] end
     end
   end
-  local a = new_span(ATTEMPT_NAMES[n], M.KIND.CLIENT, c, t)
+  local a = new_span(attempt_name(n), M.KIND.CLIENT, c, t)
   a.attempt = n
   set(a, "http.request.method", "POST")
   if n > 1 then set(a, "http.request.resend_count", n - 1) end
@@ -399,7 +396,7 @@ end
 local function tool_attempt(t, now, err, delay)
   t.n = t.n + 1
   -- the attempt began after the wait (delay_ms is rounded: never past now)
-  local a = new_span(ATTEMPT_NAMES[t.n], M.KIND.INTERNAL, t.span, math.min(t.next_start, now))
+  local a = new_span(attempt_name(t.n), M.KIND.INTERNAL, t.span, math.min(t.next_start, now))
   a.attempt = t.n
   if err then fail(a, err.kind or "tool_error", err.message or err) end
   if delay then
@@ -478,12 +475,8 @@ local function by_start(a, b)
   return a.span_id < b.span_id
 end
 
--- "HTTP 503", made once per status.
-local HTTP_NOTES = setmetatable({}, { __index = function(t, status)
-  local note = "HTTP " .. status
-  if math.type(status) == "integer" and status >= 100 and status <= 599 then t[status] = note end
-  return note
-end })
+-- "HTTP 503", per status.
+local http_note = once(function(status) return "HTTP " .. status end, 64)
 
 -- Hands emit(line) each line of the tree under `root`: each span with its
 -- duration, children indented in start order; attempts say their status
@@ -494,7 +487,7 @@ local function tree_lines(root, emit, depth)
   local tool = false
   if root.attempt then
     local status = get(root, "http.response.status_code")
-    local note = status and HTTP_NOTES[status]
+    local note = status and http_note(status)
     if root.status == M.STATUS.ERROR then
       local first = note or root.status_message or get(root, "error.type")
       local more = root.delay and ("retried after " .. M.duration(root.delay)) or "failed"
