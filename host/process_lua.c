@@ -6,7 +6,8 @@
  * With opts.stream the process is a long-lived peer: write() and
  * close_stdin() feed its stdin, read_line() suspends for the next line of
  * its stdout (cancelling a read only stops the read), stderr() shows the
- * latest bytes of its stderr. */
+ * latest bytes of its stderr. core.environment() lists this process's
+ * environment (children get what lua/luagent/child_env.lua allows). */
 #include <lauxlib.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -242,21 +243,26 @@ static int l_proc_stderr(lua_State *L) {
 }
 
 /* Builds the child's environment from the table opts.env (NAME = value, or
- * false to leave NAME out) laid over ours: a NULL-terminated list in a
- * userdata left on the stack, its strings anchored in a table pushed
- * below it. NULL (nothing pushed) when opts.env is absent. */
+ * false to leave NAME out) laid over ours, or alone with opts.inherit_env
+ * = false: a NULL-terminated list in a userdata left on the stack, its
+ * strings anchored in a table pushed below it. NULL (nothing pushed) when
+ * opts.env is absent (the child inherits ours). */
 static const char **build_env(lua_State *L) {
   if (lua_type(L, 2) != LUA_TTABLE) return NULL;
+  lua_getfield(L, 2, "inherit_env");
+  int inherit = lua_isnil(L, -1) || lua_toboolean(L, -1);
+  lua_pop(L, 1);
   lua_getfield(L, 2, "env");
   if (lua_isnil(L, -1)) {
+    if (!inherit) luaL_error(L, "process_spawn: opts.inherit_env = false needs opts.env");
     lua_pop(L, 1);
     return NULL;
   }
   if (lua_type(L, -1) != LUA_TTABLE) luaL_error(L, "process_spawn: opts.env must be a table");
   int env = lua_gettop(L);
-  lua_newtable(L); /* NAME -> "NAME=value", ours first, then the overrides */
+  lua_newtable(L); /* NAME -> "NAME=value", ours first (if inherited), then the overrides */
   int merged = env + 1;
-  for (char **e = environ; *e; e++) {
+  for (char **e = environ; inherit && *e; e++) {
     const char *eq = strchr(*e, '=');
     if (!eq) continue;
     lua_pushlstring(L, *e, (size_t)(eq - *e));
@@ -318,7 +324,8 @@ static const char *opt_string(lua_State *L, const char *k, size_t *len) {
 
 /* process_spawn(argv, [opts]) -> process | nil, err. argv is a list of
  * strings (no shell; argv[1] is looked up in PATH); opts: stdin (string),
- * cwd, env (NAME = value or false, over ours), max_output (bytes kept per
+ * cwd, env (NAME = value or false, over ours; with inherit_env = false the
+ * whole environment), max_output (bytes kept per
  * stream, default 1 MiB; in stream mode the longest stdout line), grace
  * (seconds between SIGTERM and SIGKILL, default 2), stream (keep stdin
  * open; read stdout by lines). Returns a new "luagent.Process". */
@@ -371,8 +378,23 @@ static int l_process_spawn(lua_State *L) {
   return 1;
 }
 
-/* Creates the "luagent.Process" metatable and sets process_spawn into the
- * table on the stack. */
+/* environment() -> {NAME = value}: this process's environment as it is
+ * now (for the rule of what children inherit, and the keys the scrubber
+ * takes from it: lua/luagent/secrets.lua). */
+static int l_environment(lua_State *L) {
+  lua_newtable(L);
+  for (char **e = environ; *e; e++) {
+    const char *eq = strchr(*e, '=');
+    if (!eq) continue;
+    lua_pushlstring(L, *e, (size_t)(eq - *e));
+    lua_pushstring(L, eq + 1);
+    lua_rawset(L, -3);
+  }
+  return 1;
+}
+
+/* Creates the "luagent.Process" metatable and sets process_spawn and
+ * environment into the table on the stack. */
 void lg_process_register(lua_State *L) {
   static const luaL_Reg methods[] = {{"wait", l_proc_wait},         {"kill", l_proc_kill},
                                      {"pid", l_proc_pid},           {"finished", l_proc_finished},
@@ -383,4 +405,6 @@ void lg_process_register(lua_State *L) {
   lg_class_new(L, PROC_MT, methods, l_proc_close, l_proc_close);
   lua_pushcfunction(L, l_process_spawn);
   lua_setfield(L, -2, "process_spawn");
+  lua_pushcfunction(L, l_environment);
+  lua_setfield(L, -2, "environment");
 }

@@ -205,6 +205,18 @@ describe("a stream process (a long-lived peer)", function()
     q:close()
   end)
 
+  it("gives the child opts.env alone with inherit_env = false, and lists our environment", function()
+    local ours = core.environment()
+    assert.equal(os.getenv("PATH"), ours.PATH)
+    local p = assert(core.process_spawn({ "/usr/bin/env" }, { env = { LG_ONLY = "this", LG_OUT = false },
+      inherit_env = false }))
+    local r = p:wait()
+    p:close()
+    assert.equal("LG_ONLY=this\n", r.stdout)
+    assert.has_error(function() core.process_spawn({ "true" }, { inherit_env = false }) end,
+      "process_spawn: opts.inherit_env = false needs opts.env")
+  end)
+
   it("raises for a bad env", function()
     assert.has_error(function() core.process_spawn({ "true" }, { env = { A = 1 } }) end,
       "process_spawn: opts.env must map names to strings (or false)")
