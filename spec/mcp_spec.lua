@@ -615,6 +615,10 @@ describe("a broken server", function()
       "tools.mcp: unknown option 'colour'")
     assert.has_error(function() luagent.tools.mcp { url = "ftp://x" } end,
       "tools.mcp: url must be an http:// or https:// address")
+    assert.has_error(function() luagent.tools.mcp { command = { "x" }, env = { A = 1 } } end,
+      "tools.mcp: env.A must be a string (or false to leave it out)")
+    assert.has_error(function() luagent.tools.mcp { url = "http://x", env = {} } end,
+      "tools.mcp: env is for a server started as a command")
   end)
 end)
 

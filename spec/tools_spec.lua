@@ -75,6 +75,19 @@ describe("tools.check", function()
     assert.matches("read_only must be true or false", why { name = "a", description = "x", run = print, read_only = 1 })
     assert.matches("unknown field 'retries'", why { name = "a", description = "x", run = print, retries = 3 })
   end)
+
+  it("takes env for a command tool (a copy), and refuses it otherwise", function()
+    local function why(t) return select(2, tools.check(t)) end
+    assert.matches("env is for a command tool", why { name = "a", description = "x", run = print, env = {} })
+    assert.matches("env must be a table", why { name = "a", description = "x", command = { "ls" }, env = "A=1" })
+    assert.matches("env.A must be a string", why { name = "a", description = "x", command = { "ls" }, env = { A = 1 } })
+    assert.matches('bad variable name "A=B"', why { name = "a", description = "x", command = { "ls" },
+      env = { ["A=B"] = "x" } })
+    local env = { A = "1", HOME = false }
+    local t = assert(tools.check { name = "a", description = "x", command = { "ls" }, env = env })
+    env.A = "2"
+    assert.same({ A = "1", HOME = false }, t.env)
+  end)
 end)
 
 describe("tools.bound", function()

@@ -4,14 +4,18 @@
 -- or an MCP server's tools: lua/luagent/mcp/).
 --
 -- A tool is {name=, description=, params=<JSON Schema>, read_only=,
--- idempotent=, timeout=, run=function(args, ctx) | command={argv...}}.
--- Flags decide retries: a read_only or idempotent tool that times out or
--- fails transiently is retried with backoff (the policy's `tool` section);
--- a tool with neither flag never is, and if it timed out, was cancelled or
--- died while running, the run stops with `outcome_unknown`.
+-- idempotent=, timeout=, run=function(args, ctx) | command={argv...},
+-- env=}. Flags decide retries: a read_only or idempotent tool that times
+-- out or fails transiently is retried with backoff (the policy's `tool`
+-- section); a tool with neither flag never is, and if it timed out, was
+-- cancelled or died while running, the run stops with `outcome_unknown`.
+--
+-- A command's child gets a reduced environment (lua/luagent/child_env.lua:
+-- no provider key), plus the tool's `env`.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local json = require "luagent.json"
+local child_env = require "luagent.child_env"
 local schema = require "luagent.tools.schema"
 
 local M = {}
@@ -24,7 +28,7 @@ Tool.__index = Tool
 M.Tool = Tool
 
 local FIELDS = { name = true, description = true, params = true, read_only = true,
-  idempotent = true, timeout = true, run = true, command = true, check = true }
+  idempotent = true, timeout = true, run = true, command = true, check = true, env = true }
 
 ------------------------------------------------------------------------------
 -- Definitions
@@ -42,7 +46,7 @@ function M.check(t, source)
   for _, k in ipairs(keys) do
     if not FIELDS[k] then
       return nil, "unknown field '" .. k .. "' (a tool has name, description, params, read_only, "
-        .. "idempotent, timeout, check and run or command)", k
+        .. "idempotent, timeout, check and run or command (with env))", k
     end
   end
   local name = t.name
@@ -81,10 +85,16 @@ function M.check(t, source)
       command[i] = a
     end
   end
+  if t.env ~= nil then
+    if t.command == nil then return bad("env", "env is for a command tool (its child's environment)") end
+    local ok_env, why_env = child_env.check(t.env)
+    if not ok_env then return bad("env", why_env) end
+  end
   return setmetatable({
     name = name, description = t.description, params = params,
     read_only = t.read_only or false, idempotent = t.idempotent or false,
-    timeout = t.timeout, run = t.run, command = command, source = source, check = t.check,
+    timeout = t.timeout, run = t.run, command = command, env = child_env.copy(t.env), source = source,
+    check = t.check,
   }, Tool)
 end
 
@@ -231,14 +241,15 @@ local function lua_attempt(tool, args, ctx, timeout)
 end
 
 -- One attempt of a command tool: a child process in its own group, the
--- arguments as JSON on stdin. On timeout or cancel its group gets SIGTERM,
--- then SIGKILL after the grace, and the attempt ends only once it is gone.
+-- arguments as JSON on stdin, the reduced environment and the tool's env.
+-- On timeout or cancel its group gets SIGTERM, then SIGKILL after the
+-- grace, and the attempt ends only once it is gone.
 local function command_attempt(tool, args, ctx, timeout, policy)
   local luagent = require "luagent"
   local raw = ctx.raw_arguments
   local input = type(raw) == "string" and type(json.decode(raw)) == "table" and raw or json.encode(args)
   local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace,
-    max_output = policy.max_result_bytes + 1 })
+    env = child_env.build(tool.env), inherit_env = false, max_output = policy.max_result_bytes + 1 })
   if not proc then return nil, err, false end
   local ok, r = pcall(luagent.deadline, timeout, proc.wait, proc)
   if not ok then

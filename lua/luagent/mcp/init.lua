@@ -18,6 +18,9 @@
 -- when the tool policy trusts this server's hints (trust_hints); the
 -- policy's overrides per tool name win (policies/README.md).
 --
+-- A stdio server gets the reduced environment of every child (no provider
+-- key; lua/luagent/child_env.lua) plus `env`.
+--
 -- Servers are real processes or sockets: under the virtual clock the
 -- handshake's and pings' time limits may pass before a server had the
 -- real time to answer, so MCP sets want the real clock.
@@ -30,6 +33,7 @@ local tools = require "luagent.tools"
 local dir = require "luagent.tools.dir"
 local rpc = require "luagent.mcp.rpc"
 local content = require "luagent.mcp.content"
+local child_env = require "luagent.child_env"
 
 local M = {}
 
@@ -85,6 +89,11 @@ local function check_options(o)
   end
   for _, k in ipairs({ "env", "headers", "restart", "roots" }) do
     if o[k] ~= nil and type(o[k]) ~= "table" then bad(k .. " must be a table") end
+  end
+  if o.env ~= nil then
+    if o.url then bad("env is for a server started as a command") end
+    local ok, why = child_env.check(o.env)
+    if not ok then bad(why) end
   end
   for _, k in ipairs({ "cwd", "name", "prefix" }) do
     if o[k] ~= nil and type(o[k]) ~= "string" then bad(k .. " must be a string") end
@@ -499,7 +508,7 @@ function M.open(o)
   local max_message = o.max_message or d.max_message
   local transport
   if o.command then
-    transport = require("luagent.mcp.stdio").new { command = o.command, env = o.env, cwd = o.cwd,
+    transport = require("luagent.mcp.stdio").new { command = o.command, env = child_env.copy(o.env), cwd = o.cwd,
       max_message = max_message, name = label }
   else
     transport = require("luagent.mcp.http").new { url = o.url, headers = o.headers,

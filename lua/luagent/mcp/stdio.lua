@@ -2,8 +2,11 @@
 -- process group) speaking newline-delimited JSON-RPC on stdin/stdout; what
 -- it writes to stderr is kept (its latest bytes) to explain its failures.
 -- A line longer than max_message ends the connection with a clear error.
+-- The server gets the reduced environment of every child, as the MCP SDKs
+-- give theirs (lua/luagent/child_env.lua), plus the set's `env`.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
+local child_env = require "luagent.child_env"
 
 local M = {}
 
@@ -18,8 +21,8 @@ end
 
 -- start() -> true | nil, err: spawns the server.
 function Stdio:start()
-  local proc, err = core.process_spawn(self.command, { stream = true, env = self.env, cwd = self.cwd,
-    max_output = self.max_message, grace = 1 })
+  local proc, err = core.process_spawn(self.command, { stream = true, cwd = self.cwd,
+    env = child_env.build(self.env), inherit_env = false, max_output = self.max_message, grace = 1 })
   if not proc then return nil, err end
   self.proc = proc
   return true
