@@ -100,6 +100,28 @@ describe("secrets", function()
   end)
 end)
 
+describe("credentials of URLs and headers", function()
+  it("takes a URL's user info and the values of its credential query parameters, not the others", function()
+    secrets.register_url("https://tok-user-77:pa%2Fss-word-88@mcp.example.com/mcp?key=query-key-99"
+      .. "&format=plainvalue&access_token=tok%2Bplus-66#frag")
+    assert.equal("https://***:***@mcp.example.com/mcp?key=***&format=plainvalue&access_token=***#frag",
+      secrets.text("https://tok-user-77:pa%2Fss-word-88@mcp.example.com/mcp?key=query-key-99"
+        .. "&format=plainvalue&access_token=tok%2Bplus-66#frag"))
+    -- decoded too: a server that echoes the value unencoded
+    assert.equal("*** and ***", secrets.text("pa/ss-word-88 and tok+plus-66"))
+    assert.equal("plainvalue", secrets.text("plainvalue"))
+    secrets.register_url(nil) -- ignored
+  end)
+
+  it("takes the values of credential headers, and the token after an auth scheme", function()
+    secrets.register_header("Authorization", "Bearer header-token-55")
+    secrets.register_header("X-Api-Key", "header-key-44")
+    secrets.register_header("Accept", "application/x-unit-type")
+    assert.equal("*** *** ***", secrets.text("header-token-55 header-key-44 Bearer header-token-55"))
+    assert.equal("application/x-unit-type", secrets.text("application/x-unit-type"))
+  end)
+end)
+
 describe("the C scrubber (host/scrub.c)", function()
   it("raises when used after close, rather than let a key through", function()
     local core = require "luagent.core"

@@ -1,8 +1,11 @@
 -- Secrets: the one scrubber every output goes through. Providers register
--- their API keys here; error records, events, `--events jsonl` lines,
--- cassettes and log lines are scrubbed with every key registered, so a key
--- a server echoes (in a header, a redirect's Location, an SSE event name, an
--- error body or the model's own text) never leaves the process.
+-- their API keys here (and every *_API_KEY of the environment is one from
+-- the start); error records, events, `--events jsonl` lines, cassettes, log
+-- lines, tool results and errors (lua/luagent/tools.lua) and the errors
+-- `luagent` prints are scrubbed with every key registered, so a key a
+-- server echoes (in a header, a redirect's Location, an SSE event name, an
+-- error body or the model's own text) or a tool prints never leaves the
+-- process.
 --
 -- A key is recognised in each form it can take on the wire: as is,
 -- percent-encoded (upper- and lowercase hex, `+` for a space) and
@@ -60,6 +63,53 @@ function M.register(key)
   nforms = nforms + 1
 end
 
+-- Names (of a header, of a query parameter) that say their value is a
+-- credential: Authorization, Cookie, X-Api-Key, ?key=, ?access_token=,
+-- ?sig=, ... Other values (Accept, ?format=json) are ordinary text.
+local CREDENTIAL_NAMES = { "auth", "key", "token", "secret", "pass", "sig", "cookie", "session", "credential" }
+
+local function credential_name(name)
+  name = name:lower()
+  for _, w in ipairs(CREDENTIAL_NAMES) do
+    if name:find(w, 1, true) then return true end
+  end
+  return false
+end
+
+local function unpercent(s)
+  return (s:gsub("%+", " "):gsub("%%(%x%x)", function(x) return string.char(tonumber(x, 16)) end))
+end
+
+-- register_header(name, value): `value` is a secret when the header's name
+-- says it is a credential; the credentials after an auth scheme
+-- ("Bearer xyz": "xyz") are one too.
+function M.register_header(name, value)
+  if type(name) ~= "string" or type(value) ~= "string" or not credential_name(name) then return end
+  M.register(value)
+  M.register(value:match("^[%w-]+%s+(%S+)%s*$"))
+end
+
+-- register_url(url): the credentials a URL carries are secrets: its user
+-- info (user and password: a token is often given as the user) and the
+-- value of each query parameter whose name says it is one (?key=,
+-- ?api_key=, ?token=, ?sig=), as written and percent-decoded.
+function M.register_url(url)
+  if type(url) ~= "string" then return end
+  local userinfo = url:match("^%a[%w+.-]*://([^/?#]*)@")
+  for part in (userinfo or ""):gmatch("[^:]+") do
+    M.register(part)
+    M.register(unpercent(part))
+  end
+  local query = url:match("%?([^#]*)") or ""
+  for pair in query:gmatch("[^&;]+") do
+    local name, value = pair:match("^([^=]*)=(.*)$")
+    if name and credential_name(unpercent(name)) then
+      M.register(value)
+      M.register(unpercent(value))
+    end
+  end
+end
+
 -- text(s) -> s with every form of every key replaced by "***".
 function M.text(s)
   if nforms == 0 or type(s) ~= "string" then return s end
@@ -112,6 +162,14 @@ end
 -- and that end (nil when none), to hold back until the next delta. With no
 -- key registered: held .. s, nil.
 M.delta = scrubber:delta_function()
+
+-- Every *_API_KEY variable of the environment is a key from the start,
+-- whether or not a provider of its kind is ever made: a tool, an MCP server
+-- or the script itself may print any of them (children do not inherit them:
+-- lua/luagent/child_env.lua).
+for name, value in pairs(core.environment()) do
+  if name:match("_API_KEY$") then M.register(value) end
+end
 
 -- cut(s, max, more) -> `s` scrubbed and cut to `max` bytes. `s` should hold
 -- up to `max + M.margin` bytes when the source had more (`more` true): the
