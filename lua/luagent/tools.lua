@@ -11,10 +11,14 @@
 -- cancelled or died while running, the run stops with `outcome_unknown`.
 --
 -- A command's child gets a reduced environment (lua/luagent/child_env.lua:
--- no provider key), plus the tool's `env`.
+-- no provider key), plus the tool's `env`. What a tool returns, prints or
+-- raises becomes a value of the agent here, scrubbed of every key
+-- (lua/luagent/secrets.lua): events, history, the journal and the next
+-- request only ever see it so.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local json = require "luagent.json"
+local secrets = require "luagent.secrets"
 local child_env = require "luagent.child_env"
 local schema = require "luagent.tools.schema"
 
@@ -240,16 +244,28 @@ local function lua_attempt(tool, args, ctx, timeout)
   return as_text(res)
 end
 
+-- A captured stream that was cut (`dropped` bytes past the cap) without its
+-- end that may be the start of a key, so the cut cannot split a key past
+-- the scrubber; returns it and the bytes dropped in all.
+local function uncut(s, dropped)
+  local n = dropped > 0 and secrets.tail(s) or 0
+  if n == 0 then return s, dropped end
+  return s:sub(1, -n - 1), dropped + n
+end
+
 -- One attempt of a command tool: a child process in its own group, the
 -- arguments as JSON on stdin, the reduced environment and the tool's env.
 -- On timeout or cancel its group gets SIGTERM, then SIGKILL after the
--- grace, and the attempt ends only once it is gone.
+-- grace, and the attempt ends only once it is gone. Its streams are read a
+-- key's length past the result bound, so a key across the bound is seen
+-- whole.
 local function command_attempt(tool, args, ctx, timeout, policy)
   local luagent = require "luagent"
   local raw = ctx.raw_arguments
   local input = type(raw) == "string" and type(json.decode(raw)) == "table" and raw or json.encode(args)
   local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace,
-    env = child_env.build(tool.env), inherit_env = false, max_output = policy.max_result_bytes + 1 })
+    env = child_env.build(tool.env), inherit_env = false,
+    max_output = policy.max_result_bytes + secrets.margin + 1 })
   if not proc then return nil, err, false end
   local ok, r = pcall(luagent.deadline, timeout, proc.wait, proc)
   if not ok then
@@ -261,24 +277,28 @@ local function command_attempt(tool, args, ctx, timeout, policy)
     error(r, 0)
   end
   proc:close()
+  local stderr = uncut(r.stderr, r.stderr_dropped)
   if r.signal then
     return nil, errors.new("tool_error", string.format("%s died of signal %d%s", tool.name, r.signal,
-      r.stderr ~= "" and (": " .. r.stderr) or ""), { died = true, signal = r.signal })
+      stderr ~= "" and (": " .. stderr) or ""), { died = true, signal = r.signal })
   end
   if r.code ~= 0 then
     return nil, errors.new("tool_error", string.format("%s exited with code %d%s", tool.name, r.code,
-      r.stderr ~= "" and (": " .. r.stderr:gsub("%s+$", "")) or ""),
+      stderr ~= "" and (": " .. stderr:gsub("%s+$", "")) or ""),
       { exit_code = r.code, retryable = r.code == 75 }) -- EX_TEMPFAIL: try again
   end
-  return r.stdout, nil, r.stdout_dropped
+  local stdout, dropped = uncut(r.stdout, r.stdout_dropped)
+  return stdout, nil, dropped
 end
 
--- check_outcome(tool, call, opts) -> text | nil | nil, err: asks the tool's
--- check(args, ctx) whether a call whose outcome is unknown (a durable run
--- stopped while it ran) happened: its result as text if it did, nil if it
--- did not, nil and a tool_error when the check failed. Same bounds as an
--- attempt (timeout, stuck-code guard); opts as for execute.
-function M.check_outcome(tool, call, opts)
+-- What one attempt gave (text, err, dropped) as the agent may keep it:
+-- scrubbed of every key, once, here.
+local function scrubbed(text, err, dropped)
+  return secrets.scrub(text), secrets.scrub(err), dropped
+end
+
+-- One run of a tool's check (see check_outcome): text | nil | nil, err.
+local function check_attempt(tool, call, opts)
   local timeout = tool.timeout or (opts.policy and opts.policy.timeout) or 30
   local ctx = { call_id = call.id, agent = opts.agent, tool = tool.name, attempt = 0, checking = true,
     idempotency_key = opts.idempotency_key, raw_arguments = call.raw_arguments,
@@ -297,6 +317,16 @@ function M.check_outcome(tool, call, opts)
     return nil
   end
   return as_text(res)
+end
+
+-- check_outcome(tool, call, opts) -> text | nil | nil, err: asks the tool's
+-- check(args, ctx) whether a call whose outcome is unknown (a durable run
+-- stopped while it ran) happened: its result as text if it did, nil if it
+-- did not, nil and a tool_error when the check failed. Same bounds as an
+-- attempt (timeout, stuck-code guard), scrubbed as one; opts as for execute.
+function M.check_outcome(tool, call, opts)
+  local text, err = scrubbed(check_attempt(tool, call, opts))
+  return text, err
 end
 
 -- The record that stops a run when an unflagged tool may have acted.
@@ -345,9 +375,10 @@ function M.execute(tool, call, opts)
     idempotency_key = opts.idempotency_key or (tostring(opts.agent) .. ":" .. tostring(call.id)),
     raw_arguments = call.raw_arguments,
   }
-  -- ctx:progress(data): a tool_execution_update event for this call.
+  -- ctx:progress(data): a tool_execution_update event for this call (data
+  -- comes from the tool: scrubbed as its result is).
   function ctx.progress(_, data)
-    emit { type = "tool_execution_update", call_id = call.id, name = tool.name, data = data }
+    emit { type = "tool_execution_update", call_id = call.id, name = tool.name, data = secrets.scrub(data) }
   end
   -- ctx:cancelled() -> whether the call was cancelled (the agent aborted).
   function ctx.cancelled() return cancelled or (opts.aborted and opts.aborted() ~= nil) or false end
@@ -356,6 +387,7 @@ function M.execute(tool, call, opts)
     ctx.attempt = attempts
     local run_ok, text, err, dropped = pcall(tool.command and command_attempt or lua_attempt,
       tool, call.arguments, ctx, timeout, policy)
+    if run_ok then text, err, dropped = scrubbed(text, err, dropped) end
     if not run_ok then
       -- the calling task was cancelled (the agent aborted): the tool was stopped
       cancelled = true

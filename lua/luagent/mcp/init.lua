@@ -18,8 +18,12 @@
 -- when the tool policy trusts this server's hints (trust_hints); the
 -- policy's overrides per tool name win (policies/README.md).
 --
--- A stdio server gets the reduced environment of every child (no provider
--- key; lua/luagent/child_env.lua) plus `env`.
+-- Keys: a stdio server gets the reduced environment of every child (no
+-- provider key; lua/luagent/child_env.lua) plus `env`; the credentials of
+-- a URL (?key=, user info) and of its headers (Authorization, ...) are
+-- registered as secrets; what the set reports of a connection (open's
+-- error, status().last_error, tools_reload_failed) is scrubbed, and its
+-- tools' results and errors are, as every tool's (lua/luagent/tools.lua).
 --
 -- Servers are real processes or sockets: under the virtual clock the
 -- handshake's and pings' time limits may pass before a server had the
@@ -33,6 +37,7 @@ local tools = require "luagent.tools"
 local dir = require "luagent.tools.dir"
 local rpc = require "luagent.mcp.rpc"
 local content = require "luagent.mcp.content"
+local secrets = require "luagent.secrets"
 local child_env = require "luagent.child_env"
 
 local M = {}
@@ -433,7 +438,7 @@ function Set:cycle()
   self.state, self.cause = "starting", nil
   self:wake_all()
   local started, err = t:start()
-  if not started then return err end
+  if not started then return secrets.scrub(err) end
   local session = rpc.new { name = self.label, send = function(text) return t:send(text) end,
     on_request = function(method, params) return self:on_request(method, params) end,
     on_notification = function(method)
@@ -462,7 +467,8 @@ function Set:cycle()
     session:fail(errors.new("tool_error", self.label .. ": the tool set is closed", { died = true }))
     error(why, 0)
   end
-  why = self.cause or session.dead or why
+  -- what the server said or echoed may hold a key: the set reports it scrubbed
+  why = secrets.scrub(self.cause or session.dead or why)
   self.state, self.last_error = "down", why
   session:fail(errors.new("tool_error", string.format("%s stopped while the call ran: %s", self.label,
     tostring(why and why.message or why)), { died = true, cause = why }))
@@ -503,6 +509,8 @@ end
 -- some). See the header and README.md for the options.
 function M.open(o)
   check_options(o)
+  secrets.register_url(o.url)
+  for name, value in pairs(o.headers or {}) do secrets.register_header(name, value) end
   local d = M.defaults
   local label = label_of(o)
   local max_message = o.max_message or d.max_message

@@ -14,6 +14,7 @@ local core = require "luagent.core"
 local json = require "luagent.json"
 local policies = require "luagent.policy"
 local sandbox = require "luagent.sandbox"
+local secrets = require "luagent.secrets"
 local tools = require "luagent.tools"
 
 local M = {}
@@ -102,8 +103,10 @@ function M.open(path, opts)
   return self
 end
 
--- Appends an event to the set's log (bounded).
+-- Appends an event to the set's log (bounded), scrubbed of keys: a tool
+-- file's error or an MCP server's message may hold one.
 function Set:record(ev)
+  secrets.scrub(ev)
   self.seq = self.seq + 1
   ev.seq = self.seq
   self.log[#self.log + 1] = ev
