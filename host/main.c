@@ -175,6 +175,35 @@ static int traceback(lua_State *L) {
   return 1;
 }
 
+/* scrubbed(message) -> the message scrubbed of every key registered
+ * (luagent.secrets' text); the message itself when that module was never
+ * loaded, since then no key was registered either. */
+static int scrubbed(lua_State *L) {
+  luaL_checkstring(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  if (lua_getfield(L, -1, "luagent.secrets") != LUA_TTABLE) {
+    lua_settop(L, 1);
+    return 1;
+  }
+  lua_getfield(L, -1, "text");
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 1);
+  return 1;
+}
+
+/* Prints what escaped cli.lua (the message on top of the stack) scrubbed,
+ * as every line luagent prints is; a message that cannot be scrubbed is
+ * not printed. */
+static void print_internal_error(lua_State *L) {
+  lua_pushcfunction(L, scrubbed);
+  lua_insert(L, -2);
+  if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_type(L, -1) == LUA_TSTRING)
+    fprintf(stderr, "luagent: internal error: %s\n", lua_tostring(L, -1));
+  else
+    fprintf(stderr, "luagent: internal error (its message could not be scrubbed of keys, so it is not shown)\n");
+  lua_pop(L, 1);
+}
+
 /* Many agents mean many sockets: lift the soft descriptor limit to the hard
  * one, as servers do; failing to is harmless. */
 static void raise_fd_limit(void) {
@@ -210,7 +239,7 @@ int main(int argc, char **argv) {
   lua_pushstring(L, root);
   int code = 1;
   if (lua_pcall(L, 3, 1, 1) != LUA_OK) {
-    fprintf(stderr, "luagent: internal error: %s\n", lua_tostring(L, -1));
+    print_internal_error(L);
   } else {
     code = (int)luaL_optinteger(L, -1, 0);
   }

@@ -3,6 +3,7 @@
 -- 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 local core = require "luagent.core"
 local config = require "luagent.config"
+local secrets = require "luagent.secrets"
 
 local M = {}
 
@@ -138,7 +139,9 @@ setmetatable(HELP, { __index = function(_, topic)
   if topic == "runs" then return require("luagent.journal.cli").HELP end
 end })
 
-local function say(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end
+-- Every line luagent prints on stderr (errors, the script's own top-level
+-- error with its traceback) is scrubbed of keys.
+local function say(fmt, ...) io.stderr:write(secrets.text(string.format(fmt, ...)), "\n") end
 
 local function usage_error(fmt, ...)
   say("luagent: " .. fmt, ...)

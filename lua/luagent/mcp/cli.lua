@@ -1,12 +1,16 @@
 -- `luagent mcp list`: a quick look at an MCP server's tools and the flags
 -- luagent gives them. Exit codes: 0 listed, 1 the server failed, 2 usage.
 local core = require "luagent.core"
+local secrets = require "luagent.secrets"
 
 local M = {}
 
 local HELP = require("luagent.mcp.help").mcp
 
-local function say(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end
+-- What it prints comes from the server (its name, its tools, its errors)
+-- and is scrubbed of keys, stdout and stderr alike.
+local function say(fmt, ...) io.stderr:write(secrets.text(string.format(fmt, ...)), "\n") end
+local function out(fmt, ...) io.write(secrets.text(string.format(fmt, ...))) end
 
 local function usage_error(fmt, ...)
   say("luagent mcp: " .. fmt, ...)
@@ -65,20 +69,20 @@ local function list(opts)
   end
   local snap, st = set:snapshot(), set:status()
   local info = st.server or {}
-  io.write(string.format("%s %s, MCP %s, %d tool%s; hints %s\n", tostring(info.name or set.label),
+  out("%s %s, MCP %s, %d tool%s; hints %s\n", tostring(info.name or set.label),
     tostring(info.version or ""), tostring(st.protocol), #snap.names, #snap.names == 1 and "" or "s",
     require("luagent.mcp").trusted(set.policy, set.label) and "trusted"
-      or "not trusted (--trust, or trust_hints in a policy, uses them)"))
+      or "not trusted (--trust, or trust_hints in a policy, uses them)")
   local width = 4
   for _, n in ipairs(snap.names) do width = math.max(width, #n) end
-  io.write(string.format("%-" .. width .. "s  %-21s  %s\n", "TOOL", "FLAGS", "HINTS"))
+  out("%-" .. width .. "s  %-21s  %s\n", "TOOL", "FLAGS", "HINTS")
   for _, n in ipairs(snap.names) do
     local t = snap.tools[n]
     local flags = {}
     if t.read_only then flags[#flags + 1] = "read_only" end
     if t.idempotent then flags[#flags + 1] = "idempotent" end
-    io.write(string.format("%-" .. width .. "s  %-21s  %s\n", n, #flags > 0 and table.concat(flags, " ") or "-",
-      hint_words(t.mcp.hints)))
+    out("%-" .. width .. "s  %-21s  %s\n", n, #flags > 0 and table.concat(flags, " ") or "-",
+      hint_words(t.mcp.hints))
   end
   set:close()
   return 0
