@@ -3,7 +3,11 @@
 -- whatever else the operator exported, but, as the MCP SDKs give their
 -- servers, the few variables of M.INHERITED that are set here, then what
 -- the tool's or server's own `env` says (NAME = value, or false to leave a
--- variable out). A key reaches a child only when its `env` gives it.
+-- variable out). A key reaches a child only when its `env` gives it, and
+-- a value given under a credential's name (GITHUB_TOKEN, DB_PASSWORD) is a
+-- secret from then on: the child printing it does not leak it.
+local secrets = require "luagent.secrets"
+
 local M = {}
 
 -- The MCP SDKs' default list (HOME, LOGNAME, PATH, SHELL, TERM, USER), the
@@ -12,10 +16,14 @@ local M = {}
 M.INHERITED = { "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
   "TMPDIR" }
 
--- check(env) -> true | nil, why: whether `env` is a table of NAME = value
--- (a string) or false.
-function M.check(env)
+-- own(env) -> copy | nil, why: a tool's or server's `env` as it keeps it
+-- (nil stays nil): checked to be a table of NAME = value (a string) or
+-- false, copied (the caller's later edits change nothing), its
+-- credentials registered as secrets.
+function M.own(env)
+  if env == nil then return nil end
   if type(env) ~= "table" then return nil, "env must be a table of NAME = value (or false)" end
+  local out = {}
   for k, v in pairs(env) do
     if type(k) ~= "string" or k == "" or k:find("=", 1, true) or k:find("\0", 1, true) then
       return nil, "env: bad variable name " .. (type(k) == "string" and ("%q"):format(k) or tostring(k))
@@ -23,16 +31,9 @@ function M.check(env)
     if type(v) ~= "string" and v ~= false then
       return nil, "env." .. k .. " must be a string (or false to leave it out)"
     end
+    out[k] = v
   end
-  return true
-end
-
--- copy(env) -> a copy of a checked env (nil stays nil): a tool keeps its
--- own, which the caller's later edits do not change.
-function M.copy(env)
-  if env == nil then return nil end
-  local out = {}
-  for k, v in pairs(env) do out[k] = v end
+  for k, v in pairs(out) do secrets.register_credential(k, v) end
   return out
 end
 

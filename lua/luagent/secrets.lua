@@ -63,9 +63,10 @@ function M.register(key)
   nforms = nforms + 1
 end
 
--- Names (of a header, of a query parameter) that say their value is a
--- credential: Authorization, Cookie, X-Api-Key, ?key=, ?access_token=,
--- ?sig=, ... Other values (Accept, ?format=json) are ordinary text.
+-- Names (of a header, a query parameter, an environment variable) that say
+-- their value is a credential: Authorization, Cookie, X-Api-Key, ?key=,
+-- ?access_token=, ?sig=, GITHUB_TOKEN, ... Other values (Accept,
+-- ?format=json, LANG) are ordinary text.
 local CREDENTIAL_NAMES = { "auth", "key", "token", "secret", "pass", "sig", "cookie", "session", "credential" }
 
 local function credential_name(name)
@@ -80,10 +81,10 @@ local function unpercent(s)
   return (s:gsub("%+", " "):gsub("%%(%x%x)", function(x) return string.char(tonumber(x, 16)) end))
 end
 
--- register_header(name, value): `value` is a secret when the header's name
--- says it is a credential; the credentials after an auth scheme
--- ("Bearer xyz": "xyz") are one too.
-function M.register_header(name, value)
+-- register_credential(name, value): `value` is a secret when its name (a
+-- header's, an environment variable's) says it is a credential; the
+-- credentials after an auth scheme ("Bearer xyz": "xyz") are one too.
+function M.register_credential(name, value)
   if type(name) ~= "string" or type(value) ~= "string" or not credential_name(name) then return end
   M.register(value)
   M.register(value:match("^[%w-]+%s+(%S+)%s*$"))

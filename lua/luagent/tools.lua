@@ -89,15 +89,15 @@ function M.check(t, source)
       command[i] = a
     end
   end
-  if t.env ~= nil then
-    if t.command == nil then return bad("env", "env is for a command tool (its child's environment)") end
-    local ok_env, why_env = child_env.check(t.env)
-    if not ok_env then return bad("env", why_env) end
+  if t.env ~= nil and t.command == nil then
+    return bad("env", "env is for a command tool (its child's environment)")
   end
+  local env, why_env = child_env.own(t.env)
+  if t.env ~= nil and not env then return bad("env", why_env) end
   return setmetatable({
     name = name, description = t.description, params = params,
     read_only = t.read_only or false, idempotent = t.idempotent or false,
-    timeout = t.timeout, run = t.run, command = command, env = child_env.copy(t.env), source = source,
+    timeout = t.timeout, run = t.run, command = command, env = env, source = source,
     check = t.check,
   }, Tool)
 end

@@ -95,11 +95,7 @@ local function check_options(o)
   for _, k in ipairs({ "env", "headers", "restart", "roots" }) do
     if o[k] ~= nil and type(o[k]) ~= "table" then bad(k .. " must be a table") end
   end
-  if o.env ~= nil then
-    if o.url then bad("env is for a server started as a command") end
-    local ok, why = child_env.check(o.env)
-    if not ok then bad(why) end
-  end
+  if o.env ~= nil and o.url then bad("env is for a server started as a command") end
   for _, k in ipairs({ "cwd", "name", "prefix" }) do
     if o[k] ~= nil and type(o[k]) ~= "string" then bad(k .. " must be a string") end
   end
@@ -509,14 +505,16 @@ end
 -- some). See the header and README.md for the options.
 function M.open(o)
   check_options(o)
+  local env, why = child_env.own(o.env)
+  if o.env ~= nil and not env then error("tools.mcp: " .. why, 3) end
   secrets.register_url(o.url)
-  for name, value in pairs(o.headers or {}) do secrets.register_header(name, value) end
+  for name, value in pairs(o.headers or {}) do secrets.register_credential(name, value) end
   local d = M.defaults
   local label = label_of(o)
   local max_message = o.max_message or d.max_message
   local transport
   if o.command then
-    transport = require("luagent.mcp.stdio").new { command = o.command, env = child_env.copy(o.env), cwd = o.cwd,
+    transport = require("luagent.mcp.stdio").new { command = o.command, env = env, cwd = o.cwd,
       max_message = max_message, name = label }
   else
     transport = require("luagent.mcp.http").new { url = o.url, headers = o.headers,
