@@ -121,7 +121,9 @@ describe("credentials of URLs and headers", function()
     assert.equal("application/x-unit-type", secrets.text("application/x-unit-type"))
     secrets.register_credential("GITHUB_TOKEN", "env-token-33")
     secrets.register_credential("LANG", "C.unit-locale")
-    assert.equal("*** C.unit-locale", secrets.text("env-token-33 C.unit-locale"))
+    secrets.register_url("http://x/?design=unit-modern&accessToken=camel-token-22")
+    assert.equal("*** C.unit-locale unit-modern ***",
+      secrets.text("env-token-33 C.unit-locale unit-modern camel-token-22"))
   end)
 end)
 

@@ -64,15 +64,16 @@ function M.register(key)
 end
 
 -- Names (of a header, a query parameter, an environment variable) that say
--- their value is a credential: Authorization, Cookie, X-Api-Key, ?key=,
--- ?access_token=, ?sig=, GITHUB_TOKEN, ... Other values (Accept,
--- ?format=json, LANG) are ordinary text.
-local CREDENTIAL_NAMES = { "auth", "key", "token", "secret", "pass", "sig", "cookie", "session", "credential" }
+-- their value is a credential, by their words: Authorization, Cookie,
+-- X-Api-Key, ?key=, ?accessToken=, ?sig=, GITHUB_TOKEN, DB_PASSWORD, ...
+-- Other values (Accept, ?format=json, ?design=, LANG) are ordinary text.
+local CREDENTIAL_WORDS = {}
+for w in ([[key apikey token auth authorization bearer secret password passwd pass passphrase pwd
+  sig signature cookie credential credentials]]):gmatch("%S+") do CREDENTIAL_WORDS[w] = true end
 
 local function credential_name(name)
-  name = name:lower()
-  for _, w in ipairs(CREDENTIAL_NAMES) do
-    if name:find(w, 1, true) then return true end
+  for w in name:gsub("(%l)(%u)", "%1 %2"):lower():gmatch("%w+") do
+    if CREDENTIAL_WORDS[w] then return true end
   end
   return false
 end
