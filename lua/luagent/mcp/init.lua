@@ -21,9 +21,10 @@
 -- Keys: a stdio server gets the reduced environment of every child (no
 -- provider key; lua/luagent/child_env.lua) plus `env`; the credentials of
 -- a URL (?key=, user info) and of its headers (Authorization, ...) are
--- registered as secrets; what the set reports of a connection (open's
--- error, status().last_error, tools_reload_failed) is scrubbed, and its
--- tools' results and errors are, as every tool's (lua/luagent/tools.lua).
+-- registered as secrets; the server's tool definitions and what the set
+-- reports of a connection (open's error, status().last_error,
+-- tools_reload_failed) are scrubbed, and its tools' results and errors
+-- are, as every tool's (lua/luagent/tools.lua).
 --
 -- Servers are real processes or sockets: under the virtual clock the
 -- handshake's and pings' time limits may pass before a server had the
@@ -184,6 +185,8 @@ end
 -- A luagent tool for the server's tool `t` (a tools/list entry), or nil and
 -- why it cannot be offered.
 function Set:make_tool(t)
+  -- its description and schema go with every model request: scrubbed
+  secrets.scrub(t)
   if type(t) ~= "table" or type(t.name) ~= "string" or t.name == "" then
     return nil, "a tool without a name: " .. json.encode(t):sub(1, 120)
   end
@@ -191,7 +194,7 @@ function Set:make_tool(t)
   if #name > tools.MAX_NAME then name = name:sub(1, tools.MAX_NAME) end
   local ro, idem, hints, trust = M.flags(t.annotations, name, self.policy, self.label)
   local description = type(t.description) == "string" and t.description ~= "" and t.description
-    or type(t.title) == "string" and t.title ~= "" and t.title or ("the tool " .. t.name .. " of " .. self.label)
+    or type(t.title) == "string" and t.title ~= "" and t.title or ("the tool " .. t.name .. " of " .. secrets.text(self.label))
   local params = type(t.inputSchema) == "table" and fix_schema(t.inputSchema, 0) or { type = "object" }
   local remote = t.name
   local tool, why = tools.check({ name = name, description = description, params = params,
