@@ -462,6 +462,7 @@ end
 ------------------------------------------------------------------------------
 
 M.duration = log.duration -- "37.968s", "1.3ms", "191µs"
+local terminal_text = core.terminal_text
 
 local INDENT = setmetatable({}, { __index = function(t, depth)
   local s = string.rep("  ", depth)
@@ -780,7 +781,9 @@ function M.start(opts)
     -- kept as text, in a temporary file (the spans can go, and a long
     -- run's tree does not grow the Lua heap); in memory if there is none
     printed = io.tmpfile() or { write = function(self, ...) for _, text in ipairs({ ... }) do self[#self + 1] = text end end }
-    local function emit(line) printed:write(secrets.text(line), "\n") end
+    -- names, models and messages come from models, tools and servers:
+    -- escaped for the terminal the tree is printed on (host/termtext.c)
+    local function emit(line) printed:write(terminal_text(secrets.text(line)), "\n") end
     local function render()
       local batch = tree_roots -- taken first, as the file exporter's
       tree_roots = {}
