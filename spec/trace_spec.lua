@@ -497,6 +497,44 @@ describe("luagent run --otlp FILE", function()
   end)
 end)
 
+describe("an OTLP file that cannot be written", function()
+  local helpers = require "spec.support.helpers"
+
+  it("is reported once (a full disk: /dev/full), the run goes on and exits 74", function()
+    local script = helpers.tempfile([[
+      local luagent = require "luagent"
+      for _ = 1, 3 do
+        assert(luagent.complete { model = "openai/gpt-4o-mini", messages = { { role = "user", content = "hi" } } })
+      end
+      print("done")
+    ]], ".lua")
+    local r = helpers.run("run", "--mock", "--otlp", "/dev/full", "--cost", script)
+    os.remove(script)
+    assert.equal(74, r.code, r.stderr)
+    assert.matches("done", r.stdout)
+    assert.matches("costliest turns", r.stderr) -- the other outputs are still written
+    local _, n = r.stderr:gsub("cannot write to '/dev/full': No space left on device", "")
+    assert.equal(1, n, r.stderr)
+  end)
+
+  it("makes trace.stop answer nil and the message; later spans are not written", function()
+    local logged = {}
+    local saved = luagent.configure { log_sink = function(_, line) logged[#logged + 1] = line end, log_level = "warn" }
+    assert(trace.start { file = "/dev/full" })
+    local chunk = trace.file_chunk
+    trace.file_chunk = 1 -- each text goes out at once: the first trace meets the full disk
+    for id = 1, 3 do bare_call(id) end
+    trace.file_chunk = chunk
+    local ok, err = trace.stop()
+    luagent.configure(saved)
+    assert.is_nil(ok)
+    assert.matches("^cannot write to '/dev/full': No space left on device", err)
+    local n = 0
+    for _, l in ipairs(logged) do if l:find("/dev/full", 1, true) then n = n + 1 end end
+    assert.equal(1, n, table.concat(logged, "\n"))
+  end)
+end)
+
 describe("trace and span ids (core.random_id)", function()
   local core = require "luagent.core"
 

@@ -23,6 +23,7 @@ local events = require "luagent.events"
 local secrets = require "luagent.secrets"
 local log = require "luagent.log"
 local queue = require "luagent.queue"
+local outfile = require "luagent.outfile"
 
 local M = {}
 
@@ -539,26 +540,37 @@ end
 
 -- file_exporter(path) -> sink, close | nil, message: TracesData lines of
 -- finished traces, batched as M.file_batch says; close() ends the line
--- that is open. Finished traces wait, M.render_batch at most, and are
+-- that is open and closes the file: true, or nil and the message of a
+-- write that failed. Finished traces wait, M.render_batch at most, and are
 -- turned into JSON together (one string, scrubbed); the texts wait
 -- until M.file_chunk bytes of them are there and go out together: little
 -- of a batch stays in the Lua heap, where every object kept makes each
 -- collection of a streaming run longer, and a text larger than stdio's
 -- 4 KiB buffer goes to the file in one write (glibc ignores the size
 -- setvbuf asks for). A line is whole in the file once its batch ends (its
--- tail and a flush); until then the file may end inside it.
+-- tail and a flush); until then the file may end inside it. A write that
+-- fails (a full disk) is logged once; the file then takes no more
+-- (lua/luagent/outfile.lua) and later traces are dropped unrendered.
 M.file_chunk = 16384
 function M.file_exporter(path)
-  local f, err = io.open(path, "w")
-  if not f then return nil, err end
+  local out, err = outfile.open(path)
+  if not out then return nil, err end
   local spans, timer = 0, nil -- spans in the open line; its batch's timer
   local roots = {}            -- finished traces of the open line, not yet text
   local opened = false        -- whether the open line's head is written
   local texts, bytes = {}, 0  -- what waits to be written, and its size
+  local told = false          -- whether a failed write was logged
+  -- logs the file's first failure, once (ok: what a write answered)
+  local function check(ok, message)
+    if ok or told then return end
+    told = true
+    log.write("warn", "trace: the OTLP file export failed: " .. tostring(message) .. "; later spans are not written")
+  end
   local function write_out()
     if bytes == 0 then return end
-    f:write(table.unpack(texts)) -- (each piece as it is: no joined copy)
+    local pieces = texts
     texts, bytes = {}, 0
+    check(out:write(table.unpack(pieces))) -- (each piece as it is: no joined copy)
   end
   local function add(text)
     texts[#texts + 1] = text
@@ -569,6 +581,7 @@ function M.file_exporter(path)
     if roots[1] == nil then return end
     local batch = roots -- taken first: a batch that fails to render is not tried again
     roots = {}
+    if out.error then return end -- nowhere to go
     local text = secrets.text((core.otlp_traces(batch, offset)))
     add(opened and "," or head())
     opened = true
@@ -584,12 +597,13 @@ function M.file_exporter(path)
     if opened then -- (not when every trace of the line failed to render)
       add(RESOURCE_TAIL .. "\n")
       write_out()
-      f:flush()
+      check(out:flush())
       opened = false
     end
     if not ok then error(err, 0) end
   end
   return function(root)
+    if out.error then return end -- the file failed: the trace is dropped
     roots[#roots + 1] = root
     spans = spans + count_spans(root)
     if spans >= M.file_batch.batch then return end_line() end
@@ -604,8 +618,10 @@ function M.file_exporter(path)
     end
   end, function()
     local ok, err = pcall(end_line)
-    f:close()
+    local closed, message = out:close()
+    check(closed, message)
     if not ok then error(err, 0) end
+    return closed, message
   end
 end
 
@@ -798,9 +814,11 @@ function M.start(opts)
   return true
 end
 
--- stop([out]) -> ends tracing: exports what is queued (bounded in time),
--- closes files and writes the tree of every trace to `out` (a file, when
--- `--trace`). Spans still open (a run cut short) are ended now.
+-- stop([out]) -> true | nil, message: ends tracing: exports what is
+-- queued (bounded in time), closes files and writes the tree of every
+-- trace to `out` (a file, when `--trace`). Spans still open (a run cut
+-- short) are ended now. nil and a message when the OTLP file could not be
+-- written (logged once when it happened).
 function M.stop(out, flush_seconds)
   for key, s in pairs(runs) do
     finish(s)
@@ -808,9 +826,11 @@ function M.stop(out, flush_seconds)
     root_done(s)
   end
   for _, x in ipairs(exporters) do x.flush(flush_seconds or 1) end
+  local failure
   for _, close in ipairs(closers) do
-    local ok, err = pcall(close) -- one that fails must not keep the others or the tree
-    if not ok then log.write("warn", "trace: an exporter failed at the end: " .. secrets.text(tostring(err))) end
+    local ok, closed, message = pcall(close) -- one that fails must not keep the others or the tree
+    if not ok then log.write("warn", "trace: an exporter failed at the end: " .. secrets.text(tostring(closed))) end
+    if ok and closed == nil and message then failure = failure or message end
   end
   if printed and out then
     if io.type(printed) == "file" then
@@ -825,6 +845,8 @@ function M.stop(out, flush_seconds)
   unsubscribe, printed, exporters, closers, sinks = nil, nil, {}, {}, {}
   runs, calls, tools, tree_roots = {}, {}, {}, {}
   recent, recent_key = {}, {}
+  if failure then return nil, failure end
+  return true
 end
 
 return M
