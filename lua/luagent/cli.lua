@@ -80,7 +80,8 @@ options:
   --otlp FILE|URL     export spans after the OpenTelemetry GenAI conventions:
                       to FILE as OTLP JSON lines, or to an OTLP/HTTP
                       collector at URL (http://host:4318; /v1/traces is
-                      added). OTEL_EXPORTER_OTLP_ENDPOINT does the same
+                      added). OTEL_EXPORTER_OTLP_ENDPOINT does the same;
+                      OTEL_EXPORTER_OTLP_TIMEOUT bounds a post (ms, 5000)
   --cost              print the cost table (per agent, and the costliest
                       turns) on stderr at the end
   --prices FILE       a Lua file returning model prices (dollars per million
@@ -251,9 +252,13 @@ local function observe(opts, usage_error)
   -- spans are built when asked for, or when log lines at info carry their ids
   if opts.trace or file or url or log.enabled("info") then
     trace = require "luagent.trace"
+    -- a post's bound, in milliseconds as OpenTelemetry's variables give it
+    local timeout_ms = tonumber(os.getenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+      or os.getenv("OTEL_EXPORTER_OTLP_TIMEOUT") or "")
     local ok, err = trace.start { tree = opts.trace, file = file, url = url,
       max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
-      batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")) }
+      batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")),
+      timeout = timeout_ms and timeout_ms > 0 and timeout_ms < math.huge and timeout_ms / 1000 or nil }
     if not ok then return nil, usage_error("run: --otlp: %s", err) end
   end
   if cost then cost.start() end

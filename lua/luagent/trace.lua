@@ -15,8 +15,10 @@
 -- When a trace's root span ends, the trace goes to the exporters: a file of
 -- OTLP JSON lines (one TracesData object per line: hex ids, 64-bit integers
 -- as strings), an OTLP/HTTP JSON collector (batched, on the loop, from a
--- bounded queue; a collector that fails is logged once and never slows the
--- run), and the tree printed by `luagent run --trace` at the end.
+-- bounded queue; each post bounded in time and in what it reads of the
+-- reply, only a 2xx a success; a collector that fails is logged once per
+-- kind of failure and never slows the run), and the tree printed by
+-- `luagent run --trace` at the end.
 local core = require "luagent.core"
 local json = require "luagent.json"
 local events = require "luagent.events"
@@ -24,6 +26,8 @@ local secrets = require "luagent.secrets"
 local log = require "luagent.log"
 local queue = require "luagent.queue"
 local outfile = require "luagent.outfile"
+local errors = require "luagent.errors"
+local http = require "luagent.http"
 
 local M = {}
 
@@ -648,39 +652,83 @@ local function parse_headers(text)
   return h
 end
 
+-- What is read of a collector's reply: its status says whether the spans
+-- were taken, and the start of its body, why not. A reply that never ends
+-- (a broken proxy streaming forever) is read no further: once held whole,
+-- it took gigabytes and stalled the run.
+M.REPLY_MAX = 4096
+-- How many kinds of failure (an HTTP status, a transport kind) an exporter
+-- reports, each once: a collector failing every batch says so once per
+-- kind, not per batch.
+M.REPORTED_KINDS = 16
+
+-- post_once(x, body, total) -> true | nil, kind, message: one POST of
+-- `body` to the exporter's collector within `total` seconds. Only a 2xx
+-- status is a success: a redirect (3xx, not followed) or an error status
+-- is a failure of kind "HTTP <status>", its message the reply's first
+-- bytes; a transport failure (refused, a timeout) is of its error's kind.
+-- At most M.REPLY_MAX bytes of the reply are read.
+local function post_once(x, body, total)
+  local resp, err = http.request { method = "POST", url = x.url, headers = x.headers, body = body,
+    timeout = { connect = math.min(2, total), total = total }, http_errors = false, max_buffer = M.REPLY_MAX }
+  if not resp then return nil, err.kind or "transport", tostring(err) end
+  local reply <close> = resp
+  local ok, text = pcall(resp.body, resp, M.REPLY_MAX)
+  if not ok then
+    if not errors.is(text) or errors.is_cancel(text) then error(text, 0) end
+    return nil, text.kind, tostring(text)
+  end
+  local status = resp.status
+  if status >= 200 and status < 300 then return true end
+  local why = string.format("HTTP %d", status)
+  local location = status >= 300 and status < 400 and resp.headers.location
+  if location then why = why .. ", a redirect to " .. location .. ", not followed" end
+  text = text:gsub("%s+", " "):sub(1, 200)
+  if text ~= "" and text ~= " " then why = why .. ": " .. text end
+  return nil, string.format("HTTP %d", status), why
+end
+
 -- http_exporter{url=, max_queue=, batch=, timeout=} -> exporter with
 -- :sink(root), :flush(seconds) and the counts sent, dropped, failures.
 -- Spans wait in a bounded queue; one sender task at a time posts them in
--- batches; a failing collector is logged once, its spans dropped and
--- counted, and the run goes on at its own pace.
+-- batches, each post bounded by `timeout` seconds (default 5; the
+-- connection by 2 of them) and by what it reads of the reply
+-- (M.REPLY_MAX); a batch that fails (a status that is not 2xx, no answer
+-- in time) is dropped and counted, each kind of failure logged once, and
+-- the run goes on at its own pace.
 function M.http_exporter(opts)
-  local http = require "luagent.http"
   local x = {
     url = opts.url, max_queue = opts.max_queue or 2048, batch = opts.batch or 512,
     timeout = opts.timeout or 5, queue = queue.new(), sent = 0, dropped = 0, failures = 0,
     headers = parse_headers(opts.headers or os.getenv("OTEL_EXPORTER_OTLP_HEADERS")),
+    reported = {}, kinds = 0, -- the kinds of failure logged
   }
   x.headers["content-type"] = "application/json"
 
+  -- Logs a failure of `kind` the first time (up to M.REPORTED_KINDS kinds).
+  local function report(kind, message)
+    if x.reported[kind] or x.kinds >= M.REPORTED_KINDS then return end
+    x.reported[kind], x.kinds = true, x.kinds + 1
+    log.write("warn", "OTLP export to " .. x.url .. " failed (" .. message
+      .. "); its spans are dropped and counted, the run goes on")
+  end
+
   -- Posts one batch within `total` seconds; a failure drops it (counted)
-  -- and is logged the first time.
+  -- and is logged the first time of its kind.
   local function post(spans, total)
     x.inflight = #spans
-    local ok, resp, err = pcall(http.fetch, { method = "POST", url = x.url, headers = x.headers,
-      body = M.traces_data(spans), timeout = { connect = math.min(2, total), total = total } })
+    local ran, ok, kind, message = pcall(post_once, x, M.traces_data(spans), total)
     x.inflight = 0
-    if ok and resp then
+    if not ran then
+      if errors.is_cancel(ok) then error(ok, 0) end
+      kind, message = "error", tostring(ok) -- (a raise: the sender goes on)
+    elseif ok then
       x.sent = x.sent + #spans
       return true
     end
-    if not ok and type(resp) == "table" and resp.kind == "cancelled" then error(resp, 0) end
     x.failures = x.failures + 1
     x.dropped = x.dropped + #spans
-    if not x.reported then
-      x.reported = true
-      log.write("warn", "OTLP export to " .. x.url .. " failed (" .. tostring(ok and err or resp)
-        .. "); its spans are dropped and counted, the run goes on")
-    end
+    report(kind, message)
     return false
   end
 
@@ -745,8 +793,8 @@ function M.http_exporter(opts)
       -- a post still waiting on the collector: its spans are lost too
       x.task:cancel()
       x.dropped = x.dropped + (x.inflight or 0)
-      if not x.reported then
-        x.reported = true
+      if not next(x.reported) then
+        x.reported.unanswered = true
         log.write("warn", string.format("OTLP export to %s: the collector did not answer (the run's end waited %g s)",
           x.url, seconds))
       end
