@@ -98,12 +98,14 @@ static void put_escape(luaL_Buffer *b, long cp, unsigned char byte) {
   luaL_addlstring(b, text, n);
 }
 
-/* terminal_text(s) -> s with what a terminal would act on escaped (see
- * above); s itself when there is nothing to escape. Numbers are taken as
- * their text (tostring's); anything else raises. */
+/* terminal_text(s [, lines]) -> s with what a terminal would act on
+ * escaped (see above); s itself when there is nothing to escape. With
+ * `lines`, newlines are kept (text of several lines, each escaped). Numbers
+ * are taken as their text (tostring's); anything else raises. */
 static int l_terminal_text(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
+  int lines = lua_toboolean(L, 2);
   const unsigned char *p = (const unsigned char *)s, *end = p + n;
   int esc;
   long cp;
@@ -114,7 +116,7 @@ static int l_terminal_text(lua_State *L) {
       continue;
     }
     size_t len = next_char(p, end, &esc, &cp);
-    if (esc) break;
+    if (esc && !(lines && cp == '\n')) break;
     p += len;
   }
   if (p == end) {
@@ -130,7 +132,7 @@ static int l_terminal_text(lua_State *L) {
       continue;
     }
     size_t len = next_char(p, end, &esc, &cp);
-    if (esc) {
+    if (esc && !(lines && cp == '\n')) {
       luaL_addlstring(&b, (const char *)run, (size_t)(p - run));
       put_escape(&b, cp, *p);
       run = p + len;

@@ -11,14 +11,14 @@ local SHORT = { [10] = "\\n", [13] = "\\r", [9] = "\\t" }
 local function escaped(c)
   return c < 0x20 or (c >= 0x7F and c <= 0x9F) or (c >= 0x202A and c <= 0x202E) or (c >= 0x2066 and c <= 0x2069)
 end
-local function reference(s)
+local function reference(s, lines)
   local out, i = {}, 1
   while i <= #s do
     local n = utf8.len(s, i, i) -- 1 when a valid sequence starts at i
     if n then
       local c = utf8.codepoint(s, i)
       local len = #utf8.char(c)
-      if c <= 0x10FFFF and not (c >= 0xD800 and c <= 0xDFFF) and escaped(c) then
+      if escaped(c) and not (lines and c == 10) then
         out[#out + 1] = SHORT[c] or string.format("\\u{%02x}", c)
       else
         out[#out + 1] = s:sub(i, i + len - 1)
@@ -49,6 +49,12 @@ describe("core.terminal_text", function()
     assert.equal("é€😀 \u{a0}\u{202f} \\ \"", core.terminal_text("é€😀 \u{a0}\u{202f} \\ \""))
   end)
 
+  it("keeps newlines when asked (text of several lines, each escaped)", function()
+    assert.equal("one\\u{1b}[2J\ntwo\\r\n", core.terminal_text("one\27[2J\ntwo\r\n", true))
+    assert.equal("a\nb", core.terminal_text("a\nb", true))
+    assert.equal("a\\nb", core.terminal_text("a\nb", false))
+  end)
+
   it("returns text with nothing to escape as it is, and numbers as their text", function()
     local s = "plain text, long enough for the eight-byte scan: 0123456789"
     assert.equal(s, core.terminal_text(s))
@@ -67,6 +73,7 @@ describe("core.terminal_text", function()
       assert.equal(reference(s), got)
       assert.truthy(utf8.len(got)) -- valid UTF-8, whatever came in
       assert.is_nil(got:find("[%c\127]")) -- and no control byte left
+      assert.equal(reference(s, true), core.terminal_text(s, true))
     end
   end)
 end)

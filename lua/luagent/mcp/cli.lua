@@ -8,6 +8,10 @@ local HELP = require("luagent.mcp.help").mcp
 
 local function say(fmt, ...) io.stderr:write(string.format(fmt, ...), "\n") end
 
+-- Writes text to stdout escaped for the terminal, line by line
+-- (host/termtext.c): the server's name, version and tools are its own.
+local function write(text) io.write(core.terminal_text(text, true)) end
+
 local function usage_error(fmt, ...)
   say("luagent mcp: " .. fmt, ...)
   say("Run 'luagent mcp --help' for usage.")
@@ -65,19 +69,19 @@ local function list(opts)
   end
   local snap, st = set:snapshot(), set:status()
   local info = st.server or {}
-  io.write(string.format("%s %s, MCP %s, %d tool%s; hints %s\n", tostring(info.name or set.label),
+  write(string.format("%s %s, MCP %s, %d tool%s; hints %s\n", tostring(info.name or set.label),
     tostring(info.version or ""), tostring(st.protocol), #snap.names, #snap.names == 1 and "" or "s",
     require("luagent.mcp").trusted(set.policy, set.label) and "trusted"
       or "not trusted (--trust, or trust_hints in a policy, uses them)"))
   local width = 4
   for _, n in ipairs(snap.names) do width = math.max(width, #n) end
-  io.write(string.format("%-" .. width .. "s  %-21s  %s\n", "TOOL", "FLAGS", "HINTS"))
+  write(string.format("%-" .. width .. "s  %-21s  %s\n", "TOOL", "FLAGS", "HINTS"))
   for _, n in ipairs(snap.names) do
     local t = snap.tools[n]
     local flags = {}
     if t.read_only then flags[#flags + 1] = "read_only" end
     if t.idempotent then flags[#flags + 1] = "idempotent" end
-    io.write(string.format("%-" .. width .. "s  %-21s  %s\n", n, #flags > 0 and table.concat(flags, " ") or "-",
+    write(string.format("%-" .. width .. "s  %-21s  %s\n", n, #flags > 0 and table.concat(flags, " ") or "-",
       hint_words(t.mcp.hints)))
   end
   set:close()
