@@ -26,6 +26,7 @@
 #include "redis.h"
 #include "sse.h"
 #include "tcp.h"
+#include "termtext.h"
 #include "timetext.h"
 #include "watch.h"
 
@@ -129,6 +130,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_jsonw_register(L);
   lg_ids_register(L);
   lg_timetext_register(L);
+  lg_termtext_register(L);
   lg_scrub_register(L);
   lg_loop_register(L);
   lg_tcp_register(L);

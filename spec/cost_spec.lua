@@ -220,6 +220,21 @@ describe("cost", function()
     assert.equal(43, cost.totals().attempts)
   end)
 
+  it("prints the table with agent and model names escaped for the terminal", function()
+    local hostile = "\27]0;pwned\7\27[2J\u{9b}H\r\n\u{202e}"
+    local last = run_agent("openai", "model" .. hostile, nil, { turns = 1, name = "agent" .. hostile })
+    assert.equal("stop", last.stop_reason)
+    local lines = cost.report()
+    for _, l in ipairs(lines) do
+      assert.is_nil(l:find("[%c\127]"), l)
+      assert.is_nil(l:find("\u{9b}", 1, true), l)
+      assert.is_nil(l:find("\u{202e}", 1, true), l)
+    end
+    local text = table.concat(lines, "\n")
+    assert.matches("\nagent\\u{1b}%]0;pwned", text) -- (cut to the column's 20 bytes)
+    assert.matches("model\\u{1b}%]0;pwned\\u{07}\\u{1b}%[2J\\u{9b}H\\r\\n\\u{202e}  1 attempt", text)
+  end)
+
   it("keeps OpenRouter's generation id with the call", function()
     assert(cost.set_prices { ["vendor/test-model"] = PRICE })
     local last = run_agent("openrouter", "vendor/test-model", nil)

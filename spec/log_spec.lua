@@ -251,6 +251,50 @@ describe("the default sink's lines", function()
   end)
 end)
 
+describe("the text form, for a terminal", function()
+  -- What a model, a tool or a server may put in a name, an id, a message or
+  -- content: an OSC that sets the title, a CSI that clears the screen, a C1
+  -- CSI, a bare carriage return, a bidi override, a stray byte.
+  local HOSTILE = "x\27]0;pwned\7\27[2J\u{9b}1;1H\r\u{202e}\xff"
+
+  -- The text lines of the events published, at info, content on.
+  local function text_lines(evs)
+    local lines = {}
+    local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "info",
+      log_format = "text", log_content = true }
+    log.start()
+    local ok, err = pcall(function()
+      for _, ev in ipairs(evs) do require("luagent.events").publish(ev) end
+      log.write("warn", "a library message about " .. HOSTILE, { file = HOSTILE })
+    end)
+    log.stop()
+    luagent.configure(saved)
+    assert(ok, err)
+    return lines
+  end
+
+  it("escapes what a terminal would act on, in names, ids, messages, fields and content", function()
+    local lines = text_lines {
+      { type = "tool_execution_start", agent = "a" .. HOSTILE, name = "look" .. HOSTILE, call_id = "c" .. HOSTILE,
+        arguments = { q = HOSTILE } },
+      { type = "tool_execution_end", agent = "a", name = "look" .. HOSTILE, call_id = "c1", attempts = 1,
+        duration = 0.01, error = { kind = "tool_error", message = "failed: " .. HOSTILE } },
+      { type = "tools_reload_failed", file = HOSTILE, line = 1, message = HOSTILE },
+      { type = "message_end", call = 1, final = true, attempts = 1, stop_reason = "stop", request_model = "m" .. HOSTILE,
+        started = 0, message = { role = "assistant", content = "answer " .. HOSTILE } },
+    }
+    assert.equal(5, #lines)
+    for _, l in ipairs(lines) do
+      assert.is_nil(l:find("[%c\127]"), l) -- no control byte at all (no colour: not a terminal)
+      assert.is_nil(l:find("\u{9b}", 1, true), l)
+      assert.is_nil(l:find("\u{202e}", 1, true), l)
+      assert.truthy(utf8.len(l), l)
+    end
+    assert.matches(" lookx\\u{1b}]0;pwned\\u{07}\\u{1b}%[2J\\u{9b}1;1H\\r\\u{202e}\\xff ", lines[1])
+    assert.matches("a library message about x\\u{1b}", lines[5])
+  end)
+end)
+
 describe("luagent run --log", function()
   it("with stdout thrown away, prints log lines and nothing else", function()
     local out, err = os.tmpname(), os.tmpname()

@@ -4,11 +4,16 @@
 -- as such, without node or `make peers`), which accepts it and whose own
 -- normalization reads every span back. And, without peers: a collector
 -- that refuses connections or never answers is logged once, never slows or
--- breaks the run, and spans over the queue bound are dropped and counted.
+-- breaks the run, and spans over the queue bound are dropped and counted;
+-- in process, against a test server: a reply that never ends is read a
+-- few KiB deep, and only a 2xx status is a success.
 local helpers = require "spec.support.helpers"
 local peers = require "peers"
+local luagent = require "luagent"
 local core = require "luagent.core"
 local http = require "luagent.http"
+local trace = require "luagent.trace"
+local testserver = require "spec.support.testserver"
 local cjson = require "cjson"
 
 local SCRIPT = [==[
@@ -156,5 +161,115 @@ describe("OTLP/HTTP export to a collector that fails", function()
     assert.equal(36, tonumber(dropped))
     assert.is_true(tonumber(over) > 0)
     assert.equal(1, count(r.stderr, "the collector did not answer"), r.stderr)
+  end)
+
+  it("bounds each post by OTEL_EXPORTER_OTLP_TIMEOUT (milliseconds): a post that times out is logged once", function()
+    local silent = assert(core.tcp_listen("127.0.0.1", 0))
+    local _, port = silent:address()
+    local r = run({ "--otlp", "http://127.0.0.1:" .. port }, { OTEL_EXPORTER_OTLP_TIMEOUT = "200" })
+    silent:close()
+    assert.equal(0, r.code, r.stderr)
+    -- 0.2 s, well within the run's final second for the export
+    assert.equal(1, count(r.stderr, "failed %(timeout"), r.stderr)
+    assert.equal(0, count(r.stderr, "the collector did not answer"), r.stderr)
+  end)
+end)
+
+describe("OTLP/HTTP export, the collector's reply", function()
+  -- A finished span, as trace.lua builds them.
+  local function span(name)
+    return { trace_id = core.random_id(32), span_id = core.random_id(16), name = name or "fine", kind = 1,
+      start = 1, stop = 2, status = 0, attrs = {}, nattrs = 0 }
+  end
+
+  local lines, saved
+  before_each(function()
+    lines = {}
+    saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
+    assert(trace.start {})
+  end)
+  after_each(function()
+    trace.stop()
+    luagent.configure(saved)
+  end)
+
+  local function logged(pattern)
+    local n = 0
+    for _, l in ipairs(lines) do if l:find(pattern) then n = n + 1 end end
+    return n
+  end
+
+  it("is read a few KiB deep when it never ends: the batch counts as sent, the rest is never read", function()
+    local LIMIT = 64 * 1024 * 1024 -- the server's own bound: the old exporter read all of it
+    local sent, ended = 0, nil
+    local srv = testserver.serve(function(conn)
+      -- 200 and a body without a length, that runs to a close that never comes
+      conn:write(testserver.head(200, { "Content-Type: application/json" }))
+      local chunk = string.rep("{}", 32768)
+      while sent < LIMIT do
+        local ok, err = conn:write(chunk)
+        if not ok then
+          ended = err -- the exporter hung up
+          return
+        end
+        sent = sent + #chunk
+      end
+      ended = "all sent"
+      luagent.sleep(60)
+    end)
+    local x = trace.http_exporter { url = srv.url .. "/v1/traces", timeout = 3 }
+    x.sink(span())
+    x.flush(10)
+    for _ = 1, 1000 do -- (10 s at most) until the server's write fails
+      if ended then break end
+      luagent.sleep(0.01)
+    end
+    srv.close()
+    assert.equal(1, x.sent)
+    assert.equal(0, x.failures)
+    assert.equal(0, #lines, table.concat(lines, "\n"))
+    assert.is_truthy(ended)
+    assert.are_not.equal("all sent", ended)
+    assert.is_true(sent < LIMIT / 4, sent .. " bytes sent") -- what the sockets' buffers took, no more
+  end)
+
+  it("is a failure unless its status is 2xx (a 307 is not followed), reported once per kind", function()
+    local statuses = { 307, 307, 500, 500, 202 }
+    local srv
+    srv = testserver.serve(function(conn)
+      local status = statuses[srv.requests]
+      conn:write(testserver.head(status, { "Location: http://127.0.0.1:1/v1/traces", "Content-Length: 2",
+        "Connection: close" }) .. "{}")
+    end)
+    local x = trace.http_exporter { url = srv.url .. "/v1/traces", timeout = 3 }
+    for i = 1, #statuses do
+      x.sink(span("s" .. i))
+      x.flush(5)
+    end
+    srv.close()
+    assert.equal(5, srv.requests)
+    assert.equal(1, x.sent)
+    assert.equal(4, x.failures)
+    assert.equal(1, logged("OTLP export to .* failed %(HTTP 307"), table.concat(lines, "\n"))
+    assert.equal(1, logged("OTLP export to .* failed %(HTTP 500"), table.concat(lines, "\n"))
+  end)
+
+  it("ends a reply that trickles past the timeout: the batch fails once, the export goes on", function()
+    local srv = testserver.serve(function(conn)
+      conn:write(testserver.head(200, { "Content-Type: application/json" }))
+      for _ = 1, 600 do
+        if not conn:write("{") then return end
+        luagent.sleep(0.1)
+      end
+    end)
+    local x = trace.http_exporter { url = srv.url .. "/v1/traces", timeout = 0.5 }
+    x.sink(span())
+    x.flush(10)
+    x.sink(span())
+    x.flush(10)
+    srv.close()
+    assert.equal(0, x.sent)
+    assert.equal(2, x.failures)
+    assert.equal(1, logged("OTLP export to .* failed %(timeout"), table.concat(lines, "\n"))
   end)
 end)

@@ -123,6 +123,23 @@ describe("luagent run, embedded default", function()
     assert.matches("run: %-%-events wants 'jsonl:FILE' or 'jsonl:%-', not 'xml'", r.stderr)
   end)
 
+  it("reports an events file it cannot write (a full disk: /dev/full) once, and exits 74", function()
+    local r = run("run", "--faults", "503@1", "--events", "jsonl:/dev/full", "examples/hello.lua")
+    assert.equal(74, r.code, r.stderr)
+    assert.matches("Jitter randomizes each wait", r.stdout) -- the run went on
+    local _, n = r.stderr:gsub("cannot write to '/dev/full': No space left on device", "")
+    assert.equal(1, n, r.stderr)
+    -- the same for the events on stdout (jsonl:-), and with --retry-safe
+    local err = os.tmpname()
+    local _, _, code = os.execute(env .. h.quote(h.bin) .. " run --fast --virtual-clock --faults 503@1 --retry-safe"
+      .. " --events jsonl:- examples/hello.lua >/dev/full 2>" .. err .. " </dev/null")
+    local text = h.slurp(err)
+    os.remove(err)
+    assert.equal(74, code, text)
+    _, n = text:gsub("cannot write to 'stdout': No space left on device", "")
+    assert.equal(1, n, text)
+  end)
+
   it("keeps retried attempts out of the output with --retry-safe", function()
     local r = run("run", "--faults", "stream-error:overloaded_error@1", "--retry-safe", "examples/hello.lua")
     assert.equal(0, r.code, r.stderr)

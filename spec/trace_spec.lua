@@ -410,6 +410,33 @@ describe("trace, from the OTLP file export", function()
     assert.matches("^  attempt 1 %S+  no such record, failed$", lines[3])
   end)
 
+  it("prints names, models and messages from models, tools and servers escaped for the terminal", function()
+    local hostile = "\27]0;pwned\7\27[2J\u{9b}H\r\n\u{202e}\xff"
+    assert(trace.start { tree = true })
+    events.publish { type = "agent_start", agent = "a" .. hostile, agent_id = "a#1" }
+    events.publish { type = "message_start", call = 1, agent_id = "a#1", id = "r1", model = "m" .. hostile }
+    events.publish { type = "message_end", call = 1, agent_id = "a#1", final = true, attempts = 1, stop_reason = "error",
+      request_model = "m" .. hostile, provider_kind = "openai", error = { kind = "protocol", message = "bad " .. hostile } }
+    events.publish { type = "tool_execution_start", agent = "a", agent_id = "a#1", call_id = "c1", name = "look" .. hostile }
+    events.publish { type = "tool_execution_end", agent = "a", agent_id = "a#1", call_id = "c1", name = "look" .. hostile,
+      attempts = 1, error = { kind = "tool_error" .. hostile, message = "no such record " .. hostile } }
+    events.publish { type = "agent_end", agent = "a" .. hostile, agent_id = "a#1", stop_reason = "stop", turns = 1 }
+    local lines = stop_with_tree()
+    assert.equal(5, #lines, table.concat(lines, "\n"))
+    for _, l in ipairs(lines) do
+      assert.is_nil(l:find("[%c\127]"), l)
+      assert.is_nil(l:find("\u{9b}", 1, true), l)
+      assert.is_nil(l:find("\u{202e}", 1, true), l)
+    end
+    local esc = "\\u{1b}%]0;pwned\\u{07}\\u{1b}%[2J\\u{9b}H\\r\\n\\u{202e}\\xff"
+    assert.matches("^invoke_agent a" .. esc .. " ", lines[1])
+    -- the call and the tool started at the same (virtual) time: in either order
+    local text = table.concat(lines, "\n", 2)
+    assert.matches("\n?  chat m" .. esc .. " %S+  error: protocol\n    attempt 1 %S+  bad " .. esc .. ", failed", text)
+    assert.matches("\n?  execute_tool look" .. esc .. " %S+  error: tool_error" .. esc
+      .. "\n    attempt 1 %S+  no such record " .. esc .. ", failed", text)
+  end)
+
   it("prints the tree from memory when there is no temporary file, a line per span", function()
     local tmpfile = io.tmpfile
     io.tmpfile = function() return nil end
@@ -467,6 +494,44 @@ describe("luagent run --otlp FILE", function()
     local spans = cjson.decode(text:match("^[^\n]+")).resourceSpans[1].scopeSpans[1].spans
     assert.equal("chat gpt-4o-mini", spans[1].name)
     assert.matches("costliest turns", r.stderr)
+  end)
+end)
+
+describe("an OTLP file that cannot be written", function()
+  local helpers = require "spec.support.helpers"
+
+  it("is reported once (a full disk: /dev/full), the run goes on and exits 74", function()
+    local script = helpers.tempfile([[
+      local luagent = require "luagent"
+      for _ = 1, 3 do
+        assert(luagent.complete { model = "openai/gpt-4o-mini", messages = { { role = "user", content = "hi" } } })
+      end
+      print("done")
+    ]], ".lua")
+    local r = helpers.run("run", "--mock", "--otlp", "/dev/full", "--cost", script)
+    os.remove(script)
+    assert.equal(74, r.code, r.stderr)
+    assert.matches("done", r.stdout)
+    assert.matches("costliest turns", r.stderr) -- the other outputs are still written
+    local _, n = r.stderr:gsub("cannot write to '/dev/full': No space left on device", "")
+    assert.equal(1, n, r.stderr)
+  end)
+
+  it("makes trace.stop answer nil and the message; later spans are not written", function()
+    local logged = {}
+    local saved = luagent.configure { log_sink = function(_, line) logged[#logged + 1] = line end, log_level = "warn" }
+    assert(trace.start { file = "/dev/full" })
+    local chunk = trace.file_chunk
+    trace.file_chunk = 1 -- each text goes out at once: the first trace meets the full disk
+    for id = 1, 3 do bare_call(id) end
+    trace.file_chunk = chunk
+    local ok, err = trace.stop()
+    luagent.configure(saved)
+    assert.is_nil(ok)
+    assert.matches("^cannot write to '/dev/full': No space left on device", err)
+    local n = 0
+    for _, l in ipairs(logged) do if l:find("/dev/full", 1, true) then n = n + 1 end end
+    assert.equal(1, n, table.concat(logged, "\n"))
   end)
 end)
 

@@ -1,9 +1,11 @@
 -- The command line: `luagent run`, `luagent help`, ... Exit codes: 0 success,
 -- 1 the script failed, 2 usage error (unknown command or flag, missing file),
--- 130 interrupted (SIGINT), 143 terminated (SIGTERM).
+-- 74 an output file could not be written (--events, --otlp FILE), 130
+-- interrupted (SIGINT), 143 terminated (SIGTERM).
 local core = require "luagent.core"
 local config = require "luagent.config"
 local secrets = require "luagent.secrets"
+local outfile = require "luagent.outfile"
 
 local M = {}
 
@@ -79,7 +81,8 @@ options:
   --otlp FILE|URL     export spans after the OpenTelemetry GenAI conventions:
                       to FILE as OTLP JSON lines, or to an OTLP/HTTP
                       collector at URL (http://host:4318; /v1/traces is
-                      added). OTEL_EXPORTER_OTLP_ENDPOINT does the same
+                      added). OTEL_EXPORTER_OTLP_ENDPOINT does the same;
+                      OTEL_EXPORTER_OTLP_TIMEOUT bounds a post (ms, 5000)
   --cost              print the cost table (per agent, and the costliest
                       turns) on stderr at the end
   --prices FILE       a Lua file returning model prices (dollars per million
@@ -104,7 +107,9 @@ Exit codes: 0 done; 1 the script raised an error (printed as
 file; 130 interrupted (the first Ctrl-C cancels the main task and lets it
 clean up, even while its Lua is busy; a second exits at once); 143 the same
 for SIGTERM (a graceful stop: the call in flight ends with an aborted event
-and is still recorded).
+and is still recorded); 74 the script went well but an output file
+(--events, --otlp FILE) could not be written (a full disk: said once on
+stderr, naming the file; the run went on without it).
 ]]
 
 HELP.resume = [[
@@ -142,6 +147,10 @@ end })
 -- Every line luagent prints on stderr (errors, the script's own top-level
 -- error with its traceback) is scrubbed of keys.
 local function say(fmt, ...) io.stderr:write(secrets.text(string.format(fmt, ...)), "\n") end
+
+-- The exit status of a run that went well but could not write all its
+-- outputs (--events, --otlp FILE: a full disk): sysexits.h's EX_IOERR.
+local EXIT_OUTPUT = 74
 
 local function usage_error(fmt, ...)
   say("luagent: " .. fmt, ...)
@@ -224,8 +233,9 @@ local function parse_run_args(args)
 end
 
 -- Sets up logs, traces and cost (the bus's observers) as the options ask;
--- returns their cleanup (exports, the tree, the cost table), or nil and an
--- exit code after reporting the problem.
+-- returns their cleanup (exports, the tree, the cost table: true, or nil
+-- and the message of an output file that could not be written), or nil
+-- and an exit code after reporting the problem.
 local function observe(opts, usage_error)
   local log = require "luagent.log"
   -- tracing and the cost meter are loaded only when asked for (startup)
@@ -245,9 +255,13 @@ local function observe(opts, usage_error)
   -- spans are built when asked for, or when log lines at info carry their ids
   if opts.trace or file or url or log.enabled("info") then
     trace = require "luagent.trace"
+    -- a post's bound, in milliseconds as OpenTelemetry's variables give it
+    local timeout_ms = tonumber(os.getenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+      or os.getenv("OTEL_EXPORTER_OTLP_TIMEOUT") or "")
     local ok, err = trace.start { tree = opts.trace, file = file, url = url,
       max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
-      batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")) }
+      batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")),
+      timeout = timeout_ms and timeout_ms > 0 and timeout_ms < math.huge and timeout_ms / 1000 or nil }
     if not ok then return nil, usage_error("run: --otlp: %s", err) end
   end
   if cost then cost.start() end
@@ -255,11 +269,13 @@ local function observe(opts, usage_error)
   if opts.log ~= "off" then log.start() end
   return function()
     log.stop()
-    if trace then trace.stop(opts.trace and io.stderr or nil) end
+    local ok, err = true, nil
+    if trace then ok, err = trace.stop(opts.trace and io.stderr or nil) end
     if cost then
       if opts.cost then io.stderr:write(table.concat(cost.report(), "\n"), "\n") end
       cost.stop()
     end
+    return ok, err
   end
 end
 
@@ -273,7 +289,9 @@ end
 
 -- Sets up what the options ask for before the script runs: the embedded
 -- mock, recording, event output, the default policy. Returns a cleanup
--- function, or nil and an exit code after reporting the problem.
+-- function (it answers true, or nil and a message when an output file,
+-- --events or --otlp, could not be written: reported once when it
+-- happened), or nil and an exit code after reporting the problem.
 local function prepare(opts, file)
   local events = require "luagent.events"
   local seed = opts.seed and math.tointeger(tonumber(opts.seed))
@@ -287,15 +305,21 @@ local function prepare(opts, file)
   local options = { retry_safe = opts["retry-safe"] or false, seed = seed }
   config.set { options = options }
   local cleanups = {}
-  local events_out = io.stdout -- --events jsonl:FILE, opened before anything starts
-  if opts.events and opts.events ~= "-" then
-    local f, err = io.open(opts.events, "w")
-    if not f then
+  local failure -- the first output file that could not be written
+  local function output(ok, err)
+    if not ok then failure = failure or err end
+  end
+  local events_out -- --events jsonl:FILE, opened before anything starts
+  if opts.events == "-" then
+    events_out = outfile.wrap(io.stdout, "stdout")
+  elseif opts.events then
+    local err
+    events_out, err = outfile.open(opts.events)
+    if not events_out then
       return nil, usage_error("run: --events: cannot open '%s': %s", opts.events, (err:gsub("^[^:]*: ", "")))
     end
-    events_out = f
-    cleanups[#cleanups + 1] = function() f:close() end
   end
+  if events_out then cleanups[#cleanups + 1] = function() output(events_out:close()) end end
   if opts.policy then
     local fh = io.open(opts.policy, "r")
     if not fh then return nil, usage_error("run: cannot open policy '%s'", opts.policy) end
@@ -314,7 +338,8 @@ local function prepare(opts, file)
     for i = #cleanups, 1, -1 do cleanups[i]() end
     return nil, code
   end
-  table.insert(cleanups, 1, obs) -- runs last: after the script's own files and the mock are closed
+  -- runs last: after the script's own files and the mock are closed
+  table.insert(cleanups, 1, function() output(obs()) end)
   if opts.tools then
     local set, err = require("luagent.tools").dir(opts.tools)
     if not set then return nil, usage_error("run: --tools: %s", err.message) end
@@ -373,6 +398,8 @@ local function prepare(opts, file)
   end
   return function()
     for i = #cleanups, 1, -1 do cleanups[i]() end
+    if failure then return nil, failure end
+    return true
   end
 end
 
@@ -386,22 +413,25 @@ local function execute(opts, file, chunk, script_args)
   if not cleanup then return code end
   -- a script that ends with os.exit still gets its exports, tree and cost
   -- table written, and the mock closed
-  local exit, cleaned = os.exit, false
+  local exit, cleaned, written = os.exit, false, true
   local function clean()
-    if cleaned then return end
+    if cleaned then return written end
     cleaned = true
-    cleanup()
+    written = cleanup()
+    return written
   end
-  os.exit = function(...)
-    local ok, err = pcall(clean)
-    if not ok then say("luagent: while exiting: %s", tostring(err)) end
-    return exit(...)
+  os.exit = function(status, close)
+    local ok, done = pcall(clean)
+    if not ok then say("luagent: while exiting: %s", tostring(done)) end
+    -- a success whose outputs could not all be written is none
+    if ok and not done and (status == nil or status == true or status == 0) then status = EXIT_OUTPUT end
+    return exit(status, close)
   end
   local main = core.spawn(chunk, table.unpack(script_args))
   core.on_sigint(main)
   local finished, stuck = core.run()
   os.exit = exit
-  clean()
+  local outputs_written = clean()
   local journal = package.loaded["luagent.journal"]
   local run = journal and journal.current_run
   if run and not run.last_status then
@@ -422,7 +452,8 @@ local function execute(opts, file, chunk, script_args)
     return 1
   end
   local stopped, sig = core.interrupted()
-  return stopped and 128 + sig or 0
+  if stopped then return 128 + sig end
+  return outputs_written and 0 or EXIT_OUTPUT
 end
 
 -- Loads FILE as a chunk: chunk, or nil and the exit code after saying why.

@@ -10,6 +10,7 @@
 -- request is sent. The totals of an agent's run are added to its
 -- `agent_end` event as `cost`.
 local config = require "luagent.config"
+local core = require "luagent.core"
 local errors = require "luagent.errors"
 local events = require "luagent.events"
 local usage = require "luagent.usage"
@@ -350,7 +351,8 @@ function M.stop()
 end
 
 -- report([top]) -> lines: a table per agent (calls, attempts, tokens,
--- cost) with the run's total, then the `top` costliest turns.
+-- cost) with the run's total, then the `top` costliest turns; text a
+-- terminal would act on is escaped.
 function M.report(top)
   top = top or 5
   local lines = {}
@@ -383,6 +385,9 @@ function M.report(top)
         r.generation_id and ("  generation " .. r.generation_id) or "")
     end
   end
+  -- agent and model names, generation ids: a script's, a model's, a
+  -- server's text, printed on a terminal (host/termtext.c)
+  for i = 1, #lines do lines[i] = core.terminal_text(lines[i]) end
   return lines
 end
 

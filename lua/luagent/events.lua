@@ -171,12 +171,16 @@ function M.to_json(ev)
   return secrets.text(json.encode(plain(ev, 0), { nonfinite = "null" }))
 end
 
--- jsonl(file) -> a consumer writing each event as one JSON line to file.
+-- jsonl(file) -> a consumer writing each event as one JSON line to file
+-- (default stdout; a Lua file, or an output file: lua/luagent/outfile.lua),
+-- flushed at each line. A write that fails (a full disk) raises: the bus
+-- removes the consumer and reports it once, and no more lines are written.
 function M.jsonl(file)
   file = file or io.stdout
   return function(ev)
-    file:write(M.to_json(ev), "\n")
-    file:flush()
+    local ok, err = file:write(M.to_json(ev), "\n")
+    if ok then ok, err = file:flush() end
+    if not ok then error("events.jsonl: " .. tostring(err) .. "; no more events are written", 0) end
   end
 end
 

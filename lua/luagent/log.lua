@@ -7,7 +7,8 @@
 -- log pipelines. The threshold comes from LUAGENT_LOG or `luagent run --log
 -- LEVEL` (default `warn`). Lines are JSON when stderr is not a terminal (or
 -- with `--log-format json`), a compact readable form on a terminal (colour
--- unless NO_COLOR is set). Metadata is always logged; message content
+-- unless NO_COLOR is set; escape sequences and other control characters
+-- from models, tools and servers written as visible escapes). Metadata is always logged; message content
 -- (answers, tool arguments and results) only with `--log-content`, cut to
 -- M.content_max bytes and passed through the policy's `redact(text)` hook.
 -- Every line goes through the key scrubber (lua/luagent/secrets.lua).
@@ -87,13 +88,20 @@ local HEAD = { "time", "level", "agent", "model", "tool", "call", "call_id", "tr
 local IS_HEAD = {}
 for _, k in ipairs(HEAD) do IS_HEAD[k] = true end
 
--- A field's value in the text form: quoted when it has spaces or quotes.
+-- A field's value in the text form: quoted when it has spaces, quotes or
+-- '=' (its quotes and backslashes escaped; control characters are the
+-- whole line's business, below).
 local function text_value(v)
   if type(v) == "table" then return json.encode(v) end
   local s = tostring(v)
-  if type(v) == "string" and (s == "" or s:find("[%s\"=]")) then return string.format("%q", s):gsub("\\\n", "\\n") end
+  if type(v) == "string" and (s == "" or s:find("[%s\"=]")) then return '"' .. s:gsub('[\\"]', "\\%0") .. '"' end
   return s
 end
+
+-- Text a terminal would act on (an escape sequence, a control character, a
+-- bidi override), escaped (host/termtext.c): what follows a line's time
+-- and level comes from models, tools and servers.
+local terminal_text = core.terminal_text
 
 -- A field's value that is no string, number or boolean, as JSON.
 local function encode_value(v) return json.encode(v, { nonfinite = "null" }) end
@@ -114,9 +122,9 @@ local function render(record, epoch, clear)
   if record.call then who[#who + 1] = "#" .. record.call end
   if record.call_id then who[#who + 1] = record.call_id end
   local lvl = string.format("%-5s", record.level:upper())
-  if colour then lvl = COLOUR[record.level] .. lvl .. "\27[0m" end
-  local out = { clock_time(epoch), lvl }
-  if #who > 0 then out[#out + 1] = table.concat(who, " ") end
+  if colour then lvl = COLOUR[record.level] .. lvl .. "\27[0m" end -- (the only escape a line keeps)
+  local out = {}
+  if #who > 0 then out[1] = table.concat(who, " ") end
   out[#out + 1] = record.msg
   local rest = {}
   for k in pairs(record) do
@@ -126,7 +134,7 @@ local function render(record, epoch, clear)
   local kv = {}
   for _, k in ipairs(rest) do kv[#kv + 1] = k .. "=" .. text_value(record[k]) end
   if #kv > 0 then out[#out + 1] = table.concat(kv, " ") end
-  return table.concat(out, "  ")
+  return clock_time(epoch) .. "  " .. lvl .. "  " .. terminal_text(table.concat(out, "  "))
 end
 
 -- Empties a record for the next line (its slots stay).

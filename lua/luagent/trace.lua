@@ -15,14 +15,19 @@
 -- When a trace's root span ends, the trace goes to the exporters: a file of
 -- OTLP JSON lines (one TracesData object per line: hex ids, 64-bit integers
 -- as strings), an OTLP/HTTP JSON collector (batched, on the loop, from a
--- bounded queue; a collector that fails is logged once and never slows the
--- run), and the tree printed by `luagent run --trace` at the end.
+-- bounded queue; each post bounded in time and in what it reads of the
+-- reply, only a 2xx a success; a collector that fails is logged once per
+-- kind of failure and never slows the run), and the tree printed by
+-- `luagent run --trace` at the end.
 local core = require "luagent.core"
 local json = require "luagent.json"
 local events = require "luagent.events"
 local secrets = require "luagent.secrets"
 local log = require "luagent.log"
 local queue = require "luagent.queue"
+local outfile = require "luagent.outfile"
+local errors = require "luagent.errors"
+local http = require "luagent.http"
 
 local M = {}
 
@@ -462,6 +467,7 @@ end
 ------------------------------------------------------------------------------
 
 M.duration = log.duration -- "37.968s", "1.3ms", "191µs"
+local terminal_text = core.terminal_text
 
 local INDENT = setmetatable({}, { __index = function(t, depth)
   local s = string.rep("  ", depth)
@@ -538,26 +544,37 @@ end
 
 -- file_exporter(path) -> sink, close | nil, message: TracesData lines of
 -- finished traces, batched as M.file_batch says; close() ends the line
--- that is open. Finished traces wait, M.render_batch at most, and are
+-- that is open and closes the file: true, or nil and the message of a
+-- write that failed. Finished traces wait, M.render_batch at most, and are
 -- turned into JSON together (one string, scrubbed); the texts wait
 -- until M.file_chunk bytes of them are there and go out together: little
 -- of a batch stays in the Lua heap, where every object kept makes each
 -- collection of a streaming run longer, and a text larger than stdio's
 -- 4 KiB buffer goes to the file in one write (glibc ignores the size
 -- setvbuf asks for). A line is whole in the file once its batch ends (its
--- tail and a flush); until then the file may end inside it.
+-- tail and a flush); until then the file may end inside it. A write that
+-- fails (a full disk) is logged once; the file then takes no more
+-- (lua/luagent/outfile.lua) and later traces are dropped unrendered.
 M.file_chunk = 16384
 function M.file_exporter(path)
-  local f, err = io.open(path, "w")
-  if not f then return nil, err end
+  local out, err = outfile.open(path)
+  if not out then return nil, err end
   local spans, timer = 0, nil -- spans in the open line; its batch's timer
   local roots = {}            -- finished traces of the open line, not yet text
   local opened = false        -- whether the open line's head is written
   local texts, bytes = {}, 0  -- what waits to be written, and its size
+  local told = false          -- whether a failed write was logged
+  -- logs the file's first failure, once (ok: what a write answered)
+  local function check(ok, message)
+    if ok or told then return end
+    told = true
+    log.write("warn", "trace: the OTLP file export failed: " .. tostring(message) .. "; later spans are not written")
+  end
   local function write_out()
     if bytes == 0 then return end
-    f:write(table.unpack(texts)) -- (each piece as it is: no joined copy)
+    local pieces = texts
     texts, bytes = {}, 0
+    check(out:write(table.unpack(pieces))) -- (each piece as it is: no joined copy)
   end
   local function add(text)
     texts[#texts + 1] = text
@@ -568,6 +585,7 @@ function M.file_exporter(path)
     if roots[1] == nil then return end
     local batch = roots -- taken first: a batch that fails to render is not tried again
     roots = {}
+    if out.error then return end -- nowhere to go
     local text = secrets.text((core.otlp_traces(batch, offset)))
     add(opened and "," or head())
     opened = true
@@ -583,12 +601,13 @@ function M.file_exporter(path)
     if opened then -- (not when every trace of the line failed to render)
       add(RESOURCE_TAIL .. "\n")
       write_out()
-      f:flush()
+      check(out:flush())
       opened = false
     end
     if not ok then error(err, 0) end
   end
   return function(root)
+    if out.error then return end -- the file failed: the trace is dropped
     roots[#roots + 1] = root
     spans = spans + count_spans(root)
     if spans >= M.file_batch.batch then return end_line() end
@@ -603,8 +622,10 @@ function M.file_exporter(path)
     end
   end, function()
     local ok, err = pcall(end_line)
-    f:close()
+    local closed, message = out:close()
+    check(closed, message)
     if not ok then error(err, 0) end
+    return closed, message
   end
 end
 
@@ -631,39 +652,83 @@ local function parse_headers(text)
   return h
 end
 
+-- What is read of a collector's reply: its status says whether the spans
+-- were taken, and the start of its body, why not. A reply that never ends
+-- (a broken proxy streaming forever) is read no further: once held whole,
+-- it took gigabytes and stalled the run.
+M.REPLY_MAX = 4096
+-- How many kinds of failure (an HTTP status, a transport kind) an exporter
+-- reports, each once: a collector failing every batch says so once per
+-- kind, not per batch.
+M.REPORTED_KINDS = 16
+
+-- post_once(x, body, total) -> true | nil, kind, message: one POST of
+-- `body` to the exporter's collector within `total` seconds. Only a 2xx
+-- status is a success: a redirect (3xx, not followed) or an error status
+-- is a failure of kind "HTTP <status>", its message the reply's first
+-- bytes; a transport failure (refused, a timeout) is of its error's kind.
+-- At most M.REPLY_MAX bytes of the reply are read.
+local function post_once(x, body, total)
+  local resp, err = http.request { method = "POST", url = x.url, headers = x.headers, body = body,
+    timeout = { connect = math.min(2, total), total = total }, http_errors = false, max_buffer = M.REPLY_MAX }
+  if not resp then return nil, err.kind or "transport", tostring(err) end
+  local reply <close> = resp
+  local ok, text = pcall(resp.body, resp, M.REPLY_MAX)
+  if not ok then
+    if not errors.is(text) or errors.is_cancel(text) then error(text, 0) end
+    return nil, text.kind, tostring(text)
+  end
+  local status = resp.status
+  if status >= 200 and status < 300 then return true end
+  local why = string.format("HTTP %d", status)
+  local location = status >= 300 and status < 400 and resp.headers.location
+  if location then why = why .. ", a redirect to " .. location .. ", not followed" end
+  text = text:gsub("%s+", " "):sub(1, 200)
+  if text ~= "" and text ~= " " then why = why .. ": " .. text end
+  return nil, string.format("HTTP %d", status), why
+end
+
 -- http_exporter{url=, max_queue=, batch=, timeout=} -> exporter with
 -- :sink(root), :flush(seconds) and the counts sent, dropped, failures.
 -- Spans wait in a bounded queue; one sender task at a time posts them in
--- batches; a failing collector is logged once, its spans dropped and
--- counted, and the run goes on at its own pace.
+-- batches, each post bounded by `timeout` seconds (default 5; the
+-- connection by 2 of them) and by what it reads of the reply
+-- (M.REPLY_MAX); a batch that fails (a status that is not 2xx, no answer
+-- in time) is dropped and counted, each kind of failure logged once, and
+-- the run goes on at its own pace.
 function M.http_exporter(opts)
-  local http = require "luagent.http"
   local x = {
     url = opts.url, max_queue = opts.max_queue or 2048, batch = opts.batch or 512,
     timeout = opts.timeout or 5, queue = queue.new(), sent = 0, dropped = 0, failures = 0,
     headers = parse_headers(opts.headers or os.getenv("OTEL_EXPORTER_OTLP_HEADERS")),
+    reported = {}, kinds = 0, -- the kinds of failure logged
   }
   x.headers["content-type"] = "application/json"
 
+  -- Logs a failure of `kind` the first time (up to M.REPORTED_KINDS kinds).
+  local function report(kind, message)
+    if x.reported[kind] or x.kinds >= M.REPORTED_KINDS then return end
+    x.reported[kind], x.kinds = true, x.kinds + 1
+    log.write("warn", "OTLP export to " .. x.url .. " failed (" .. message
+      .. "); its spans are dropped and counted, the run goes on")
+  end
+
   -- Posts one batch within `total` seconds; a failure drops it (counted)
-  -- and is logged the first time.
+  -- and is logged the first time of its kind.
   local function post(spans, total)
     x.inflight = #spans
-    local ok, resp, err = pcall(http.fetch, { method = "POST", url = x.url, headers = x.headers,
-      body = M.traces_data(spans), timeout = { connect = math.min(2, total), total = total } })
+    local ran, ok, kind, message = pcall(post_once, x, M.traces_data(spans), total)
     x.inflight = 0
-    if ok and resp then
+    if not ran then
+      if errors.is_cancel(ok) then error(ok, 0) end
+      kind, message = "error", tostring(ok) -- (a raise: the sender goes on)
+    elseif ok then
       x.sent = x.sent + #spans
       return true
     end
-    if not ok and type(resp) == "table" and resp.kind == "cancelled" then error(resp, 0) end
     x.failures = x.failures + 1
     x.dropped = x.dropped + #spans
-    if not x.reported then
-      x.reported = true
-      log.write("warn", "OTLP export to " .. x.url .. " failed (" .. tostring(ok and err or resp)
-        .. "); its spans are dropped and counted, the run goes on")
-    end
+    report(kind, message)
     return false
   end
 
@@ -728,8 +793,8 @@ function M.http_exporter(opts)
       -- a post still waiting on the collector: its spans are lost too
       x.task:cancel()
       x.dropped = x.dropped + (x.inflight or 0)
-      if not x.reported then
-        x.reported = true
+      if not next(x.reported) then
+        x.reported.unanswered = true
         log.write("warn", string.format("OTLP export to %s: the collector did not answer (the run's end waited %g s)",
           x.url, seconds))
       end
@@ -780,7 +845,9 @@ function M.start(opts)
     -- kept as text, in a temporary file (the spans can go, and a long
     -- run's tree does not grow the Lua heap); in memory if there is none
     printed = io.tmpfile() or { write = function(self, ...) for _, text in ipairs({ ... }) do self[#self + 1] = text end end }
-    local function emit(line) printed:write(secrets.text(line), "\n") end
+    -- names, models and messages come from models, tools and servers:
+    -- escaped for the terminal the tree is printed on (host/termtext.c)
+    local function emit(line) printed:write(terminal_text(secrets.text(line)), "\n") end
     local function render()
       local batch = tree_roots -- taken first, as the file exporter's
       tree_roots = {}
@@ -795,9 +862,11 @@ function M.start(opts)
   return true
 end
 
--- stop([out]) -> ends tracing: exports what is queued (bounded in time),
--- closes files and writes the tree of every trace to `out` (a file, when
--- `--trace`). Spans still open (a run cut short) are ended now.
+-- stop([out]) -> true | nil, message: ends tracing: exports what is
+-- queued (bounded in time), closes files and writes the tree of every
+-- trace to `out` (a file, when `--trace`). Spans still open (a run cut
+-- short) are ended now. nil and a message when the OTLP file could not be
+-- written (logged once when it happened).
 function M.stop(out, flush_seconds)
   for key, s in pairs(runs) do
     finish(s)
@@ -805,9 +874,11 @@ function M.stop(out, flush_seconds)
     root_done(s)
   end
   for _, x in ipairs(exporters) do x.flush(flush_seconds or 1) end
+  local failure
   for _, close in ipairs(closers) do
-    local ok, err = pcall(close) -- one that fails must not keep the others or the tree
-    if not ok then log.write("warn", "trace: an exporter failed at the end: " .. secrets.text(tostring(err))) end
+    local ok, closed, message = pcall(close) -- one that fails must not keep the others or the tree
+    if not ok then log.write("warn", "trace: an exporter failed at the end: " .. secrets.text(tostring(closed))) end
+    if ok and closed == nil and message then failure = failure or message end
   end
   if printed and out then
     if io.type(printed) == "file" then
@@ -822,6 +893,8 @@ function M.stop(out, flush_seconds)
   unsubscribe, printed, exporters, closers, sinks = nil, nil, {}, {}, {}
   runs, calls, tools, tree_roots = {}, {}, {}, {}
   recent, recent_key = {}, {}
+  if failure then return nil, failure end
+  return true
 end
 
 return M

@@ -1,4 +1,5 @@
 -- `luagent runs`: list, show, resolve and delete durable runs.
+local core = require "luagent.core"
 local json = require "luagent.json"
 
 local M = {}
@@ -65,6 +66,13 @@ local function fmt_time(t)
   if not t then return "-" end
   return os.date("!%Y-%m-%d %H:%M:%S", math.floor(t))
 end
+
+-- What list and show print holds a run's answers, agent names and errors
+-- (a model's, a script's text): escaped for the terminal, line by line
+-- (host/termtext.c).
+local terminal = { write = function(_, ...)
+  io.stdout:write(core.terminal_text(table.concat({ ... }), true))
+end }
 
 local function shorten(s, n)
   s = tostring(s or ""):gsub("%s+", " ")
@@ -199,9 +207,9 @@ function M.main(args, say, usage_error)
   if not store then return 1 end
   local code, err, missing
   if sub == "list" then
-    code, err = list(store, io.stdout)
+    code, err = list(store, terminal)
   elseif sub == "show" then
-    code, err, missing = show(store, pos[1], io.stdout)
+    code, err, missing = show(store, pos[1], terminal)
   else
     local step
     step, err = store:resolve(pos[1], pos[2], how)

@@ -10,7 +10,9 @@ local HELP = require("luagent.mcp.help").mcp
 -- What it prints comes from the server (its name, its tools, its errors)
 -- and is scrubbed of keys, stdout and stderr alike.
 local function say(fmt, ...) io.stderr:write(secrets.text(string.format(fmt, ...)), "\n") end
-local function out(fmt, ...) io.write(secrets.text(string.format(fmt, ...))) end
+-- On stdout, also escaped for the terminal line by line (host/termtext.c):
+-- the server's name, version and tools are its own.
+local function out(fmt, ...) io.write(core.terminal_text(secrets.text(string.format(fmt, ...)), true)) end
 
 local function usage_error(fmt, ...)
   say("luagent mcp: " .. fmt, ...)
