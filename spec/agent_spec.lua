@@ -398,6 +398,32 @@ describe("an agent", function()
     assert.is_nil(of_type(evs, "turn_end")[1].message)
   end)
 
+  it("keeps the history a context overflow compacted: the next turn sends it, not the full one", function()
+    local function U(t) return { role = "user", content = t } end
+    local function A(t) return { role = "assistant", content = t } end
+    -- request 1 overflows (its reply is never sent); 2 is the compacted resend
+    start({ { text = "unsent" }, { tools = { call("1", "echo", { text = "x" }) } }, { text = "done" } }, "400:overflow@1")
+    local a = agent { tools = { echo }, messages = { U("u1"), A("a1"), U("u2"), A("a2"), U("u3"), A("a3") },
+      policy = { on_context_overflow = "drop_oldest", max_retries = 2 } }
+    local evs, last = drain(a, "u4")
+    assert.equal("stop", last.stop_reason)
+    local c = of_type(evs, "context_compacted")[1]
+    assert.equal(7, c.before)
+    assert.equal(3, c.after)
+    local b = bodies()
+    assert.equal(3, #b)
+    assert.equal(7, #b[1].messages)
+    assert.equal(3, #b[2].messages)
+    -- turn 2: the compacted three, the call and its result (not the nine of the full history)
+    assert.equal(5, #b[3].messages)
+    assert.equal("u3", b[3].messages[1].content)
+    -- the compacted list is on the event, and is the agent's history from then on
+    assert.same({ "u3", "a3", "u4" }, { c.messages[1].content, c.messages[2].content, c.messages[3].content })
+    assert.equal(6, #a.messages) -- u3 a3 u4, the call, its result, the answer
+    assert.equal(a.messages, last.messages)
+    assert.same({ "u3", "a3", "u4" }, { a.messages[1].content, a.messages[2].content, a.messages[3].content })
+  end)
+
   it("stops at the loop guard: the same call with the same arguments 3 times in a row", function()
     local runs = 0
     local same = { name = "same", description = "x", read_only = true,

@@ -295,6 +295,14 @@ function Agent:journal_begin()
   return self.binder
 end
 
+-- Makes `list` the history, in place (agent.messages stays the table its
+-- caller holds): the messages a context overflow was compacted to are the
+-- conversation from then on, so the next turn does not overflow again.
+function Agent:adopt_history(list)
+  local h = self.messages
+  for i = 1, math.max(#h, #list) do h[i] = list[i] end
+end
+
 -- The body of a run (in the agent's task): turns until a stop reason.
 function Agent:run_turns(emit, push)
   local usage, turns, stop, err, reason = nil, 0, nil, nil, nil
@@ -325,6 +333,12 @@ function Agent:run_turns(emit, push)
     end
     if known then -- answered from the journal: no request
       ok = true
+      if known.compacted then -- the live turn's compaction, as it was
+        local c = known.compacted
+        emit { type = "context_compacted", replayed = true, attempt = c.attempt, before = #self.messages,
+               after = #c.messages, messages = c.messages }
+        self:adopt_history(c.messages)
+      end
       emit { type = "message_start", replayed = true }
       final = { type = "message_end", replayed = true, final = true, message = known.message, usage = known.usage,
                 total_usage = known.total_usage, attempts = known.attempts, stop_reason = known.stop_reason }
@@ -335,7 +349,8 @@ function Agent:run_turns(emit, push)
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
                                max_cost = self.max_cost } do
         push(ev)
-        if ev.type == "message_end" and ev.final then final = ev end
+        if ev.type == "context_compacted" then self:adopt_history(ev.messages)
+        elseif ev.type == "message_end" and ev.final then final = ev end
       end
     end) end
     if jr and jr.failed and ok then

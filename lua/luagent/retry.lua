@@ -15,7 +15,8 @@
 -- final=true}, the record marked final (retryable = false, reason,
 -- attempts, cause = the last attempt's error). A context overflow whose
 -- on_context_overflow hook returns a shorter message list is resent once:
--- context_compacted{before, after}, then provider_retry with no wait.
+-- context_compacted{before, after, messages}, then provider_retry with no
+-- wait.
 -- Cancellation (connecting, streaming or backing off) ends the call at once
 -- with one final event and then raises `cancelled` (cancellation always
 -- raises): message_end{stop_reason="aborted"} when no message of the call
@@ -289,7 +290,9 @@ function Call:announce_retry(err, d, side, shorter, wait, why)
   end
   out:push_all(side)
   if shorter then
-    out:push { type = "context_compacted", attempt = attempt, before = #self.request.messages, after = #shorter }
+    -- the list itself, for callers that keep the history (an agent adopts it)
+    out:push { type = "context_compacted", attempt = attempt, before = #self.request.messages, after = #shorter,
+               messages = shorter }
     self.request.messages, self.compacted = shorter, true
   end
   out:push(self:describe { type = "provider_retry", attempt = attempt, max_attempts = max_attempts,
