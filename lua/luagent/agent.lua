@@ -325,6 +325,21 @@ function Agent:run_turns(emit, push)
     -- a turn that ends without a message or tool results
     local function end_empty_turn() emit { type = "turn_end", turn = turns, tool_results = json.array() } end
     local final, known, ok, cerr
+    local partial -- the message of the call's last failed or aborted attempt, if it had one
+    -- a turn whose call failed or was aborted (`why`): what the model had
+    -- said is its message and stays in history, marked incomplete with the
+    -- turn's outcome (yoagent keeps the aborted message too), when it holds
+    -- text the next request can send. A copy: the event keeps its own.
+    local function end_failed_turn(why)
+      local msg
+      if partial and type(partial.content) == "string" and partial.content:find("%S") then
+        msg = {}
+        for k, v in pairs(partial) do msg[k] = v end
+        msg.stop_reason = why
+        self.messages[#self.messages + 1] = msg
+      end
+      emit { type = "turn_end", turn = turns, message = msg, tool_results = json.array() }
+    end
     if jr then known, cerr = jr:turn(turns, self.messages, self.system) end
     if cerr then
       err, stop = cerr, "error"
@@ -349,8 +364,13 @@ function Agent:run_turns(emit, push)
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
                                max_cost = self.max_cost } do
         push(ev)
-        if ev.type == "context_compacted" then self:adopt_history(ev.messages)
-        elseif ev.type == "message_end" and ev.final then final = ev end
+        local t = ev.type
+        if t == "context_compacted" then
+          self:adopt_history(ev.messages)
+        elseif t == "message_end" then
+          if ev.final then final = ev end
+          if ev.message and ev.message.incomplete then partial = ev.message end
+        end
       end
     end) end
     if jr and jr.failed and ok then
@@ -361,15 +381,15 @@ function Agent:run_turns(emit, push)
     if not ok then
       if not errors.is_cancel(cerr) then error(cerr, 0) end
       self.aborted = self.aborted or cerr.reason or "aborted"
-      end_empty_turn()
+      end_failed_turn("aborted")
       stop = "aborted"
       break
     end
     if final then usage = add_usage(usage, final.total_usage) end
     if not final or final.stop_reason == "error" or final.stop_reason == "aborted" then
       err = final and final.error or errors.new("truncated", "the model call ended without an answer")
-      end_empty_turn()
       stop = final and final.stop_reason == "aborted" and "aborted" or "error"
+      end_failed_turn(stop)
       break
     end
     local msg = final.message

@@ -21,8 +21,12 @@ local function assistant_blocks(m)
   if type(m.thinking) == "string" and m.thinking ~= "" and type(m.thinking_signature) == "string" then
     blocks[#blocks + 1] = { type = "thinking", thinking = m.thinking, signature = m.thinking_signature }
   end
-  if type(m.content) == "string" and m.content ~= "" then
-    blocks[#blocks + 1] = { type = "text", text = m.content }
+  local text = m.content
+  -- an aborted answer's text may end mid-line; sent last it is a prefill,
+  -- which the API refuses when it ends in whitespace
+  if m.incomplete and type(text) == "string" then text = text:gsub("%s+$", "") end
+  if type(text) == "string" and text ~= "" then
+    blocks[#blocks + 1] = { type = "text", text = text }
   end
   for _, c in ipairs(type(m.tool_calls) == "table" and m.tool_calls or {}) do
     blocks[#blocks + 1] = { type = "tool_use", id = c.id, name = c.name,
