@@ -357,20 +357,25 @@ function Binder:observe(ev)
     -- resume rebuilds it) and the next turn's messages are counted from it
     self.compacted = { attempt = ev.attempt, messages = plain(ev.messages) }
     self.covered = #ev.messages + 1
-  elseif t == "message_end" and ev.final then
+  elseif (t == "message_end" and ev.final) or t == "call_aborted" then
     local pos = self:turn_pos(self.cur_turn)
     local inp, out = tokens(ev.total_usage)
-    if ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted" and ev.message then
+    -- OpenRouter's generation ids, every attempt's: `luagent cost settle`
+    -- looks their cost up later (a cut stream reported no usage)
+    local gen = ev.provider_kind == "openrouter" and ev.response_ids and plain(ev.response_ids) or nil
+    local endpoint = gen and ev.endpoint or nil
+    if t == "message_end" and ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted" and ev.message then
       self:write { pos = pos, kind = "turn", status = "finished", input_tokens = inp, output_tokens = out,
         cost = ev.total_usage and tonumber(ev.total_usage.cost),
         data = { message = plain(ev.message), usage = plain(ev.usage), total_usage = plain(ev.total_usage),
                  attempts = ev.attempts, stop_reason = ev.stop_reason, request = self.request,
-                 compacted = self.compacted } }
-    elseif ev.total_usage then
+                 compacted = self.compacted, generation_ids = gen, endpoint = endpoint } }
+    elseif ev.total_usage or gen then
       -- a failed turn still cost its attempts' tokens
       self:write { pos = string.format("%s/failed-%08x", pos, math.random(0, 0x7fffffff)), kind = "turn_failed",
         status = "failed", input_tokens = inp, output_tokens = out,
-        data = { error = ev.error and tostring(ev.error), attempts = ev.attempts } }
+        data = { error = ev.error and tostring(ev.error), attempts = ev.attempts, generation_ids = gen,
+                 endpoint = endpoint } }
     end
   elseif t == "tool_execution_start" then
     local i = ev.index

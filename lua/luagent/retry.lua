@@ -143,6 +143,7 @@ function Call.new(opts, provider, policy_src)
     it = nil, resp = nil,   -- the attempt's event iterator and response
     opened = false,         -- the attempt opened a message (message_start)
     text = {}, thinking = {}, -- what the attempt streamed: a failed one's message_end keeps it
+    response_ids = {},      -- the id each attempt's message had (OpenRouter's generation ids)
     streamed_any = false,   -- an attempt streamed content a retry takes back
     usage_total = nil, attempt_usage = nil,
     delay = 0,              -- the wait of the waiting state
@@ -160,11 +161,14 @@ end
 
 -- What observers need on the call's final event and its provider_retry
 -- (EVENTS.md, "Call events"): when the call and its last attempt started,
--- the last status, and what was asked of whom. Returns `ev`.
+-- the last status, and what was asked of whom; the final event also the id
+-- of every attempt's message (a failed attempt's cost is looked up by it,
+-- lua/luagent/generations.lua). Returns `ev`.
 function Call:describe(ev)
   ev.started, ev.attempt_started, ev.status = self.started, self.attempt_started, self.status
   local provider = self.provider
   ev.request_model, ev.provider_kind, ev.endpoint = provider.model, provider.kind, provider.base_url
+  if ev.final and self.response_ids[1] then ev.response_ids = self.response_ids end
   return ev
 end
 
@@ -442,6 +446,7 @@ function Call:next_event()
   end
   if t == "message_start" then
     self.opened, self.open_end = true, false
+    if ev.id then self.response_ids[#self.response_ids + 1] = ev.id end
   elseif t == "text_delta" then
     self.streamed_any = true
     self.text[#self.text + 1] = ev.text
