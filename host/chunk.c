@@ -220,7 +220,7 @@ static int skip(reader *r, const char *k, size_t n, void *ud) {
 typedef struct {
   lg_chunk *out;
   unsigned seen;           /* keys met in the current object: a repeat declines */
-  int rc_state;            /* reasoning_content: 0 absent, 1 false, 2 string, 3 other */
+  int rc_state;            /* reasoning_content: 0 absent or null, 2 a string */
   lg_chunk_str rc, reasoning;
 } chunk_ctx;
 
@@ -235,10 +235,12 @@ static int once(chunk_ctx *c, unsigned k) {
   return 0;
 }
 
-/* A string-or-other field: a string is kept in `dst`, anything else skipped. */
+/* A string-or-null field: a string is kept in `dst`, null skipped; any
+ * other type declines (the adapter reports it as the payload's fault). */
 static int string_field(reader *r, lg_chunk_str *dst) {
-  if (r->s < r->end && *r->s == '"') return string(r, dst);
-  return skip(r, NULL, 0, NULL);
+  if (*r->s == '"') return string(r, dst);
+  if (*r->s == 'n') return literal(r, "null", 4);
+  return -1;
 }
 
 /* Members of a choice's delta. */
@@ -247,15 +249,11 @@ static int delta_member(reader *r, const char *key, size_t klen, void *ud) {
   if (IS("content")) return once(c, K_CONTENT) || string_field(r, &c->out->content);
   if (IS("reasoning_content")) {
     if (once(c, K_RC)) return -1;
-    if (*r->s == '"') {
-      c->rc_state = 2;
-      return string(r, &c->rc);
-    }
-    c->rc_state = *r->s == 'f' ? 1 : 3;
-    return skip(r, NULL, 0, NULL);
+    if (*r->s == '"') c->rc_state = 2;
+    return string_field(r, &c->rc);
   }
   if (IS("reasoning")) return once(c, K_REASONING) || string_field(r, &c->reasoning);
-  if (IS("tool_calls") && (*r->s == '[' || *r->s == '{')) return -1;
+  if (IS("tool_calls") && *r->s != 'n') return -1; /* calls (or a bad value): the adapter's */
   return skip(r, NULL, 0, NULL);
 }
 
@@ -264,7 +262,8 @@ static int choice_member(reader *r, const char *key, size_t klen, void *ud) {
   chunk_ctx *c = ud;
   if (IS("delta")) {
     if (once(c, K_DELTA)) return -1;
-    if (*r->s != '{') return skip(r, NULL, 0, NULL); /* not a table: an empty delta */
+    if (*r->s == 'n') return literal(r, "null", 4); /* null: an empty delta */
+    if (*r->s != '{') return -1;                    /* another type: the adapter reports it */
     return object(r, delta_member, c);
   }
   if (IS("finish_reason")) {
@@ -295,11 +294,12 @@ static int chunk_member(reader *r, const char *key, size_t klen, void *ud) {
   if (IS("model")) return once(c, K_MODEL) || string_field(r, &c->out->model);
   if (IS("choices")) {
     if (once(c, K_CHOICES)) return -1;
-    if (*r->s != '[') return skip(r, NULL, 0, NULL); /* not an array: no choices */
+    if (*r->s == 'n') return literal(r, "null", 4); /* null: no choices */
+    if (*r->s != '[') return -1;                    /* another type: the adapter reports it */
     return array(r, choice, c);
   }
   if (IS("error")) return -1;
-  if (IS("usage") && (*r->s == '{' || *r->s == '[')) return -1;
+  if (IS("usage") && *r->s != 'n') return -1; /* usage (or a bad value): the adapter's */
   return skip(r, NULL, 0, NULL);
 }
 
@@ -314,7 +314,7 @@ int lg_chunk_openai(const char *s, size_t n, char *scratch, lg_chunk *out) {
   ws(&r);
   if (r.s != r.end) return 0;
   /* the adapter's `delta.reasoning_content or delta.reasoning` */
-  if (c.rc_state >= 2) out->thinking = c.rc;
+  if (c.rc_state == 2) out->thinking = c.rc;
   else out->thinking = c.reasoning;
   return 1;
 }

@@ -3,7 +3,8 @@
  * (lua/luagent/providers/openai.lua) turns into normalized events, without
  * building the decoded table. Pure C, no allocation. It accepts only what
  * it is sure to read exactly as lua-cjson and the adapter would (strict
- * JSON, valid UTF-8, at most one choice, no tool calls, no usage, no error);
+ * JSON, valid UTF-8, at most one choice, no tool calls, no usage, no error,
+ * every field it reads a string or null where a string is expected);
  * anything else is declined and takes the ordinary path (cjson). */
 #ifndef LG_CHUNK_H
 #define LG_CHUNK_H

@@ -398,6 +398,116 @@ describe("an agent", function()
     assert.is_nil(of_type(evs, "turn_end")[1].message)
   end)
 
+  it("keeps the history a context overflow compacted: the next turn sends it, not the full one", function()
+    local function U(t) return { role = "user", content = t } end
+    local function A(t) return { role = "assistant", content = t } end
+    -- request 1 overflows (its reply is never sent); 2 is the compacted resend
+    start({ { text = "unsent" }, { tools = { call("1", "echo", { text = "x" }) } }, { text = "done" } }, "400:overflow@1")
+    local a = agent { tools = { echo }, messages = { U("u1"), A("a1"), U("u2"), A("a2"), U("u3"), A("a3") },
+      policy = { on_context_overflow = "drop_oldest", max_retries = 2 } }
+    local evs, last = drain(a, "u4")
+    assert.equal("stop", last.stop_reason)
+    local c = of_type(evs, "context_compacted")[1]
+    assert.equal(7, c.before)
+    assert.equal(3, c.after)
+    local b = bodies()
+    assert.equal(3, #b)
+    assert.equal(7, #b[1].messages)
+    assert.equal(3, #b[2].messages)
+    -- turn 2: the compacted three, the call and its result (not the nine of the full history)
+    assert.equal(5, #b[3].messages)
+    assert.equal("u3", b[3].messages[1].content)
+    -- the compacted list is on the event, and is the agent's history from then on
+    assert.same({ "u3", "a3", "u4" }, { c.messages[1].content, c.messages[2].content, c.messages[3].content })
+    assert.equal(6, #a.messages) -- u3 a3 u4, the call, its result, the answer
+    assert.equal(a.messages, last.messages)
+    assert.same({ "u3", "a3", "u4" }, { a.messages[1].content, a.messages[2].content, a.messages[3].content })
+  end)
+
+  -- "Hello", " wor", " ld": a stream error after two deltas leaves "Hello wor"
+  local HELLO = { text = "Hello wor ld" }
+
+  it("keeps a failed attempt's text on its message_end; a retried one stays out of history", function()
+    start({ HELLO, HELLO }, "stream-error:overloaded_error:after=2@1")
+    local a = agent {}
+    local evs, last = drain(a, "hi")
+    assert.equal("stop", last.stop_reason)
+    local ends = of_type(evs, "message_end")
+    assert.equal(2, #ends)
+    assert.equal("error", ends[1].stop_reason)
+    assert.is_nil(ends[1].final)
+    assert.is_table(ends[1].message)
+    assert.equal("assistant", ends[1].message.role)
+    assert.equal("Hello wor", ends[1].message.content)
+    assert.equal("Hello wor ld", ends[2].message.content)
+    assert.equal(2, #a.messages) -- the prompt and the answer that succeeded
+    assert.is_nil(a.messages[2].incomplete)
+  end)
+
+  it("keeps the text of a call that failed for good: on the final message_end, turn_end and history", function()
+    start({ HELLO }, "stream-error:invalid_request_error:after=2")
+    local a = agent {}
+    local evs, last = drain(a, "hi")
+    assert.equal("error", last.stop_reason)
+    local fin = of_type(evs, "message_end")[1]
+    assert.is_true(fin.final)
+    assert.equal("Hello wor", fin.message and fin.message.content)
+    local msg = of_type(evs, "turn_end")[1].message
+    assert.equal("Hello wor", msg and msg.content)
+    assert.is_true(msg.incomplete)
+    assert.equal("error", msg.stop_reason)
+    assert.equal(2, #a.messages)
+    assert.equal(msg, a.messages[2])
+  end)
+
+  it("keeps an aborted turn's partial answer: turn_end.message and history, marked; the next prompt sends it", function()
+    srv = assert(mock.start { seed = 1, tps = 1, script = function(_, n)
+      return n == 1 and HELLO or { text = "fine" }
+    end })
+    local a = agent {}
+    local evs, deltas = {}, 0
+    for ev in a:prompt("hi") do
+      evs[#evs + 1] = ev
+      if ev.type == "text_delta" then
+        deltas = deltas + 1
+        if deltas == 2 then a:abort("user pressed stop") end
+      end
+    end
+    local last = evs[#evs]
+    assert.equal("aborted", last.stop_reason)
+    local fin = of_type(evs, "message_end")[1]
+    assert.equal("aborted", fin.stop_reason)
+    assert.equal("Hello wor", fin.message and fin.message.content)
+    local msg = of_type(evs, "turn_end")[1].message
+    assert.equal("Hello wor", msg and msg.content)
+    assert.is_true(msg.incomplete)
+    assert.equal("aborted", msg.stop_reason)
+    assert.same({ "user", "assistant" }, { a.messages[1].role, a.messages[2].role })
+    assert.equal(msg, a.messages[2])
+    -- the next request carries it as the assistant's turn
+    local _, again = drain(a, "go on")
+    assert.equal("stop", again.stop_reason)
+    local sent = bodies()[2].messages
+    assert.same({ "user", "assistant", "user" }, { sent[1].role, sent[2].role, sent[3].role })
+    assert.equal("Hello wor", sent[2].content)
+  end)
+
+  it("keeps the failed attempt's text when aborted during the retry's backoff", function()
+    start({ HELLO }, "stream-error:overloaded_error:after=2@1")
+    local a = agent { policy = { backoff = { strategy = "fixed", base = 30 } } }
+    local evs = {}
+    for ev in a:prompt("go") do
+      evs[#evs + 1] = ev
+      if ev.type == "provider_retry" then a:abort("user pressed stop") end
+    end
+    assert.equal("aborted", evs[#evs].stop_reason)
+    assert.equal(1, #of_type(evs, "call_aborted"))
+    local msg = of_type(evs, "turn_end")[1].message
+    assert.equal("Hello wor", msg and msg.content)
+    assert.equal("aborted", msg.stop_reason)
+    assert.equal(msg, a.messages[2])
+  end)
+
   it("stops at the loop guard: the same call with the same arguments 3 times in a row", function()
     local runs = 0
     local same = { name = "same", description = "x", read_only = true,

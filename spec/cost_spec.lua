@@ -3,7 +3,7 @@
 -- attempts included, so an agent's total is the sum of all attempts' usage
 -- times the prices; unknown models are "no price", never free; prices are
 -- overridden by table or file; max_cost refuses a call before its request;
--- OpenRouter's generation id stays with the call.
+-- OpenRouter's generation ids (every attempt's) stay with the call.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
 local retry = require "luagent.retry"
@@ -210,7 +210,7 @@ describe("cost", function()
     events.publish { type = "provider_retry", call = 2000, attempt = 1, usage = u, request_model = "test-model" }
     events.publish { type = "message_start", call = 2000, id = "m2" }
     events.publish { type = "message_end", call = 2000, final = true, attempts = 2, stop_reason = "stop",
-      request_model = "test-model", provider_kind = "openai",
+      request_model = "test-model", provider_kind = "openai", response_ids = { "m1", "m2" },
       total_usage = { input_tokens = 0, output_tokens = 5000, cache_read_tokens = 0, cache_write_tokens = 0 } }
     local last = cost.records()[#cost.records()]
     assert.equal(2000, last.call)
@@ -243,6 +243,17 @@ describe("cost", function()
     assert.equal("openrouter", r.provider_kind)
     assert.matches("^chatcmpl%-mock%d+$", r.generation_id) -- the id the server gave
     assert.matches("generation chatcmpl%-mock", table.concat(cost.report(), "\n"))
+  end)
+
+  it("keeps every attempt's OpenRouter generation id, a failed one's too (its cost is looked up later)", function()
+    assert(cost.set_prices { ["vendor/test-model"] = PRICE })
+    local last = run_agent("openrouter", "vendor/test-model", "stream-error:overloaded_error@1")
+    assert.equal("stop", last.stop_reason)
+    local r = cost.records()[1]
+    assert.equal(2, r.attempts)
+    assert.same({ "chatcmpl-mock1", "chatcmpl-mock2" }, r.generation_ids)
+    assert.equal("chatcmpl-mock2", r.generation_id) -- the last attempt's
+    assert.matches("generations chatcmpl%-mock1, chatcmpl%-mock2", table.concat(cost.report(), "\n"))
   end)
 end)
 

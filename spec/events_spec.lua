@@ -187,3 +187,60 @@ describe("events.publish", function()
     assert.same({ "b:1", "a:1", "a:2" }, got)
   end)
 end)
+
+describe("the retry-safe filter", function()
+  -- Pushes `evs` (of one call) through a filter, then finishes it; returns
+  -- the types released, in order, and the log's lines.
+  local function through(evs)
+    local out, lines, sink, level = {}, {}, log.sink, log.level()
+    log.sink = function(lvl, _, record) lines[#lines + 1] = record lines[#lines].lvl = lvl end
+    log.set_level("warn")
+    local ok, err = pcall(function()
+      local f = events.retry_safe_filter(function(ev) out[#out + 1] = ev end)
+      for _, ev in ipairs(evs) do f:push(ev) end
+      f:finish()
+    end)
+    log.sink = sink
+    log.set_level(level)
+    assert(ok, err)
+    local types = {}
+    for i, ev in ipairs(out) do types[i] = ev.type end
+    return table.concat(types, " "), lines, out
+  end
+
+  local function start(call) return { type = "message_start", call = call } end
+  local function delta(call, text) return { type = "text_delta", call = call, text = text } end
+
+  it("drops an attempt left open when the stream ends, and logs it with the call and attempt", function()
+    local types, lines = through { start(7), delta(7, "Hel") }
+    assert.equal("", types)
+    assert.equal(1, #lines)
+    assert.equal("warn", lines[1].lvl)
+    assert.equal("retry-safe: dropped attempt 1 of call 7, left open: the stream ended before its message_end",
+      lines[1].msg)
+    assert.equal(7, lines[1].call)
+    assert.equal(1, lines[1].attempt)
+  end)
+
+  it("drops and logs an attempt left open when a retry or another attempt starts before it ends", function()
+    local types, lines = through { start(3), delta(3, "a"), { type = "provider_retry", call = 3, attempt = 1 },
+      start(3), delta(3, "b"), start(3), delta(3, "c"),
+      { type = "message_end", call = 3, stop_reason = "stop", message = { content = "c" } } }
+    assert.equal("provider_retry message_start text_delta message_end", types)
+    assert.equal(2, #lines)
+    assert.equal("retry-safe: dropped attempt 1 of call 3, left open: a retry started before its message_end",
+      lines[1].msg)
+    assert.equal("retry-safe: dropped attempt 2 of call 3, left open: another attempt started before its message_end",
+      lines[2].msg)
+    assert.same({ 3, 2 }, { lines[2].call, lines[2].attempt })
+  end)
+
+  it("releases an aborted attempt as its start and end, without deltas; the end keeps the text", function()
+    local types, lines, out = through { start(4), delta(4, "Hello"), delta(4, " wor"),
+      { type = "message_end", call = 4, stop_reason = "aborted", final = true,
+        message = { role = "assistant", content = "Hello wor", incomplete = true } } }
+    assert.equal("message_start message_end", types)
+    assert.equal("Hello wor", out[2].message.content)
+    assert.equal(0, #lines)
+  end)
+end)

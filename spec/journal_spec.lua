@@ -358,6 +358,60 @@ describe("a durable agent", function()
     assert.equal("finished", store:read(id).by_pos["d#1/1/t1/c1"].status)
   end)
 
+  it("keeps a compacted history through a resume: replayed turns rebuild it, the next live turn sends it", function()
+    -- the model: a call to note, a second one after its result, then an
+    -- answer; request 2 (turn 2) overflows and is resent compacted
+    srv = assert(mock.start { faults = "400:overflow@2", script = function(_, _, body)
+      local last = body.messages[#body.messages]
+      if last.role == "user" then return { tools = { { id = "k0", name = "note", arguments = { n = 0 } } } } end
+      if last.tool_call_id == "call_mockk0" then return { tools = { { id = "k1", name = "note", arguments = { n = 1 } } } } end
+      return { text = "finished" }
+    end })
+    local function long_agent()
+      local function U(t) return { role = "user", content = t } end
+      local function A(t) return { role = "assistant", content = t } end
+      return luagent.agent { name = "d", durable = true, tools = { note },
+        messages = { U("u1"), A("a1"), U("u2"), A("a2"), U("u3"), A("a3") },
+        policy = { on_context_overflow = "drop_oldest", max_retries = 2 },
+        model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
+    end
+    local function contents(list)
+      local out = {}
+      for i, m in ipairs(list) do out[i] = m.role .. ":" .. tostring(m.tool_call_id or m.content) end
+      return table.concat(out, " ")
+    end
+    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = journal.current_run.id
+    local _, last = drain(long_agent(), "u4")
+    assert.equal("stop", last.stop_reason, tostring(last.error))
+    local reqs = srv:requests()
+    assert.equal(4, #reqs)
+    -- turn 3 sends the compacted history: u3 a3 u4, call k0 and result, call k1 and result
+    assert.equal(7, #reqs[4].body.messages)
+    local live = contents(last.messages)
+    -- as if the process died before turn 3 was journaled: turns 1 and 2
+    -- replay (the compaction with them) and turn 3 sends what the live run sent
+    assert(store.db:exec("DELETE FROM steps WHERE pos = 'd#1/1/t3'"))
+    journal.use(assert(journal.resume(store, id)))
+    local _, again = drain(long_agent(), "u4")
+    assert.equal("stop", again.stop_reason, tostring(again.error))
+    reqs = srv:requests()
+    assert.equal(5, #reqs)
+    assert.same(reqs[4].body.messages, reqs[5].body.messages)
+    assert.equal(live, contents(again.messages))
+    -- every step from the journal: the same history, nothing sent, no divergence
+    journal.use(assert(journal.resume(store, id)))
+    local revs, replayed = drain(long_agent(), "u4")
+    assert.equal("stop", replayed.stop_reason, tostring(replayed.error))
+    local compactions = {}
+    for _, e in ipairs(revs) do if e.type == "context_compacted" then compactions[#compactions + 1] = e end end
+    assert.equal(1, #compactions)
+    assert.is_true(compactions[1].replayed)
+    assert.same({ 1, 9, 5 }, { compactions[1].attempt, compactions[1].before, compactions[1].after })
+    assert.equal(5, #srv:requests())
+    assert.equal(live, contents(replayed.messages))
+  end)
+
   it("misuse raises: durable must be a boolean, check a function", function()
     assert.has_error(function() luagent.agent { model = "openai/m", durable = "yes" } end,
       "agent: durable must be true or false")

@@ -405,6 +405,18 @@ describe("request building", function()
     assert.same({ { type = "text", text = "6" } }, body.messages[4].content)
   end)
 
+  it("sends an incomplete (aborted) assistant message as its text; anthropic without trailing whitespace", function()
+    local partial = { role = "assistant", content = "Hello wor \n", incomplete = true, stop_reason = "aborted" }
+    local msgs = { { role = "user", content = "hi" }, partial }
+    local _, body = build("anthropic", request({ messages = msgs, tools = nil }))
+    -- a final assistant message is a prefill, which may not end in whitespace
+    assert.same({ { type = "text", text = "Hello wor" } }, body.messages[2].content)
+    _, body = build("openai", request({ messages = msgs, tools = nil }))
+    assert.same({ role = "assistant", content = "Hello wor \n" }, body.messages[3])
+    _, body = build("openai_responses", request({ messages = msgs, tools = nil }))
+    assert.same({ role = "assistant", content = "Hello wor \n" }, body.input[2])
+  end)
+
   it("openai_responses: responses with bearer, instructions, input items", function()
     local r, body = build("openai_responses", request())
     assert.equal("https://api.openai.com/v1/responses", r.url)

@@ -295,6 +295,14 @@ function Agent:journal_begin()
   return self.binder
 end
 
+-- Makes `list` the history, in place (agent.messages stays the table its
+-- caller holds): the messages a context overflow was compacted to are the
+-- conversation from then on, so the next turn does not overflow again.
+function Agent:adopt_history(list)
+  local h = self.messages
+  for i = 1, math.max(#h, #list) do h[i] = list[i] end
+end
+
 -- The body of a run (in the agent's task): turns until a stop reason.
 function Agent:run_turns(emit, push)
   local usage, turns, stop, err, reason = nil, 0, nil, nil, nil
@@ -317,6 +325,21 @@ function Agent:run_turns(emit, push)
     -- a turn that ends without a message or tool results
     local function end_empty_turn() emit { type = "turn_end", turn = turns, tool_results = json.array() } end
     local final, known, ok, cerr
+    local partial -- the message of the call's last failed or aborted attempt, if it had one
+    -- a turn whose call failed or was aborted (`why`): what the model had
+    -- said is its message and stays in history, marked incomplete with the
+    -- turn's outcome (yoagent keeps the aborted message too), when it holds
+    -- text the next request can send. A copy: the event keeps its own.
+    local function end_failed_turn(why)
+      local msg
+      if partial and type(partial.content) == "string" and partial.content:find("%S") then
+        msg = {}
+        for k, v in pairs(partial) do msg[k] = v end
+        msg.stop_reason = why
+        self.messages[#self.messages + 1] = msg
+      end
+      emit { type = "turn_end", turn = turns, message = msg, tool_results = json.array() }
+    end
     if jr then known, cerr = jr:turn(turns, self.messages, self.system) end
     if cerr then
       err, stop = cerr, "error"
@@ -325,6 +348,12 @@ function Agent:run_turns(emit, push)
     end
     if known then -- answered from the journal: no request
       ok = true
+      if known.compacted then -- the live turn's compaction, as it was
+        local c = known.compacted
+        emit { type = "context_compacted", replayed = true, attempt = c.attempt, before = #self.messages,
+               after = #c.messages, messages = c.messages }
+        self:adopt_history(c.messages)
+      end
       emit { type = "message_start", replayed = true }
       final = { type = "message_end", replayed = true, final = true, message = known.message, usage = known.usage,
                 total_usage = known.total_usage, attempts = known.attempts, stop_reason = known.stop_reason }
@@ -335,7 +364,13 @@ function Agent:run_turns(emit, push)
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
                                max_cost = self.max_cost } do
         push(ev)
-        if ev.type == "message_end" and ev.final then final = ev end
+        local t = ev.type
+        if t == "context_compacted" then
+          self:adopt_history(ev.messages)
+        elseif t == "message_end" then
+          if ev.final then final = ev end
+          if ev.message and ev.message.incomplete then partial = ev.message end
+        end
       end
     end) end
     if jr and jr.failed and ok then
@@ -346,15 +381,15 @@ function Agent:run_turns(emit, push)
     if not ok then
       if not errors.is_cancel(cerr) then error(cerr, 0) end
       self.aborted = self.aborted or cerr.reason or "aborted"
-      end_empty_turn()
+      end_failed_turn("aborted")
       stop = "aborted"
       break
     end
     if final then usage = add_usage(usage, final.total_usage) end
     if not final or final.stop_reason == "error" or final.stop_reason == "aborted" then
       err = final and final.error or errors.new("truncated", "the model call ended without an answer")
-      end_empty_turn()
       stop = final and final.stop_reason == "aborted" and "aborted" or "error"
+      end_failed_turn(stop)
       break
     end
     local msg = final.message

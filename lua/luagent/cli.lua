@@ -21,8 +21,10 @@ commands:
   sim [options]            the contention simulation (luagent help sim)
   resume RUN_ID            continue a durable run where it stopped
   runs [show|resolve|gc]   list, inspect, settle and delete durable runs
+  cost settle RUN_ID       look up what each OpenRouter generation of a run
+                           cost, failed attempts included (luagent help cost)
   mcp list -- CMD [ARGS]   an MCP server's tools and their flags (luagent help mcp)
-  help [TOPIC]             show help: run, resume, runs, faults, sim, mcp
+  help [TOPIC]             show help: run, resume, runs, cost, faults, sim, mcp
 
 options:
   -h, --help               show this help
@@ -84,7 +86,9 @@ options:
                       added). OTEL_EXPORTER_OTLP_ENDPOINT does the same;
                       OTEL_EXPORTER_OTLP_TIMEOUT bounds a post (ms, 5000)
   --cost              print the cost table (per agent, and the costliest
-                      turns) on stderr at the end
+                      turns) on stderr at the end ('luagent cost settle'
+                      looks up later what OpenRouter billed for each
+                      generation, failed attempts included)
   --prices FILE       a Lua file returning model prices (dollars per million
                       tokens) laid over lua/luagent/prices.lua
   --max-cost N        refuse any model call once the run has cost N dollars
@@ -142,6 +146,7 @@ Exit codes as for run; 2 also when the run is not in the journal.
 -- `luagent runs` keeps its help with its code, loaded when asked for
 setmetatable(HELP, { __index = function(_, topic)
   if topic == "runs" then return require("luagent.journal.cli").HELP end
+  if topic == "cost" then return require("luagent.cost.cli").HELP end
 end })
 
 -- Every line luagent prints on stderr (errors, the script's own top-level
@@ -591,6 +596,7 @@ local COMMANDS = {
   sim = function(args) return require("luagent.sim").main(args) end,
   resume = function(args) return M.resume(args) end,
   runs = function(args) return require("luagent.journal.cli").main(args, say, usage_error) end,
+  cost = function(args) return require("luagent.cost.cli").main(args, say, usage_error) end,
   mcp = function(args) return require("luagent.mcp.cli").main(args) end,
 }
 

@@ -133,12 +133,11 @@ end
 
 -- The meters of the run: per agent (by id, in first-seen order), the
 -- records of calls in flight (made at a call's first charge, or at its
--- end), the answer ids of calls in flight, the finished calls' records
--- (and the floor a record must beat to be kept), each agent's current
--- turn.
-local state -- {agents=, order=, calls=, ids=, done=, floor=, turns=, run=}
+-- end), the finished calls' records (and the floor a record must beat to
+-- be kept), each agent's current turn.
+local state -- {agents=, order=, calls=, done=, floor=, turns=, run=}
 local function reset()
-  state = { agents = {}, order = {}, calls = {}, ids = {}, done = {}, turns = {}, run = new_meter("total") }
+  state = { agents = {}, order = {}, calls = {}, done = {}, turns = {}, run = new_meter("total") }
 end
 reset()
 
@@ -155,9 +154,10 @@ local function agent_meter(ev)
 end
 
 -- The record of call `ev.call`: {call, agent, turn, model, attempts,
--- usage, cost (nil: no price), message_id (the last answer's id),
--- generation_id (OpenRouter: the same id, to look the price up by),
--- attempt_costs}.
+-- usage, cost (nil: no price), message_id (the last attempt's answer id),
+-- generation_ids (OpenRouter: every attempt's id, in order, failed ones
+-- included, to look their cost up by: lua/luagent/generations.lua),
+-- generation_id (the last of them), attempt_costs}.
 local function call_record(ev)
   local r = state.calls[ev.call]
   if not r then
@@ -195,10 +195,8 @@ local function charge(r, ev, u)
   if c and r.cost then r.cost = r.cost + c else r.cost = nil end
 end
 
--- Counts a finished call (priced or not) on its agent's meter and the
--- run's, and lets its answer id go.
+-- Counts a finished call (priced or not) on its agent's meter and the run's.
 local function count_call(ev, priced)
-  state.ids[ev.call] = nil
   local a, run = agent_meter(ev), state.run
   a.calls, run.calls = a.calls + 1, run.calls + 1
   if not priced then a.unpriced, run.unpriced = a.unpriced + 1, run.unpriced + 1 end
@@ -207,9 +205,12 @@ end
 -- A call ended: counted on its meters, its record kept for the report.
 local function finish_call(r, ev)
   state.calls[ev.call] = nil
-  r.message_id = state.ids[ev.call]
+  local ids = ev.response_ids -- every attempt's message id (the final event's)
+  r.message_id = ids and ids[#ids]
   count_call(ev, r.cost ~= nil)
-  if r.provider_kind == "openrouter" then r.generation_id = r.message_id end
+  if r.provider_kind == "openrouter" and ids then
+    r.generation_ids, r.generation_id = ids, ids[#ids]
+  end
   -- keep the costliest M.keep (for the report), not every call of a long
   -- run: past 2 * M.keep records, the costliest M.keep stay, and the
   -- cheapest of them becomes the floor a later call must beat to be kept
@@ -230,8 +231,6 @@ local function consume(ev)
   local t = ev.type
   if t == "turn_start" then
     state.turns[ev.agent_id or ""] = ev.turn
-  elseif t == "message_start" and ev.call then
-    if ev.id then state.ids[ev.call] = ev.id end
   elseif t == "provider_retry" and ev.call ~= nil then
     charge(call_record(ev), ev, ev.usage)
   elseif ((t == "message_end" and ev.final) or t == "call_aborted") and ev.call ~= nil then
@@ -334,7 +333,7 @@ local unsubscribe
 -- start(): subscribes the meter (once) and installs the cap's gate.
 function M.start()
   if unsubscribe then return end
-  unsubscribe = events.subscribe(consume, { annotate = true, types = { "turn_start", "message_start",
+  unsubscribe = events.subscribe(consume, { annotate = true, types = { "turn_start",
     "provider_retry", "message_end", "call_aborted", "agent_end" } })
   local gates = require("luagent.retry").gates
   gates[#gates + 1] = gate
@@ -348,6 +347,13 @@ function M.stop()
   local gates = require("luagent.retry").gates
   for i, g in ipairs(gates) do if g == gate then table.remove(gates, i) break end end
   reset()
+end
+
+-- "  generation ID" or "  generations ID, ID" of a record, or "".
+local function generations_text(r)
+  local ids = r.generation_ids
+  if not ids then return "" end
+  return (#ids == 1 and "  generation " or "  generations ") .. table.concat(ids, ", ")
 end
 
 -- report([top]) -> lines: a table per agent (calls, attempts, tokens,
@@ -382,7 +388,7 @@ function M.report(top)
         tostring(r.model), r.attempts, r.attempts == 1 and "" or "s",
         failed > 0 and string.format(" (%d failed: %s)", failed, money(failed_cost or nil)) or "",
         r.usage.input_tokens, r.usage.output_tokens, money(r.cost),
-        r.generation_id and ("  generation " .. r.generation_id) or "")
+        generations_text(r))
     end
   end
   -- agent and model names, generation ids: a script's, a model's, a

@@ -9,6 +9,10 @@ local secrets = require "luagent.secrets"
 
 local M = {}
 
+-- A line at warn. log.lua is a consumer of this bus, so it is loaded when
+-- first needed (requiring it above would be a cycle).
+local function warn(msg, fields) require("luagent.log").write("warn", msg, fields) end
+
 ------------------------------------------------------------------------------
 -- The bus
 ------------------------------------------------------------------------------
@@ -130,7 +134,7 @@ function M.publish(ev)
     local fn = route[failed]
     drop(fn)
     local told, text = pcall(tostring, err)
-    require("luagent.log").write("warn", "an event consumer failed on a " .. tostring(ev.type)
+    warn("an event consumer failed on a " .. tostring(ev.type)
       .. " event and was removed: " .. secrets.text(told and tostring(text) or "(an error that cannot be printed)"))
     -- the rest of the route, without the consumer just removed
     local rest = {}
@@ -201,12 +205,26 @@ RetrySafe.__index = RetrySafe
 -- call's stream, filter:finish() at its end (which also resets it):
 -- - a successful attempt reaches sink whole, when it ends;
 -- - a retried attempt disappears, leaving only its provider_retry;
--- - an attempt that fails for good arrives as its message_start and error
---   message_end, without its deltas (the end event keeps the content);
+-- - an attempt that fails for good (or is aborted) arrives as its
+--   message_start and its error (or aborted) message_end, without its
+--   deltas (the end event keeps the content);
+-- - an attempt left open (the stream ends, or a retry or another attempt
+--   starts, before its message_end) is dropped, never released, and logged
+--   at warn with its call and attempt (as yoagent's filter does);
 -- - stream_reset is dropped (nothing partial was shown); every other event
 --   passes at once.
 function M.retry_safe_filter(sink)
-  return setmetatable({ sink = sink, held = nil, failed_end = nil }, RetrySafe)
+  -- next_attempt: per call in flight, the number of its next attempt (from
+  -- its provider_retry), to name an attempt that is dropped
+  return setmetatable({ sink = sink, held = nil, failed_end = nil, next_attempt = {} }, RetrySafe)
+end
+
+-- Drops the attempt held open and says so (`why`: what came before its end).
+function RetrySafe:drop_open(why)
+  local held = self.held
+  self.held = nil
+  warn(string.format("retry-safe: dropped attempt %d of call %s, left open: %s before its message_end",
+    held.attempt, tostring(held.call), why), { call = held.call, attempt = held.attempt })
 end
 
 -- Releases a held failed attempt: its start and its error end.
@@ -219,6 +237,15 @@ end
 
 function RetrySafe:push(ev)
   local t = ev.type
+  if t == "provider_retry" then
+    self.next_attempt[ev.call or 0] = (ev.attempt or 0) + 1
+  elseif ev.final then
+    self.next_attempt[ev.call or 0] = nil
+  end
+  if self.held and not self.failed_end then
+    if t == "provider_retry" then self:drop_open("a retry started")
+    elseif t == "message_start" then self:drop_open("another attempt started") end
+  end
   if self.failed_end then
     if t == "provider_retry" then
       self.held, self.failed_end = nil, nil -- retried: it disappears
@@ -230,13 +257,13 @@ function RetrySafe:push(ev)
     end
   end
   if t == "message_start" then
-    self.held = { ev }
+    self.held = { ev, attempt = self.next_attempt[ev.call or 0] or 1, call = ev.call }
   elseif t == "stream_reset" then
     return
   elseif not ATTEMPT_EVENTS[t] then
     self.sink(ev) -- provider_retry, endpoint events, ...: never held
   elseif self.held and t == "message_end" then
-    if ev.stop_reason == "error" then
+    if ev.stop_reason == "error" or ev.stop_reason == "aborted" then
       self.failed_end = ev
       if ev.final then self:release_failure() end -- failed for good: no retry follows
     else
@@ -252,11 +279,12 @@ function RetrySafe:push(ev)
   end
 end
 
--- Ends the stream: a failed attempt still held is released; an attempt
--- left open (no message_end) is dropped.
+-- Ends the stream (and resets the filter): a failed attempt still held is
+-- released; an attempt left open (no message_end) is dropped and logged.
 function RetrySafe:finish()
   if self.failed_end then self:release_failure() end
-  self.held = nil
+  if self.held then self:drop_open("the stream ended") end
+  self.next_attempt = {}
 end
 
 -- retry_safe(iter) -> iterator with the same filtering, for `for ev in ...`.

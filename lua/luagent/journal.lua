@@ -9,7 +9,8 @@
 --   binder:turn(...)  before a model call: the journaled turn, or nil (live)
 --   binder:call(...)  before a tool call: the journaled outcome, or nil (run it)
 --   binder:observe(ev) every event of the agent's stream, to write steps:
---     turn      when the turn's final message arrived (usage of every attempt)
+--     turn      when the turn's final message arrived (usage of every attempt;
+--               the compacted history when a context overflow shortened it)
 --     call      'started', committed BEFORE the tool runs (write-ahead), then
 --               'finished' with its result, or 'unknown' (outcome_unknown)
 --
@@ -262,6 +263,7 @@ function Binder:turn(turn, messages, system)
   local pos = self:turn_pos(turn)
   local sent = delta(messages, self.covered)
   self.request = { system = system, messages = sent, from = self.covered }
+  self.compacted = nil
   self.covered = #messages + 1 -- the assistant message comes next
   local step = self.run.resumed and self.run.by_pos[pos]
   if not step or step.status ~= "finished" then return nil end
@@ -278,8 +280,15 @@ function Binder:turn(turn, messages, system)
     end
   end
   local msg = restore_message(d.message)
+  local compacted = d.compacted
+  if type(compacted) == "table" and type(compacted.messages) == "table" then
+    for _, m in ipairs(compacted.messages) do restore_message(m) end
+    self.covered = #compacted.messages + 1
+  else
+    compacted = nil
+  end
   return { message = msg, usage = d.usage, total_usage = d.total_usage, attempts = d.attempts,
-           stop_reason = d.stop_reason }
+           stop_reason = d.stop_reason, compacted = compacted }
 end
 
 -- binder:call(turn, i, call, tool, check) -> nil (run it) |
@@ -343,19 +352,30 @@ end
 function Binder:observe(ev)
   if ev.replayed then return end
   local t = ev.type
-  if t == "message_end" and ev.final then
+  if t == "context_compacted" then
+    -- the agent's history is this list from now on: the turn keeps it (a
+    -- resume rebuilds it) and the next turn's messages are counted from it
+    self.compacted = { attempt = ev.attempt, messages = plain(ev.messages) }
+    self.covered = #ev.messages + 1
+  elseif (t == "message_end" and ev.final) or t == "call_aborted" then
     local pos = self:turn_pos(self.cur_turn)
     local inp, out = tokens(ev.total_usage)
-    if ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted" and ev.message then
+    -- OpenRouter's generation ids, every attempt's: `luagent cost settle`
+    -- looks their cost up later (a cut stream reported no usage)
+    local gen = ev.provider_kind == "openrouter" and ev.response_ids and plain(ev.response_ids) or nil
+    local endpoint = gen and ev.endpoint or nil
+    if t == "message_end" and ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted" and ev.message then
       self:write { pos = pos, kind = "turn", status = "finished", input_tokens = inp, output_tokens = out,
         cost = ev.total_usage and tonumber(ev.total_usage.cost),
         data = { message = plain(ev.message), usage = plain(ev.usage), total_usage = plain(ev.total_usage),
-                 attempts = ev.attempts, stop_reason = ev.stop_reason, request = self.request } }
-    elseif ev.total_usage then
+                 attempts = ev.attempts, stop_reason = ev.stop_reason, request = self.request,
+                 compacted = self.compacted, generation_ids = gen, endpoint = endpoint } }
+    elseif ev.total_usage or gen then
       -- a failed turn still cost its attempts' tokens
       self:write { pos = string.format("%s/failed-%08x", pos, math.random(0, 0x7fffffff)), kind = "turn_failed",
         status = "failed", input_tokens = inp, output_tokens = out,
-        data = { error = ev.error and tostring(ev.error), attempts = ev.attempts } }
+        data = { error = ev.error and tostring(ev.error), attempts = ev.attempts, generation_ids = gen,
+                 endpoint = endpoint } }
     end
   elseif t == "tool_execution_start" then
     local i = ev.index

@@ -3,8 +3,8 @@
 -- frozen by spec/retry_spec.lua and documented in EVENTS.md:
 --
 --   attempt events ... message_end{stop_reason="error", error_message=
---   "attempt N of M failed and will be retried: <error>"} (only if the attempt had
---   opened a message), provider_retry{attempt, max_attempts, error,
+--   "attempt N of M failed and will be retried: <error>", message=<what it
+--   had streamed>} (only if the attempt had opened a message), provider_retry{attempt, max_attempts, error,
 --   error_message, delay, delay_ms}, stream_reset (before the next attempt's first event, if an
 --   earlier attempt had streamed anything), attempt events ..., message_end.
 --
@@ -15,7 +15,8 @@
 -- final=true}, the record marked final (retryable = false, reason,
 -- attempts, cause = the last attempt's error). A context overflow whose
 -- on_context_overflow hook returns a shorter message list is resent once:
--- context_compacted{before, after}, then provider_retry with no wait.
+-- context_compacted{before, after, messages}, then provider_retry with no
+-- wait.
 -- Cancellation (connecting, streaming or backing off) ends the call at once
 -- with one final event and then raises `cancelled` (cancellation always
 -- raises): message_end{stop_reason="aborted"} when no message of the call
@@ -141,6 +142,8 @@ function Call.new(opts, provider, policy_src)
     attempt = 0,
     it = nil, resp = nil,   -- the attempt's event iterator and response
     opened = false,         -- the attempt opened a message (message_start)
+    text = {}, thinking = {}, -- what the attempt streamed: a failed one's message_end keeps it
+    response_ids = {},      -- the id each attempt's message had (OpenRouter's generation ids)
     streamed_any = false,   -- an attempt streamed content a retry takes back
     usage_total = nil, attempt_usage = nil,
     delay = 0,              -- the wait of the waiting state
@@ -158,11 +161,14 @@ end
 
 -- What observers need on the call's final event and its provider_retry
 -- (EVENTS.md, "Call events"): when the call and its last attempt started,
--- the last status, and what was asked of whom. Returns `ev`.
+-- the last status, and what was asked of whom; the final event also the id
+-- of every attempt's message (a failed attempt's cost is looked up by it,
+-- lua/luagent/generations.lua). Returns `ev`.
 function Call:describe(ev)
   ev.started, ev.attempt_started, ev.status = self.started, self.attempt_started, self.status
   local provider = self.provider
   ev.request_model, ev.provider_kind, ev.endpoint = provider.model, provider.kind, provider.base_url
+  if ev.final and self.response_ids[1] then ev.response_ids = self.response_ids end
   return ev
 end
 
@@ -183,10 +189,23 @@ function Call:record(ok, counted)
   return evs
 end
 
+-- What the attempt produced before it failed or was aborted, as the
+-- assistant message its message_end carries (yoagent: the MessageEnd's
+-- content still holds it), or nil when the attempt opened no message or
+-- that message was closed already. Text and thinking only: a tool call of
+-- a failed attempt never runs. `stop_reason` says why it is incomplete.
+function Call:partial_message(stop_reason)
+  if not self.opened or self.open_end then return nil end
+  local msg = { role = "assistant", content = table.concat(self.text), incomplete = true, stop_reason = stop_reason }
+  if self.thinking[1] then msg.thinking = table.concat(self.thinking) end
+  return msg
+end
+
 -- Ends the call with its final failure.
 function Call:final_failure(err, reason)
   err = final_error(err, reason, self.attempt, self.last_err)
   self.out:push(self:describe { type = "message_end", stop_reason = "error", error = err,
+    message = self:partial_message("error"),
     usage = self.attempt_usage, total_usage = self.usage_total, attempts = self.attempt, reason = reason,
     final = true })
   self.state = "done"
@@ -202,8 +221,8 @@ function Call:abort(err)
   self:record(false, false) -- frees the breaker's probe slot if this was the probe
   if self.resp then self.resp:close() self.resp = nil end
   self.out:push(self:describe { type = self.open_end and "call_aborted" or "message_end",
-    stop_reason = "aborted", error = err, final = true, total_usage = self.usage_total,
-    attempts = self.attempt })
+    stop_reason = "aborted", error = err, message = self:partial_message("aborted"), final = true,
+    total_usage = self.usage_total, attempts = self.attempt })
   self.pending_error, self.state = err, "raise"
 end
 
@@ -283,13 +302,15 @@ function Call:announce_retry(err, d, side, shorter, wait, why)
   local text = tostring(err)
   if self.opened then
     out:push { type = "message_end", stop_reason = "error", error = err, usage = self.attempt_usage,
-               error_message = string.format("attempt %d of %d failed and will be retried: %s",
+               message = self:partial_message("error"), error_message = string.format("attempt %d of %d failed and will be retried: %s",
                  attempt, max_attempts, text) }
     self.open_end = true
   end
   out:push_all(side)
   if shorter then
-    out:push { type = "context_compacted", attempt = attempt, before = #self.request.messages, after = #shorter }
+    -- the list itself, for callers that keep the history (an agent adopts it)
+    out:push { type = "context_compacted", attempt = attempt, before = #self.request.messages, after = #shorter,
+               messages = shorter }
     self.request.messages, self.compacted = shorter, true
   end
   out:push(self:describe { type = "provider_retry", attempt = attempt, max_attempts = max_attempts,
@@ -393,6 +414,7 @@ function Call:begin_attempt()
   end
   self.attempt = self.attempt + 1
   self.opened, self.attempt_usage, self.attempt_started, self.status = false, nil, now(), nil
+  self.text, self.thinking = {}, {}
   local limit = seconds(policy.attempt_timeout)
   self.cut_by_deadline = left ~= nil and (limit == nil or left < limit)
   if left then limit = limit and math.min(limit, left) or left end
@@ -417,17 +439,25 @@ function Call:next_event()
   if ev == nil then -- adapters end with message_end; a bare end is a cut
     return self:failed(errors.new("truncated", "stream ended without message_end"))
   end
-  local out = self.out
-  if self.attempt > 1 and self.streamed_any and not self.opened and ev.type ~= "usage" then
+  local out, t = self.out, ev.type
+  if self.attempt > 1 and self.streamed_any and not self.opened and t ~= "usage" then
     out:push { type = "stream_reset", attempt = self.attempt }
     self.streamed_any = false
   end
-  if ev.type == "message_start" then self.opened, self.open_end = true, false end
-  if ev.type == "text_delta" or ev.type == "thinking_delta" or ev.type == "tool_call_start" then
+  if t == "message_start" then
+    self.opened, self.open_end = true, false
+    if ev.id then self.response_ids[#self.response_ids + 1] = ev.id end
+  elseif t == "text_delta" then
     self.streamed_any = true
-  end
-  if ev.type == "usage" then self.attempt_usage = ev end
-  if ev.type == "message_end" then
+    self.text[#self.text + 1] = ev.text
+  elseif t == "thinking_delta" then
+    self.streamed_any = true
+    self.thinking[#self.thinking + 1] = ev.text
+  elseif t == "tool_call_start" then
+    self.streamed_any = true
+  elseif t == "usage" then
+    self.attempt_usage = ev
+  elseif t == "message_end" then
     local bad, why = classify.unusable(ev.message)
     if bad then
       return self:failed(errors.new("unusable", "unusable reply: " .. why, { unusable = true }))

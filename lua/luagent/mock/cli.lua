@@ -11,6 +11,7 @@ local flags = {
   seed = function(s) return math.tointeger(tonumber(s)) end,
   ttft = function(s) local n = tonumber(s); return n and n >= 0 and n or nil end,
   tps = function(s) local n = tonumber(s); return n and n > 0 and n or nil end,
+  ["generation-delay"] = function(s) local n = tonumber(s); return n and n >= 0 and n or nil end,
   ["recorded-speed"] = false, help = false,
 }
 

@@ -127,12 +127,17 @@ An unknown fault, argument or scope is an error that names it.
 M.mock = [[
 usage: luagent mock [--listen HOST:PORT] [--cassette FILE] [--faults SPEC]
                     [--seed N] [--ttft SECONDS] [--tps N] [--recorded-speed]
+                    [--generation-delay SECONDS]
 
 Serves a mock model provider over HTTP on loopback:
   POST /v1/chat/completions       OpenAI chat completions
   POST /api/v1/chat/completions   OpenRouter
   POST /v1/messages               Anthropic messages
   POST /v1/responses              OpenAI responses
+  GET  /api/v1/generation?id=ID   OpenRouter's generation lookup: the cost
+                                  of a generation it streamed ($1 per million
+                                  prompt tokens, $2 per million completion
+                                  tokens), 404 until --generation-delay
   GET  /__luagent/requests        what it received (keys masked), as JSON
 
   --listen HOST:PORT   where to listen (default 127.0.0.1:0, a free port)
@@ -143,6 +148,10 @@ Serves a mock model provider over HTTP on loopback:
   --ttft SECONDS       time to first token
   --tps N              tokens per second
   --recorded-speed     replay a cassette at its recorded pace
+  --generation-delay SECONDS
+                       how long the generation lookup answers 404 after a
+                       generation (default 0; OpenRouter's took 4.5 to 8.5
+                       minutes in the book's measurement)
   --help               this text
 
 Without a cassette it echoes the last message, or calls the first tool when

@@ -11,6 +11,7 @@
 --   route.lua    request -> plan (model formats, faults, replay)  pure
 --   server.lua   listener and connection tasks executing plans
 --   cli.lua      `luagent mock`
+--   generations.lua  OpenRouter's generation lookup (GET /api/v1/generation)  pure
 --   replies.lua, faults.lua, help.lua: wire formats, fault specs, help text
 -- The cassette format is lua/luagent/cassette.lua (recording shares it).
 local request = require "luagent.mock.request"

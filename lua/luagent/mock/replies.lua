@@ -216,6 +216,9 @@ local function calls_of(content)
   return calls
 end
 
+-- The id of a chat completion (an OpenRouter generation's id) for request ctx.n.
+function M.chat_id(ctx) return "chatcmpl-mock" .. ctx.n end
+
 -- The content as pieces to stream and the output token count. A content
 -- with tool calls streams its text (content.text, may be absent) first.
 local function pieces_of(content)
@@ -229,6 +232,9 @@ local function pieces_of(content)
   return pieces, math.max(1, #pieces)
 end
 
+-- output_tokens(content) -> the output token count of a content.
+function M.output_tokens(content) return select(2, pieces_of(content)) end
+
 ------------------------------------------------------------------------------
 -- OpenAI chat completions (and OpenRouter)
 ------------------------------------------------------------------------------
@@ -241,7 +247,7 @@ end
 -- A chat.completion.chunk with one choice (or the given choices).
 local function chat_chunk(view, ctx, delta, finish, choices, usage)
   return ev(nil, M.object(
-    "id", "chatcmpl-mock" .. ctx.n, "object", "chat.completion.chunk",
+    "id", M.chat_id(ctx), "object", "chat.completion.chunk",
     "created", ctx.created, "model", view.model,
     "choices", choices or M.array { M.object("index", 0, "delta", delta,
       "logprobs", M.null, "finish_reason", finish or M.null) },
@@ -303,7 +309,7 @@ local function chat_complete(view, content, ctx)
   else
     message = M.object("role", "assistant", "content", content.text, "refusal", M.null)
   end
-  return M.encode(M.object("id", "chatcmpl-mock" .. ctx.n, "object", "chat.completion",
+  return M.encode(M.object("id", M.chat_id(ctx), "object", "chat.completion",
     "created", ctx.created, "model", view.model,
     "choices", M.array { M.object("index", 0, "message", message, "logprobs", M.null,
       "finish_reason", calls[1] and "tool_calls" or "stop") },
@@ -692,7 +698,7 @@ function M.stream_error(format, etype, view, ctx, seq)
     return ev("error", M.object("type", "error", "code", etype, "message", message,
       "param", M.null, "sequence_number", seq))
   elseif format == "openrouter" then
-    return ev(nil, M.object("id", "chatcmpl-mock" .. ctx.n, "object", "chat.completion.chunk",
+    return ev(nil, M.object("id", M.chat_id(ctx), "object", "chat.completion.chunk",
       "created", ctx.created, "model", view.model, "provider", "Mock",
       "error", M.object("code", etype, "message", message),
       "choices", M.array { M.object("index", 0, "delta", M.object("content", ""),

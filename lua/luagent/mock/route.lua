@@ -8,6 +8,7 @@ local replies = require "luagent.mock.replies"
 local cassette = require "luagent.cassette"
 local plan = require "luagent.mock.plan"
 local mstate = require "luagent.mock.state"
+local generations = require "luagent.mock.generations"
 
 local M = {}
 
@@ -88,7 +89,10 @@ local function model(state, req, format, body)
     -- a script (specs, examples) decides what the model says: a content
     -- {text=, tools={{id=, name=, arguments=}...}}, or nil for the canned one
     local content = state.script and kind ~= "empty" and kind ~= "leak" and state.script(view, n, body)
-    resp = replies.reply(format, view, content or replies.content(view, fault, n), ctx)
+    content = content or replies.content(view, fault, n)
+    resp = replies.reply(format, view, content, ctx)
+    -- a generation OpenRouter bills, cut or not: its cost can be looked up
+    if format == "openrouter" and resp.events then generations.record(state, ctx, view, content) end
   end
   if reshaping[kind] then replies.apply(format, resp, fault, view, ctx) end
   return respond(state, req, resp, fault)
@@ -110,6 +114,11 @@ end
 function M.handle(state, req)
   if req.method == "GET" and req.path == "/__luagent/requests" then
     return json(req, 200, log_json(state))
+  end
+  if req.method == "GET" and req.path == "/api/v1/generation" then
+    mstate.remember(state, { method = req.method, path = req.path, headers = mstate.mask(req.headers),
+      body = req.body }, #req.body)
+    return json(req, generations.answer(state, req))
   end
   local format = replies.formats[req.path]
   local body = req.body ~= "" and replies.decode(req.body) or nil

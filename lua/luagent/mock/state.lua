@@ -1,6 +1,7 @@
 -- The mock provider's state: faults, jitter, cassette player, pacing, the
 -- request count and the request log window. M.handle
 -- (lua/luagent/mock/route.lua) reads and updates it.
+local core = require "luagent.core"
 local errors = require "luagent.errors"
 local faults = require "luagent.mock.faults"
 local cassette = require "luagent.cassette"
@@ -33,7 +34,9 @@ end
 -- script=<function(view, n, body) -> content or nil: what the model says
 -- to request n (see replies.content for the shape; `tools` may list
 -- several calls)>, seek=<the cassette replay may jump to the exchange a
--- request matches>.
+-- request matches>, generation_delay=<seconds OpenRouter's generation
+-- lookup answers 404 after a generation, default 0>, clock=<the loop's
+-- clock for it, default luagent.now>.
 -- Returns the state, or nil, err (kind "usage").
 function M.state(opts)
   opts = opts or {}
@@ -53,6 +56,10 @@ function M.state(opts)
   if tps ~= nil and (type(tps) ~= "number" or tps <= 0) then
     return nil, errors.new("usage", "--tps must be a number > 0, got '" .. tostring(tps) .. "'")
   end
+  local delay = opts.generation_delay or 0
+  if type(delay) ~= "number" or not (delay >= 0) then
+    return nil, errors.new("usage", "--generation-delay must be seconds >= 0, got '" .. tostring(delay) .. "'")
+  end
   local player = opts.cassette
   if type(player) == "string" then
     player, err = cassette.load(player)
@@ -67,6 +74,7 @@ function M.state(opts)
     now = opts.now or os.time, on_divergence = opts.on_divergence, script = opts.script,
     count = 0, log = {}, log_sizes = {}, log_bytes = 0, divergences = {},
     log_max = opts.log_max or M.LOG_MAX, log_bytes_max = opts.log_bytes or M.LOG_BYTES,
+    generations = {}, generation_order = {}, generation_delay = delay, clock = opts.clock or core.now,
   }
 end
 

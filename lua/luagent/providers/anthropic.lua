@@ -21,8 +21,12 @@ local function assistant_blocks(m)
   if type(m.thinking) == "string" and m.thinking ~= "" and type(m.thinking_signature) == "string" then
     blocks[#blocks + 1] = { type = "thinking", thinking = m.thinking, signature = m.thinking_signature }
   end
-  if type(m.content) == "string" and m.content ~= "" then
-    blocks[#blocks + 1] = { type = "text", text = m.content }
+  local text = m.content
+  -- an aborted answer's text may end mid-line; sent last it is a prefill,
+  -- which the API refuses when it ends in whitespace
+  if m.incomplete and type(text) == "string" then text = text:gsub("%s+$", "") end
+  if type(text) == "string" and text ~= "" then
+    blocks[#blocks + 1] = { type = "text", text = text }
   end
   for _, c in ipairs(type(m.tool_calls) == "table" and m.tool_calls or {}) do
     blocks[#blocks + 1] = { type = "tool_use", id = c.id, name = c.name,
@@ -89,69 +93,87 @@ local STOP = { end_turn = "stop", stop_sequence = "stop", max_tokens = "length",
   tool_use = "tool_use", refusal = "stop", pause_turn = "stop",
   model_context_window_exceeded = "length" }
 
--- Merges a usage object into the running one: input arrives in
--- message_start, output (cumulative) in message_delta. Normalized input
--- counts every prompt token, cached or not, as OpenAI's does.
-local function merge_usage(dec, u)
-  if type(u) ~= "table" then return end
+local want = common.want
+
+local USAGE_FIELDS = { "input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens" }
+
+-- Merges a usage object (`path` names it) into the running one: input
+-- arrives in message_start, output (cumulative) in message_delta.
+-- Normalized input counts every prompt token, cached or not, as OpenAI's does.
+local function merge_usage(dec, u, path)
+  u = want(u, "object", path)
+  if not u then return end
   local raw = dec.raw_usage or {}
   dec.raw_usage = raw
-  for _, k in ipairs({ "input_tokens", "output_tokens", "cache_read_input_tokens",
-      "cache_creation_input_tokens" }) do
-    if type(u[k]) == "number" then raw[k] = u[k] end
+  for _, k in ipairs(USAGE_FIELDS) do
+    local n = want(u[k], "number", "%s.%s", path, k)
+    if n then raw[k] = n end
   end
   local read = raw.cache_read_input_tokens or 0
   local write = raw.cache_creation_input_tokens or 0
   dec:set_usage(common.usage((raw.input_tokens or 0) + read + write, raw.output_tokens, read, write))
 end
 
+-- The content block index of an event.
+local function index_of(p) return want(p.index, "integer", "index") end
+
 local handlers = {}
 
 function handlers.message_start(dec, p)
-  local msg = type(p.message) == "table" and p.message or {}
-  dec:start(msg.id, msg.model)
-  merge_usage(dec, msg.usage)
+  local msg = want(p.message, "object", "message")
+  if not msg then return dec:start() end
+  dec:start(want(msg.id, "string", "message.id"), want(msg.model, "string", "message.model"))
+  merge_usage(dec, msg.usage, "message.usage")
 end
 
 function handlers.content_block_start(dec, p)
-  local block = type(p.content_block) == "table" and p.content_block or {}
-  if block.type == "tool_use" then
-    local call = dec:open_call(p.index, block.id, block.name)
-    if type(block.input) == "table" and next(block.input) ~= nil then
-      dec:add_arguments(call, common.encode(block.input)) -- a proxy that sent it whole
+  local index = index_of(p)
+  local block = want(p.content_block, "object", "content_block")
+  if not block then return end
+  local kind = want(block.type, "string", "content_block.type")
+  if kind == "tool_use" then
+    local call = dec:open_call(index, want(block.id, "string", "content_block.id"),
+      want(block.name, "string", "content_block.name"))
+    local input = want(block.input, "object", "content_block.input")
+    if input and next(input) ~= nil then
+      dec:add_arguments(call, common.encode(input)) -- a proxy that sent it whole
     end
-  elseif block.type == "text" then
-    dec:add_text(block.text)
-  elseif block.type == "thinking" then
-    dec:add_thinking(block.thinking)
+  elseif kind == "text" then
+    dec:add_text(want(block.text, "string", "content_block.text"))
+  elseif kind == "thinking" then
+    dec:add_thinking(want(block.thinking, "string", "content_block.thinking"))
   end
 end
 
 function handlers.content_block_delta(dec, p)
-  local d = type(p.delta) == "table" and p.delta or {}
-  if d.type == "text_delta" then
-    dec:add_text(d.text)
-  elseif d.type == "thinking_delta" then
-    dec:add_thinking(d.thinking)
-  elseif d.type == "signature_delta" then
-    dec:add_signature(d.signature, p.index)
-  elseif d.type == "input_json_delta" then
-    local call = dec:call(p.index)
-    if call then dec:add_arguments(call, d.partial_json) end
+  local index = index_of(p)
+  local d = want(p.delta, "object", "delta")
+  if not d then return end
+  local kind = want(d.type, "string", "delta.type")
+  if kind == "text_delta" then
+    dec:add_text(want(d.text, "string", "delta.text"))
+  elseif kind == "thinking_delta" then
+    dec:add_thinking(want(d.thinking, "string", "delta.thinking"))
+  elseif kind == "signature_delta" then
+    dec:add_signature(want(d.signature, "string", "delta.signature"), index)
+  elseif kind == "input_json_delta" then
+    local part = want(d.partial_json, "string", "delta.partial_json")
+    local call = index ~= nil and dec:call(index)
+    if call then dec:add_arguments(call, part) end
   end
 end
 
 function handlers.content_block_stop(dec, p)
-  local call = dec:call(p.index)
+  local index = index_of(p)
+  local call = index ~= nil and dec:call(index)
   if call then dec:close_call(call) end
 end
 
 function handlers.message_delta(dec, p)
-  local d = type(p.delta) == "table" and p.delta or {}
-  if type(d.stop_reason) == "string" then
-    dec:set_stop(STOP[d.stop_reason] or "stop", d.stop_reason)
-  end
-  merge_usage(dec, p.usage)
+  local d = want(p.delta, "object", "delta")
+  local reason = d and want(d.stop_reason, "string", "delta.stop_reason")
+  if reason then dec:set_stop(STOP[reason] or "stop", reason) end
+  merge_usage(dec, p.usage, "usage")
 end
 
 function handlers.message_stop(dec)
@@ -159,7 +181,7 @@ function handlers.message_stop(dec)
 end
 
 function handlers.error(dec, p)
-  return dec:stream_error(p.error)
+  return dec:stream_error(common.error_object(p.error, "error"), nil, p.error)
 end
 
 local handle = common.dispatch(handlers)

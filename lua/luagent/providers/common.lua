@@ -70,7 +70,7 @@ end
 -- new event kinds) are ignored.
 function M.dispatch(handlers)
   return function(dec, p, ev)
-    local kind = type(p.type) == "string" and p.type or ev.event
+    local kind = M.want(p.type, "string", "type") or ev.event
     local h = handlers[kind]
     if h then return h(dec, p) end
   end
@@ -147,6 +147,75 @@ function M.result_text(content)
   if type(content) == "string" then return content end
   if type(content) == "table" then return M.encode(content) end
   return tostring(content)
+end
+
+------------------------------------------------------------------------------
+-- Reading payloads
+------------------------------------------------------------------------------
+
+-- Decoders read what a server sent through want() and need(): a field of
+-- the wrong type is the server's fault, reported as a protocol error that
+-- names the field in the payload's own terms ("choices[1].delta.content:
+-- expected a string, got number"), never as a Lua error of the adapter.
+-- null and an absent field are the same: nil.
+
+-- The metatable of the fault a handler raises; Decoder:feed catches it.
+local FAULT = { __name = "luagent.payload_fault" }
+
+local EXPECTED = { string = "a string", number = "a number", integer = "an integer", object = "an object",
+  array = "an array" }
+
+-- The JSON type of a decoded value (cjson leaves arrays unmarked: a table
+-- with an element 1 is an array, any other an object; {} may be either).
+local function json_type(v)
+  if v == nil then return "nothing" end
+  if v == json.null then return "null" end
+  local t = type(v)
+  if t == "table" then return v[1] ~= nil and "array" or "object" end
+  return t
+end
+
+-- Raises the fault of `v` where `kind` was expected; `path` (a format,
+-- with its arguments) names the field, made only now.
+function M.fault(v, kind, path, ...)
+  local field = select("#", ...) > 0 and string.format(path, ...) or path
+  local got = json_type(v)
+  if kind == "integer" and got == "number" then got = v ~= v and "NaN" or tostring(v) end -- 0.5, NaN
+  error(setmetatable({ field = field, message = field .. ": expected " .. EXPECTED[kind] .. ", got " .. got },
+    FAULT), 0)
+end
+
+local math_type, tointeger = math.type, math.tointeger
+
+-- want(v, kind, path, ...) -> v (as an integer for "integer"), or nil for
+-- null or absent; a fault for any other type. Kinds: string, number,
+-- integer (a whole number), object, array.
+function M.want(v, kind, path, ...)
+  if v == nil or v == json.null then return nil end
+  local t = type(v)
+  if kind == "string" or kind == "number" then
+    if t == kind then return v end
+  elseif kind == "integer" then
+    local i = t == "number" and (math_type(v) == "integer" and v or tointeger(v))
+    if i then return i end
+  elseif t == "table" then -- an object or an array; {} is either
+    if (v[1] == nil) == (kind == "object") or next(v) == nil then return v end
+  end
+  M.fault(v, kind, path, ...)
+end
+
+-- need(v, kind, path, ...) -> v, as want, but null and absent are faults
+-- too (an element of an array of objects).
+function M.need(v, kind, path, ...)
+  if v == nil or v == json.null then M.fault(v, kind, path, ...) end
+  return M.want(v, kind, path, ...)
+end
+
+-- error_object(v, path) -> a provider's error object: the object, a string
+-- as its message, or nil for null; any other type is a fault.
+function M.error_object(v, path)
+  if type(v) == "string" then return { message = v } end
+  return M.want(v, "object", path)
 end
 
 ------------------------------------------------------------------------------
@@ -227,12 +296,18 @@ function Decoder:feed(ev, out)
   end
   if type(payload) ~= "table" then return out end
   -- a payload of an unexpected shape must not raise: it is the server's
-  -- fault, reported as a protocol error like malformed JSON
+  -- fault, reported as a protocol error like malformed JSON, in its terms
   local ran, ok, err = pcall(self.handle, self, payload, ev)
   if not ran then
     self.out = {}
+    local fields, what = { event_index = self.n, offset = offset }, ok
+    if getmetatable(what) == FAULT then
+      fields.field, what = what.field, what.message
+    else -- the adapter's own bug: said without where in its file it happened
+      what = "the " .. self.provider .. " adapter could not read it: " .. (tostring(what):gsub("^[^\n]-:%d+: ", ""))
+    end
     return self:fail("protocol", string.format("unexpected payload in SSE data at event %d: %s (byte offset %d)",
-      self.n, tostring(ok), offset), { event_index = self.n, offset = offset })
+      self.n, what, offset), fields)
   end
   if ok == nil and err then return nil, err end
   return self:flush(out)

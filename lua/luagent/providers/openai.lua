@@ -67,48 +67,64 @@ end
 local STOP = { stop = "stop", length = "length", tool_calls = "tool_use",
   function_call = "tool_use", content_filter = "stop" }
 
--- Applies one tool_calls delta entry. Calls are keyed by `index`; servers
--- that omit it are matched by id, else continue the last call.
-local function tool_delta(dec, tc)
-  local key = tc.index
-  if type(key) ~= "number" then
-    key = type(tc.id) == "string" and tc.id or dec.last_key or 0
+local want, need = common.want, common.need
+
+-- Applies tool_calls entry t of choice c. Calls are keyed by `index`;
+-- servers that omit it are matched by id, else continue the last call.
+local function tool_delta(dec, tc, c, t)
+  local key = want(tc.index, "integer", "choices[%d].delta.tool_calls[%d].index", c, t)
+  local id = want(tc.id, "string", "choices[%d].delta.tool_calls[%d].id", c, t)
+  local fn = want(tc["function"], "object", "choices[%d].delta.tool_calls[%d].function", c, t)
+  local name, arguments
+  if fn then
+    name = want(fn.name, "string", "choices[%d].delta.tool_calls[%d].function.name", c, t)
+    arguments = want(fn.arguments, "string", "choices[%d].delta.tool_calls[%d].function.arguments", c, t)
   end
+  if key == nil then key = id or dec.last_key or 0 end
   dec.last_key = key
   local call = dec:call(key)
-  local fn = type(tc["function"]) == "table" and tc["function"] or {}
-  if call == nil then
-    call = dec:open_call(key, type(tc.id) == "string" and tc.id or nil,
-      type(fn.name) == "string" and fn.name or nil)
+  if call == nil then call = dec:open_call(key, id, name) end
+  dec:add_arguments(call, arguments)
+end
+
+-- Applies choice i of a chunk.
+local function choice_delta(dec, choice, i)
+  local delta = want(choice.delta, "object", "choices[%d].delta", i)
+  if delta then
+    dec:add_text(want(delta.content, "string", "choices[%d].delta.content", i))
+    local rc = want(delta.reasoning_content, "string", "choices[%d].delta.reasoning_content", i)
+    local reasoning = want(delta.reasoning, "string", "choices[%d].delta.reasoning", i)
+    dec:add_thinking(rc or reasoning)
+    local calls = want(delta.tool_calls, "array", "choices[%d].delta.tool_calls", i)
+    for t = 1, calls and #calls or 0 do
+      tool_delta(dec, need(calls[t], "object", "choices[%d].delta.tool_calls[%d]", i, t), i, t)
+    end
   end
-  dec:add_arguments(call, fn.arguments)
+  local reason = want(choice.finish_reason, "string", "choices[%d].finish_reason", i)
+  if reason == "error" then
+    return dec:stream_error(nil, "stream ended with finish_reason \"error\"")
+  elseif reason then
+    dec:set_stop(STOP[reason] or "stop", reason)
+    dec:close_calls()
+  end
 end
 
 -- Turns one chunk into events.
 local function handle(dec, chunk)
-  if type(chunk.error) == "table" then return dec:stream_error(chunk.error) end
-  dec:start(chunk.id, chunk.model)
-  for _, choice in ipairs(type(chunk.choices) == "table" and chunk.choices or {}) do
-    local delta = type(choice.delta) == "table" and choice.delta or {}
-    dec:add_text(delta.content)
-    dec:add_thinking(delta.reasoning_content or delta.reasoning)
-    if type(delta.tool_calls) == "table" then
-      for _, tc in ipairs(delta.tool_calls) do
-        if type(tc) == "table" then tool_delta(dec, tc) end
-      end
-    end
-    local reason = choice.finish_reason
-    if reason == "error" then
-      return dec:stream_error(nil, "stream ended with finish_reason \"error\"")
-    elseif type(reason) == "string" then
-      dec:set_stop(STOP[reason] or "stop", reason)
-      dec:close_calls()
-    end
+  local e = common.error_object(chunk.error, "error")
+  if e then return dec:stream_error(e, nil, chunk.error) end
+  dec:start(want(chunk.id, "string", "id"), want(chunk.model, "string", "model"))
+  local choices = want(chunk.choices, "array", "choices")
+  for i = 1, choices and #choices or 0 do
+    local ok, err = choice_delta(dec, need(choices[i], "object", "choices[%d]", i), i)
+    if ok == nil and err then return nil, err end
   end
-  local u = chunk.usage
-  if type(u) == "table" then
-    local details = type(u.prompt_tokens_details) == "table" and u.prompt_tokens_details or {}
-    dec:set_usage(common.usage(u.prompt_tokens, u.completion_tokens, details.cached_tokens, 0))
+  local u = want(chunk.usage, "object", "usage")
+  if u then
+    local details = want(u.prompt_tokens_details, "object", "usage.prompt_tokens_details")
+    dec:set_usage(common.usage(want(u.prompt_tokens, "number", "usage.prompt_tokens"),
+      want(u.completion_tokens, "number", "usage.completion_tokens"),
+      details and want(details.cached_tokens, "number", "usage.prompt_tokens_details.cached_tokens"), 0))
   end
 end
 

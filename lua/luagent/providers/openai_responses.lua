@@ -60,28 +60,39 @@ end
 -- Stream
 ------------------------------------------------------------------------------
 
+local want = common.want
+
 -- The function call an event refers to, by item id or output index.
 local function find_call(dec, p)
-  return dec:call(p.item_id) or dec:call(p.output_index)
+  local id = want(p.item_id, "string", "item_id")
+  local index = want(p.output_index, "integer", "output_index")
+  return (id ~= nil and dec:call(id)) or (index ~= nil and dec:call(index)) or nil
 end
 
--- The response object of a lifecycle event, or an empty table.
+-- The response object of a lifecycle event, or nil.
 local function response_of(p)
-  return type(p.response) == "table" and p.response or {}
+  return want(p.response, "object", "response")
 end
 
 -- Records the usage of a final response object, if it has one.
 local function final_usage(dec, r)
-  local u = r.usage
-  if type(u) ~= "table" then return end
-  local details = type(u.input_tokens_details) == "table" and u.input_tokens_details or {}
-  dec:set_usage(common.usage(u.input_tokens, u.output_tokens, details.cached_tokens, 0))
+  local u = want(r.usage, "object", "response.usage")
+  if not u then return end
+  local details = want(u.input_tokens_details, "object", "response.usage.input_tokens_details")
+  dec:set_usage(common.usage(want(u.input_tokens, "number", "response.usage.input_tokens"),
+    want(u.output_tokens, "number", "response.usage.output_tokens"),
+    details and want(details.cached_tokens, "number", "response.usage.input_tokens_details.cached_tokens"), 0))
+end
+
+-- Starts the message with the id and model of response object `r`.
+local function start(dec, r)
+  dec:start(want(r.id, "string", "response.id"), want(r.model, "string", "response.model"))
 end
 
 -- response.created / response.in_progress: the message starts.
 local function created(dec, p)
   local r = response_of(p)
-  dec:start(r.id, r.model)
+  if r then start(dec, r) else dec:start() end
 end
 
 local handlers = {
@@ -89,61 +100,77 @@ local handlers = {
   ["response.in_progress"] = created,
 }
 
-handlers["response.output_item.added"] = function(dec, p)
-  local item = type(p.item) == "table" and p.item or {}
-  if item.type ~= "function_call" then return end
-  local call = dec:open_call(item.id, item.call_id, item.name)
-  dec:alias(p.output_index, call)
-  dec:add_arguments(call, item.arguments)
+-- The item of an output_item event and its type, or nil.
+local function item_of(p)
+  local item = want(p.item, "object", "item")
+  return item, item and want(item.type, "string", "item.type")
 end
 
-handlers["response.output_text.delta"] = function(dec, p) dec:add_text(p.delta) end
-handlers["response.refusal.delta"] = function(dec, p) dec:add_text(p.delta) end
-handlers["response.reasoning_summary_text.delta"] = function(dec, p) dec:add_thinking(p.delta) end
-handlers["response.reasoning_text.delta"] = function(dec, p) dec:add_thinking(p.delta) end
+handlers["response.output_item.added"] = function(dec, p)
+  local item, kind = item_of(p)
+  if kind ~= "function_call" then return end
+  local index = want(p.output_index, "integer", "output_index")
+  local call = dec:open_call(want(item.id, "string", "item.id"), want(item.call_id, "string", "item.call_id"),
+    want(item.name, "string", "item.name"))
+  dec:alias(index, call)
+  dec:add_arguments(call, want(item.arguments, "string", "item.arguments"))
+end
+
+local function text_delta(dec, p) dec:add_text(want(p.delta, "string", "delta")) end
+local function thinking_delta(dec, p) dec:add_thinking(want(p.delta, "string", "delta")) end
+handlers["response.output_text.delta"] = text_delta
+handlers["response.refusal.delta"] = text_delta
+handlers["response.reasoning_summary_text.delta"] = thinking_delta
+handlers["response.reasoning_text.delta"] = thinking_delta
 
 handlers["response.function_call_arguments.delta"] = function(dec, p)
   local call = find_call(dec, p)
-  if call then dec:add_arguments(call, p.delta) end
+  local delta = want(p.delta, "string", "delta")
+  if call then dec:add_arguments(call, delta) end
 end
 
 handlers["response.function_call_arguments.done"] = function(dec, p)
   local call = find_call(dec, p)
-  if call then dec:close_call(call, p.arguments) end
+  local arguments = want(p.arguments, "string", "arguments")
+  if call then dec:close_call(call, arguments) end
 end
 
 handlers["response.output_item.done"] = function(dec, p)
-  local item = type(p.item) == "table" and p.item or {}
-  local call = item.type == "function_call" and (dec:call(item.id) or dec:call(p.output_index))
-  if call then dec:close_call(call, item.arguments) end
+  local item, kind = item_of(p)
+  if kind ~= "function_call" then return end
+  local id = want(item.id, "string", "item.id")
+  local index = want(p.output_index, "integer", "output_index")
+  local call = (id ~= nil and dec:call(id)) or (index ~= nil and dec:call(index))
+  if call then dec:close_call(call, want(item.arguments, "string", "item.arguments")) end
 end
 
 handlers["response.completed"] = function(dec, p)
-  local r = response_of(p)
-  dec:start(r.id, r.model)
+  local r = response_of(p) or {}
+  start(dec, r)
   final_usage(dec, r)
-  dec:set_stop("stop", type(r.status) == "string" and r.status or "completed")
+  dec:set_stop("stop", want(r.status, "string", "response.status") or "completed")
   dec:complete()
 end
 
 handlers["response.incomplete"] = function(dec, p)
-  local r = response_of(p)
-  dec:start(r.id, r.model)
+  local r = response_of(p) or {}
+  start(dec, r)
   final_usage(dec, r)
-  local details = type(r.incomplete_details) == "table" and r.incomplete_details or {}
-  local reason = type(details.reason) == "string" and details.reason or "incomplete"
+  local details = want(r.incomplete_details, "object", "response.incomplete_details")
+  local reason = details and want(details.reason, "string", "response.incomplete_details.reason") or "incomplete"
   dec:set_stop(reason == "max_output_tokens" and "length" or "stop", reason)
   dec:complete()
 end
 
 handlers["response.failed"] = function(dec, p)
-  local r = response_of(p)
+  local r = response_of(p) or {}
   final_usage(dec, r)
-  return dec:stream_error(r.error, "response failed")
+  return dec:stream_error(common.error_object(r.error, "response.error"), "response failed", r.error)
 end
 
 handlers["error"] = function(dec, p)
-  if type(p.error) == "table" then return dec:stream_error(p.error, nil, p) end
+  local e = common.error_object(p.error, "error")
+  if e then return dec:stream_error(e, nil, p) end
   return dec:stream_error({ code = p.code, message = p.message }, nil, p)
 end
 
