@@ -279,6 +279,55 @@ describe("an agent", function()
     assert.matches("^invalid arguments for echo: invalid JSON arguments", en.error.message)
   end)
 
+  it("answers non-finite numbers in arguments with an error result; the tool is not run, the run goes on", function()
+    -- 1e999 is JSON that no double holds; NaN and Infinity are not JSON at all
+    local texts = { ['{"i": 1e999}'] = "arguments.i: not a finite number", ['{"i": -1e999}'] = "arguments.i: not a finite number",
+      ['{"n": {"i": [1, 1e999]}}'] = "arguments.n.i[2]: not a finite number",
+      ['{"i": NaN}'] = "invalid token", ['{"i": Infinity}'] = "invalid token" }
+    local ran = 0
+    local count = { name = "count", description = "Counts", read_only = true,
+      params = { type = "object", properties = { i = { type = "number" } } },
+      run = function() ran = ran + 1 return "counted" end }
+    for text, why in pairs(texts) do
+      start { function() return { tools = { { id = "1", name = "count", json = text, pieces = { text } } } } end,
+              { text = "sorry" } }
+      local evs, last = drain(agent { tools = { count } })
+      assert.equal("agent_end", last.type, text)
+      assert.equal("stop", last.stop_reason, text)
+      local st = of_type(evs, "tool_execution_start")[1]
+      assert.is_nil(st.arguments, text)
+      assert.equal(text, st.raw_arguments)
+      local en = of_type(evs, "tool_execution_end")[1]
+      assert.equal("invalid_arguments", en.error.kind, text)
+      assert.matches("^invalid arguments for count: invalid JSON arguments: .*" .. why:gsub("%p", "%%%0"), en.error.message)
+      assert.equal(2, #srv:requests(), text) -- the model got the error result and answered
+      srv:close() srv = nil
+    end
+    assert.equal(0, ran)
+  end)
+
+  it("refuses arguments that give a key twice, naming the key: a command tool never gets them", function()
+    luagent.clock.real()
+    local marker = tempfile()
+    os.remove(marker)
+    local reader = { name = "reader", description = "Reads a file", read_only = true,
+      command = { "sh", "-c", 'cat > "$1"', "sh", marker },
+      params = { type = "object", properties = { path = { type = "string", enum = { "a" } } } } }
+    -- the schema (enum) passes the last value; a reader that keeps the first would get /etc/passwd
+    local text = '{"path": "/etc/passwd", "path": "a"}'
+    start { function() return { tools = { { id = "1", name = "reader", json = text, pieces = { text } } } } end,
+            { text = "sorry" } }
+    local evs, last = drain(agent { tools = { reader } })
+    assert.equal("stop", last.stop_reason)
+    local en = of_type(evs, "tool_execution_end")[1]
+    assert.equal("invalid_arguments", en.error.kind)
+    assert.equal('invalid arguments for reader: invalid JSON arguments: arguments: key "path" is given twice',
+      en.error.message)
+    local got = slurp(marker) -- what the command got, had it run
+    os.remove(marker)
+    assert.equal("", got)
+  end)
+
   it("turns a tool that raises or returns nil, err into an error result; the host keeps running", function()
     local boom = { name = "boom", description = "Raises", run = function() error("kaput") end }
     local soft = { name = "soft", description = "Returns an error", run = function() return nil, "not found" end }

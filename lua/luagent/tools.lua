@@ -231,12 +231,15 @@ local function lua_attempt(tool, args, ctx, timeout)
 end
 
 -- One attempt of a command tool: a child process in its own group, the
--- arguments as JSON on stdin. On timeout or cancel its group gets SIGTERM,
--- then SIGKILL after the grace, and the attempt ends only once it is gone.
+-- arguments as JSON on stdin: the model's text when it holds exactly the
+-- checked value (json.decode_strict: no key twice, every number finite),
+-- else the checked value encoded. On timeout or cancel its group gets
+-- SIGTERM, then SIGKILL after the grace, and the attempt ends only once it
+-- is gone.
 local function command_attempt(tool, args, ctx, timeout, policy)
   local luagent = require "luagent"
   local raw = ctx.raw_arguments
-  local input = type(raw) == "string" and type(json.decode(raw)) == "table" and raw or json.encode(args)
+  local input = type(raw) == "string" and type(json.decode_strict(raw)) == "table" and raw or json.encode(args)
   local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace,
     max_output = policy.max_result_bytes + 1 })
   if not proc then return nil, err, false end
