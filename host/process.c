@@ -8,7 +8,9 @@
  *
  * Every child is started detached (setsid), so it leads a new process group
  * whose id is its pid; a kill goes to the whole group (-pid), grandchildren
- * included. While a child runs it counts as busy for the virtual clock.
+ * included, and so does the SIGKILL that ends what is left of the group
+ * when the child exits. While a child runs it counts as busy for the
+ * virtual clock.
  *
  * Stream mode keeps stdin open (each write a malloc'd request freed by its
  * callback) and hands stdout out as it comes: the owner peeks and takes;
@@ -130,13 +132,18 @@ static void drain_fire(lg_timer *t) {
   check_finished(p);
 }
 
-/* The child exited (reaped by libuv): records how, closes the handle. Its
- * pipes get LG_PROCESS_DRAIN seconds more to deliver what is in them. */
+/* The child exited (reaped by libuv): records how, closes the handle, and
+ * kills what it left running in its group (a job it put in the
+ * background): that would outlive the tool and luagent, and hold the
+ * pipes open so their end never came. What is in the pipes stays readable;
+ * they get LG_PROCESS_DRAIN seconds more to deliver it (a process that left
+ * the group may still hold them). */
 static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
   lg_process *p = h->data;
   p->exited = 1;
   p->exit_status = (long long)status;
   p->term_signal = sig;
+  signal_group(p, SIGKILL);
   close_handle((uv_handle_t *)h);
   close_stdin(p);
   check_finished(p);

@@ -239,6 +239,38 @@ describe("an agent", function()
     assert.is_true(gone())
   end)
 
+  it("kills what a command tool left running in its group when it ends, on time or at its timeout", function()
+    luagent.clock.real()
+    local pidfiles = { tempfile(), tempfile() }
+    -- a job in the background, its output elsewhere, then the tool answers
+    local leaves = { name = "leaves", description = "Leaves a job behind", read_only = true,
+      command = { "sh", "-c", 'sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "$1"; cat >/dev/null; echo hi',
+                  "sh", pidfiles[1] } }
+    -- a job that ignores SIGTERM; the tool itself ends on it at its timeout
+    local slow = { name = "slow", description = "Times out", read_only = true, timeout = 0.2,
+      command = { "sh", "-c", 'trap "" TERM; sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "$1"; trap - TERM; '
+                  .. 'cat >/dev/null; sleep 30', "sh", pidfiles[2] } }
+    start { { tools = { call("1", "leaves"), call("2", "slow") } }, { text = "ok" } }
+    local evs, last = drain(agent { tools = { leaves, slow },
+      policy = { tool = { timeout = 5, grace = 10, max_retries = 0 } } })
+    local pids = {}
+    for i, f in ipairs(pidfiles) do
+      pids[i] = tonumber(slurp(f))
+      os.remove(f)
+    end
+    finally(function() for _, pid in ipairs(pids) do os.execute("kill -9 " .. pid .. " 2>/dev/null") end end)
+    assert.equal("stop", last.stop_reason)
+    local ends = {}
+    for _, e in ipairs(of_type(evs, "tool_execution_end")) do ends[e.name] = e end
+    assert.equal("hi\n", ends.leaves.result)
+    assert.equal("tool_timeout", ends.slow.error.kind)
+    for i, pid in ipairs(pids) do
+      local deadline = luagent.now() + 5
+      while helpers.alive(pid) and luagent.now() < deadline do luagent.sleep(0.01) end
+      assert.is_false(helpers.alive(pid), "the job of tool " .. i .. " outlived it")
+    end
+  end)
+
   it("runs a command tool: JSON arguments on stdin, stdout is the result, stderr shown on failure", function()
     luagent.clock.real()
     local cat = { name = "cat", description = "Returns its input", read_only = true, command = { "cat" },
