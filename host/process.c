@@ -42,6 +42,7 @@ struct lg_process {
   capture out, err;
   lg_timer grace;
   lg_timer drain;       /* after the exit: how long its pipes may stay open */
+  lg_closer closer;     /* released while running: closed with the loop */
   char *input;
   size_t input_len, max_output;
   int open;             /* libuv handles not yet closed */
@@ -63,6 +64,7 @@ typedef struct {
 /* Frees p once its owner released it and libuv closed every handle. */
 static void maybe_free(lg_process *p) {
   if (!p->released || p->open > 0) return;
+  lg_loop_closer_remove(p->loop, &p->closer);
   free(p->out.data);
   free(p->err.data);
   free(p->input);
@@ -223,6 +225,19 @@ static void on_write(uv_write_t *req, int status) {
   close_handle((uv_handle_t *)&p->in);
 }
 
+/* The loop closes while a released child was still to be reaped (it was
+ * killed; its zombie goes with us): its handles are closed here with
+ * on_closed, so the last one frees p. */
+static void closer_close(lg_closer *c) {
+  lg_process *p = (lg_process *)((char *)c - offsetof(lg_process, closer));
+  lg_loop_timer_stop(p->loop, &p->grace);
+  lg_loop_timer_stop(p->loop, &p->drain);
+  close_handle((uv_handle_t *)&p->proc);
+  close_handle((uv_handle_t *)&p->out.pipe);
+  close_handle((uv_handle_t *)&p->err.pipe);
+  if (p->in.data) close_handle((uv_handle_t *)&p->in); /* there is a stdin pipe */
+}
+
 /* The grace after SIGTERM ended: SIGKILL to the group if still running. */
 static void grace_fire(lg_timer *t) {
   lg_process *p = (lg_process *)((char *)t - offsetof(lg_process, grace));
@@ -241,6 +256,7 @@ int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) 
   p->arg = o->arg;
   p->grace.fire = grace_fire;
   p->drain.fire = drain_fire;
+  p->closer.close = closer_close;
   if (o->input && !o->stream) { /* stream mode writes it through lg_process_write (a copy of its own) */
     p->input = malloc(o->input_len ? o->input_len : 1);
     if (!p->input) {
@@ -392,6 +408,7 @@ void lg_process_release(lg_process *p) {
     p->killed = 1;
     signal_group(p, SIGKILL);
   }
+  if (p->open > 0) lg_loop_closer_add(p->loop, &p->closer);
   if (p->stream) {
     /* a paused stdout would never reach its end: nobody reads any more */
     close_stdin(p);

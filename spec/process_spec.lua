@@ -180,6 +180,24 @@ describe("killing a process group", function()
   end)
 end)
 
+describe("children at luagent's exit", function()
+  it("are killed, group and all, whether the script returns or calls os.exit while they run", function()
+    for _, ending in ipairs { "return", "os.exit(3)" } do
+      local pidfile = os.tmpname()
+      local r = helpers.run_script(string.format([[
+        local core = require "luagent.core"
+        local p = assert(core.process_spawn({ "sh", "-c", 'sleep 1000 & echo $$ $! > "$1"; sleep 1000', "sh", %q }))
+        while io.open(%q):read("a") == "" do require("luagent").sleep(0.01) end
+        %s]], pidfile, pidfile, ending))
+      local leader, job = helpers.slurp(pidfile):match("^(%d+) (%d+)")
+      os.remove(pidfile)
+      finally(function() os.execute("kill -9 -" .. leader .. " 2>/dev/null") end)
+      assert.equal(ending == "return" and 0 or 3, r.code, r.stderr)
+      assert.is_true(eventually(function() return dead(leader) and dead(job) end, 5), ending .. ": a child outlived luagent")
+    end
+  end)
+end)
+
 describe("a stream process (a long-lived peer)", function()
   it("takes writes on its open stdin and gives its stdout line by line", function()
     local p = assert(core.process_spawn({ "sh", "-c", 'while read -r l; do echo "got $l"; done; printf tail' },

@@ -382,17 +382,19 @@ local function execute(opts, file, chunk, script_args)
   local cleanup, code = prepare(opts, file)
   if not cleanup then return code end
   -- a script that ends with os.exit still gets its exports, tree and cost
-  -- table written, and the mock closed
+  -- table written, and the mock closed; and the state is closed, as at a
+  -- normal end, so what it holds is let go (a child still running has its
+  -- process group killed)
   local exit, cleaned = os.exit, false
   local function clean()
     if cleaned then return end
     cleaned = true
     cleanup()
   end
-  os.exit = function(...)
+  os.exit = function(code)
     local ok, err = pcall(clean)
     if not ok then say("luagent: while exiting: %s", tostring(err)) end
-    return exit(...)
+    return exit(code, true)
   end
   local main = core.spawn(chunk, table.unpack(script_args))
   core.on_sigint(main)
