@@ -20,6 +20,7 @@
 #include "jsonw.h"
 #include "loop.h"
 #include "process.h"
+#include "readfile.h"
 #include "sandbox.h"
 #include "scrub.h"
 #include "sqlite_lua.h"
@@ -136,6 +137,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_tcp_register(L);
   lg_http_register(L);
   lg_watch_register(L);
+  lg_readfile_register(L);
   lg_process_register(L);
   lg_guard_register(L);
   lg_sandbox_register(L);

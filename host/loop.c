@@ -78,6 +78,7 @@ struct lg_loop {
   int busy;
   int held;               /* lg_loop_hold: the virtual clock may not jump */
   unsigned long activity;
+  lg_closer *closers;     /* lg_loop_closer_add: called when the loop closes */
   int closed;
 };
 
@@ -96,6 +97,24 @@ void lg_loop_busy(lg_loop *loop, int delta) { loop->busy += delta; }
 void lg_loop_activity(lg_loop *loop) { loop->activity++; }
 
 void lg_loop_hold(lg_loop *loop, int delta) { loop->held += delta; }
+
+void lg_loop_closer_add(lg_loop *loop, lg_closer *c) {
+  if (c->linked) return;
+  c->linked = 1;
+  c->prev = NULL;
+  c->next = loop->closers;
+  if (loop->closers) loop->closers->prev = c;
+  loop->closers = c;
+}
+
+void lg_loop_closer_remove(lg_loop *loop, lg_closer *c) {
+  if (!c->linked) return;
+  c->linked = 0;
+  if (c->prev) c->prev->next = c->next;
+  else loop->closers = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+}
 
 int lg_loop_timer_start(lg_loop *loop, lg_timer *t, double seconds) {
   if (!(seconds > 0)) seconds = 0; /* also maps NaN to 0 */
@@ -179,6 +198,11 @@ static int l_loop_gc(lua_State *L) {
   if (loop->closed) return 0;
   loop->closed = 1;
   stop_signals_forget(loop);
+  while (loop->closers) {
+    lg_closer *c = loop->closers;
+    lg_loop_closer_remove(loop, c);
+    c->close(c);
+  }
   uv_walk(&loop->uv, walk_close, NULL);
   uv_run(&loop->uv, UV_RUN_DEFAULT);
   uv_loop_close(&loop->uv);

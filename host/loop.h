@@ -45,6 +45,20 @@ void lg_loop_activity(lg_loop *loop);
  * does not jump. */
 void lg_loop_hold(lg_loop *loop, int delta);
 
+/* Work whose owner let go while only an event can close its handles (a
+ * killed child's exit) registers a closer: when the loop itself closes (at
+ * lua_close) it calls close(c) first, so the owner closes its handles with
+ * its own callbacks, which free it, before every other handle is closed
+ * with none. lg_loop_closer_remove is idempotent. */
+typedef struct lg_closer lg_closer;
+struct lg_closer {
+  void (*close)(lg_closer *c);
+  lg_closer *prev, *next;
+  int linked;
+};
+void lg_loop_closer_add(lg_loop *loop, lg_closer *c);
+void lg_loop_closer_remove(lg_loop *loop, lg_closer *c);
+
 /* Suspends the calling Lua code until `w` is woken, then calls `k`. Inside a
  * task this yields to the scheduler; elsewhere (top-level code, a foreign
  * coroutine) it runs the scheduler until `w` is woken. If the task is

@@ -8,7 +8,9 @@
  *
  * Every child is started detached (setsid), so it leads a new process group
  * whose id is its pid; a kill goes to the whole group (-pid), grandchildren
- * included. While a child runs it counts as busy for the virtual clock.
+ * included, and so does the SIGKILL that ends what is left of the group
+ * when the child exits. While a child runs it counts as busy for the
+ * virtual clock.
  *
  * Stream mode keeps stdin open (each write a malloc'd request freed by its
  * callback) and hands stdout out as it comes: the owner peeks and takes;
@@ -40,6 +42,7 @@ struct lg_process {
   capture out, err;
   lg_timer grace;
   lg_timer drain;       /* after the exit: how long its pipes may stay open */
+  lg_closer closer;     /* released while running: closed with the loop */
   char *input;
   size_t input_len, max_output;
   int open;             /* libuv handles not yet closed */
@@ -61,6 +64,7 @@ typedef struct {
 /* Frees p once its owner released it and libuv closed every handle. */
 static void maybe_free(lg_process *p) {
   if (!p->released || p->open > 0) return;
+  lg_loop_closer_remove(p->loop, &p->closer);
   free(p->out.data);
   free(p->err.data);
   free(p->input);
@@ -130,13 +134,18 @@ static void drain_fire(lg_timer *t) {
   check_finished(p);
 }
 
-/* The child exited (reaped by libuv): records how, closes the handle. Its
- * pipes get LG_PROCESS_DRAIN seconds more to deliver what is in them. */
+/* The child exited (reaped by libuv): records how, closes the handle, and
+ * kills what it left running in its group (a job it put in the
+ * background): that would outlive the tool and luagent, and hold the
+ * pipes open so their end never came. What is in the pipes stays readable;
+ * they get LG_PROCESS_DRAIN seconds more to deliver it (a process that left
+ * the group may still hold them). */
 static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
   lg_process *p = h->data;
   p->exited = 1;
   p->exit_status = (long long)status;
   p->term_signal = sig;
+  signal_group(p, SIGKILL);
   close_handle((uv_handle_t *)h);
   close_stdin(p);
   check_finished(p);
@@ -216,6 +225,19 @@ static void on_write(uv_write_t *req, int status) {
   close_handle((uv_handle_t *)&p->in);
 }
 
+/* The loop closes while a released child was still to be reaped (it was
+ * killed; its zombie goes with us): its handles are closed here with
+ * on_closed, so the last one frees p. */
+static void closer_close(lg_closer *c) {
+  lg_process *p = (lg_process *)((char *)c - offsetof(lg_process, closer));
+  lg_loop_timer_stop(p->loop, &p->grace);
+  lg_loop_timer_stop(p->loop, &p->drain);
+  close_handle((uv_handle_t *)&p->proc);
+  close_handle((uv_handle_t *)&p->out.pipe);
+  close_handle((uv_handle_t *)&p->err.pipe);
+  if (p->in.data) close_handle((uv_handle_t *)&p->in); /* there is a stdin pipe */
+}
+
 /* The grace after SIGTERM ended: SIGKILL to the group if still running. */
 static void grace_fire(lg_timer *t) {
   lg_process *p = (lg_process *)((char *)t - offsetof(lg_process, grace));
@@ -234,6 +256,7 @@ int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) 
   p->arg = o->arg;
   p->grace.fire = grace_fire;
   p->drain.fire = drain_fire;
+  p->closer.close = closer_close;
   if (o->input && !o->stream) { /* stream mode writes it through lg_process_write (a copy of its own) */
     p->input = malloc(o->input_len ? o->input_len : 1);
     if (!p->input) {
@@ -385,6 +408,7 @@ void lg_process_release(lg_process *p) {
     p->killed = 1;
     signal_group(p, SIGKILL);
   }
+  if (p->open > 0) lg_loop_closer_add(p->loop, &p->closer);
   if (p->stream) {
     /* a paused stdout would never reach its end: nobody reads any more */
     close_stdin(p);

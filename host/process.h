@@ -1,6 +1,8 @@
 /* Child processes on the loop (libuv): argv without a shell, stdin from a
  * buffer, stdout and stderr captured up to a cap, each child the leader of
- * its own process group so that a kill reaches everything it started.
+ * its own process group so that a kill reaches everything it started; the
+ * group does not outlive its leader (what is left in it when the child
+ * exits is killed).
  * In stream mode (a long-lived server) stdin stays open for writes and
  * stdout is consumed as it arrives, with at most max_output bytes held. */
 #ifndef LG_PROCESS_H

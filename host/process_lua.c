@@ -2,7 +2,8 @@
  * "luagent.Process" with wait, kill, pid, close. wait() suspends the task
  * until the child exited and its output ended; cancelling the waiting task
  * kills the child's whole process group (SIGTERM, then SIGKILL after the
- * grace period). Collecting or closing a running process kills its group.
+ * grace period). Collecting or closing a running process kills its group,
+ * and what the child leaves in its group when it exits is killed then.
  * With opts.stream the process is a long-lived peer: write() and
  * close_stdin() feed its stdin, read_line() suspends for the next line of
  * its stdout (cancelling a read only stops the read), stderr() shows the

@@ -239,6 +239,38 @@ describe("an agent", function()
     assert.is_true(gone())
   end)
 
+  it("kills what a command tool left running in its group when it ends, on time or at its timeout", function()
+    luagent.clock.real()
+    local pidfiles = { tempfile(), tempfile() }
+    -- a job in the background, its output elsewhere, then the tool answers
+    local leaves = { name = "leaves", description = "Leaves a job behind", read_only = true,
+      command = { "sh", "-c", 'sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "$1"; cat >/dev/null; echo hi',
+                  "sh", pidfiles[1] } }
+    -- a job that ignores SIGTERM; the tool itself ends on it at its timeout
+    local slow = { name = "slow", description = "Times out", read_only = true, timeout = 0.2,
+      command = { "sh", "-c", 'trap "" TERM; sleep 1000 </dev/null >/dev/null 2>&1 & echo $! > "$1"; trap - TERM; '
+                  .. 'cat >/dev/null; sleep 30', "sh", pidfiles[2] } }
+    start { { tools = { call("1", "leaves"), call("2", "slow") } }, { text = "ok" } }
+    local evs, last = drain(agent { tools = { leaves, slow },
+      policy = { tool = { timeout = 5, grace = 10, max_retries = 0 } } })
+    local pids = {}
+    for i, f in ipairs(pidfiles) do
+      pids[i] = tonumber(slurp(f))
+      os.remove(f)
+    end
+    finally(function() for _, pid in ipairs(pids) do os.execute("kill -9 " .. pid .. " 2>/dev/null") end end)
+    assert.equal("stop", last.stop_reason)
+    local ends = {}
+    for _, e in ipairs(of_type(evs, "tool_execution_end")) do ends[e.name] = e end
+    assert.equal("hi\n", ends.leaves.result)
+    assert.equal("tool_timeout", ends.slow.error.kind)
+    for i, pid in ipairs(pids) do
+      local deadline = luagent.now() + 5
+      while helpers.alive(pid) and luagent.now() < deadline do luagent.sleep(0.01) end
+      assert.is_false(helpers.alive(pid), "the job of tool " .. i .. " outlived it")
+    end
+  end)
+
   it("runs a command tool: JSON arguments on stdin, stdout is the result, stderr shown on failure", function()
     luagent.clock.real()
     local cat = { name = "cat", description = "Returns its input", read_only = true, command = { "cat" },
@@ -277,6 +309,55 @@ describe("an agent", function()
     local en = of_type(evs, "tool_execution_end")[1]
     assert.equal("invalid_arguments", en.error.kind)
     assert.matches("^invalid arguments for echo: invalid JSON arguments", en.error.message)
+  end)
+
+  it("answers non-finite numbers in arguments with an error result; the tool is not run, the run goes on", function()
+    -- 1e999 is JSON that no double holds; NaN and Infinity are not JSON at all
+    local texts = { ['{"i": 1e999}'] = "arguments.i: not a finite number", ['{"i": -1e999}'] = "arguments.i: not a finite number",
+      ['{"n": {"i": [1, 1e999]}}'] = "arguments.n.i[2]: not a finite number",
+      ['{"i": NaN}'] = "invalid token", ['{"i": Infinity}'] = "invalid token" }
+    local ran = 0
+    local count = { name = "count", description = "Counts", read_only = true,
+      params = { type = "object", properties = { i = { type = "number" } } },
+      run = function() ran = ran + 1 return "counted" end }
+    for text, why in pairs(texts) do
+      start { function() return { tools = { { id = "1", name = "count", json = text, pieces = { text } } } } end,
+              { text = "sorry" } }
+      local evs, last = drain(agent { tools = { count } })
+      assert.equal("agent_end", last.type, text)
+      assert.equal("stop", last.stop_reason, text)
+      local st = of_type(evs, "tool_execution_start")[1]
+      assert.is_nil(st.arguments, text)
+      assert.equal(text, st.raw_arguments)
+      local en = of_type(evs, "tool_execution_end")[1]
+      assert.equal("invalid_arguments", en.error.kind, text)
+      assert.matches("^invalid arguments for count: invalid JSON arguments: .*" .. why:gsub("%p", "%%%0"), en.error.message)
+      assert.equal(2, #srv:requests(), text) -- the model got the error result and answered
+      srv:close() srv = nil
+    end
+    assert.equal(0, ran)
+  end)
+
+  it("refuses arguments that give a key twice, naming the key: a command tool never gets them", function()
+    luagent.clock.real()
+    local marker = tempfile()
+    os.remove(marker)
+    local reader = { name = "reader", description = "Reads a file", read_only = true,
+      command = { "sh", "-c", 'cat > "$1"', "sh", marker },
+      params = { type = "object", properties = { path = { type = "string", enum = { "a" } } } } }
+    -- the schema (enum) passes the last value; a reader that keeps the first would get /etc/passwd
+    local text = '{"path": "/etc/passwd", "path": "a"}'
+    start { function() return { tools = { { id = "1", name = "reader", json = text, pieces = { text } } } } end,
+            { text = "sorry" } }
+    local evs, last = drain(agent { tools = { reader } })
+    assert.equal("stop", last.stop_reason)
+    local en = of_type(evs, "tool_execution_end")[1]
+    assert.equal("invalid_arguments", en.error.kind)
+    assert.equal('invalid arguments for reader: invalid JSON arguments: arguments: key "path" is given twice',
+      en.error.message)
+    local got = slurp(marker) -- what the command got, had it run
+    os.remove(marker)
+    assert.equal("", got)
   end)
 
   it("turns a tool that raises or returns nil, err into an error result; the host keeps running", function()

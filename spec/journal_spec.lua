@@ -412,6 +412,33 @@ describe("a durable agent", function()
     assert.equal(live, contents(replayed.messages))
   end)
 
+  it("journals a call whose arguments hold a non-finite number as an error result, and replays it", function()
+    srv = assert(mock.start { script = function(_, n)
+      if n == 1 then return { tools = { { id = "1", name = "note", json = '{"n": 1e999}', pieces = { '{"n": 1e999}' } } } } end
+      return { text = "finished" }
+    end })
+    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = journal.current_run.id
+    runs_of_note = 0
+    local evs, last = drain(agent(), "go")
+    assert.equal("stop", last.stop_reason, tostring(last.error))
+    assert.equal(0, runs_of_note)
+    local en
+    for _, e in ipairs(evs) do if e.type == "tool_execution_end" then en = e end end
+    assert.equal("invalid_arguments", en.error.kind)
+    assert.equal("done", store:read(id).status)
+    -- resumed, the turn and the call come from the journal: the same error, no crash
+    journal.use(assert(journal.resume(store, id)))
+    evs, last = drain(agent(), "go")
+    assert.equal("stop", last.stop_reason, tostring(last.error))
+    assert.equal("finished", last.messages[#last.messages].content)
+    for _, e in ipairs(evs) do if e.type == "tool_execution_end" then en = e end end
+    assert.is_true(en.replayed)
+    assert.equal("invalid_arguments", en.error.kind)
+    assert.equal(0, runs_of_note)
+    assert.equal(2, #srv:requests())
+  end)
+
   it("misuse raises: durable must be a boolean, check a function", function()
     assert.has_error(function() luagent.agent { model = "openai/m", durable = "yes" } end,
       "agent: durable must be true or false")

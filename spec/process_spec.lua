@@ -46,6 +46,30 @@ describe("process_spawn", function()
     os.execute("kill " .. grandchild .. " 2>/dev/null")
   end)
 
+  it("kills what the child left running in its group when it exits: its output ends at once", function()
+    -- a job put in the background inherits stdout: until it is gone the
+    -- pipe has no end, and it must not outlive the child
+    local p = assert(core.process_spawn({ "sh", "-c", "sleep 1000 & echo $!; echo hi" }))
+    local r = p:wait()
+    local bg, rest = r.stdout:match("^(%d+)\n(.*)$")
+    finally(function() os.execute("kill " .. bg .. " 2>/dev/null") end) -- should it have outlived it
+    assert.equal("hi\n", rest)
+    assert.equal(0, r.code)
+    assert.is_false(r.killed) -- the child itself exited as it would
+    p:close()
+    assert.is_true(eventually(function() return dead(bg) end, 5), "the background job outlived its group's leader")
+  end)
+
+  it("kills a stream child's leftovers too when it exits", function()
+    local p = assert(core.process_spawn({ "sh", "-c", "sleep 1000 & echo $!; read -r x; exit 0" }, { stream = true }))
+    local bg = assert(tonumber(p:read_line()))
+    finally(function() os.execute("kill " .. bg .. " 2>/dev/null") end)
+    p:close_stdin()
+    assert.equal(0, p:wait().code)
+    assert.is_true(eventually(function() return dead(bg) end, 5), "the background job outlived its group's leader")
+    p:close()
+  end)
+
   it("writes stdin and closes it", function()
     local p = assert(core.process_spawn({ "cat" }, { stdin = '{"a":1}' }))
     local r = p:wait()
@@ -153,6 +177,24 @@ describe("killing a process group", function()
     assert.is_true(eventually(function() return grandchild() ~= nil end, 5))
     q:kill(0)
     assert.equal(9, q:wait().signal)
+  end)
+end)
+
+describe("children at luagent's exit", function()
+  it("are killed, group and all, whether the script returns or calls os.exit while they run", function()
+    for _, ending in ipairs { "return", "os.exit(3)" } do
+      local pidfile = os.tmpname()
+      local r = helpers.run_script(string.format([[
+        local core = require "luagent.core"
+        local p = assert(core.process_spawn({ "sh", "-c", 'sleep 1000 & echo $$ $! > "$1"; sleep 1000', "sh", %q }))
+        while io.open(%q):read("a") == "" do require("luagent").sleep(0.01) end
+        %s]], pidfile, pidfile, ending))
+      local leader, job = helpers.slurp(pidfile):match("^(%d+) (%d+)")
+      os.remove(pidfile)
+      finally(function() os.execute("kill -9 -" .. leader .. " 2>/dev/null") end)
+      assert.equal(ending == "return" and 0 or 3, r.code, r.stderr)
+      assert.is_true(eventually(function() return dead(leader) and dead(job) end, 5), ending .. ": a child outlived luagent")
+    end
   end)
 end)
 

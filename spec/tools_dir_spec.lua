@@ -79,6 +79,81 @@ describe("tools.dir", function()
     assert.matches("attempt to load a binary chunk", failed["f.lua"].message) -- text only
   end)
 
+  -- The tools_reload_failed events of a set, by file name.
+  local function failures(set, cursor)
+    local out = {}
+    for _, e in ipairs((set:events_since(cursor))) do
+      if e.type == "tools_reload_failed" then out[e.file:match("[^/]+$")] = e end
+    end
+    return out
+  end
+
+  local CAP = require("luagent.policy").limits.max_bytes
+
+  -- Should reading the FIFO at `path` ever block again, a writer ends the
+  -- wait after 3 s (opening read-write never blocks), so the spec fails
+  -- instead of freezing the suite. Stopped when the test ends.
+  local function unblock_later(path)
+    local p = io.popen("setsid sh -c 'sleep 3; exec 3<>\"$1\"' sh " .. path .. " >/dev/null 2>&1 & echo $!")
+    local pid = p:read("n")
+    p:close()
+    -- its group (the sleep too), and itself should setsid not have run yet
+    finally(function() os.execute("kill -- -" .. pid .. " " .. pid .. " 2>/dev/null") end)
+  end
+
+  it("refuses a FIFO named *.lua, naming it, without waiting for a writer", function()
+    write(dir .. "/a.lua", 'return { name = "a", description = "A", run = function() return "a" end }\n')
+    assert(os.execute("mkfifo " .. dir .. "/fifo.lua"))
+    unblock_later(dir .. "/fifo.lua")
+    local set = assert(tools.dir(dir, { watch = false }))
+    assert.same({ "a" }, set:snapshot().names)
+    local f = failures(set)["fifo.lua"]
+    assert.equal(dir .. "/fifo.lua", f.file)
+    assert.equal(dir .. "/fifo.lua: not a regular file (a FIFO)", f.message)
+  end)
+
+  it("refuses a link to a device, and a file over the policy files' 1 MiB, without reading them", function()
+    assert(os.execute("ln -s /dev/zero " .. dir .. "/zero.lua"))
+    assert(os.execute("truncate -s " .. (CAP + 1) .. " " .. dir .. "/big.lua")) -- sparse
+    -- exactly the bound, and a link to a regular file, are fine
+    local tool = 'return { name = "full", description = "F", run = function() return "f" end }\n'
+    write(dir .. "/full.lua", tool .. "--" .. string.rep("x", CAP - #tool - 3) .. "\n")
+    write(dir .. "/target.txt", 'return { name = "linked", description = "L", run = function() return "l" end }\n')
+    assert(os.execute("ln -s target.txt " .. dir .. "/linked.lua"))
+    local set = assert(tools.dir(dir, { watch = false }))
+    assert.same({ "full", "linked" }, set:snapshot().names)
+    local f = failures(set)
+    assert.equal(dir .. "/zero.lua: not a regular file (a character device)", f["zero.lua"].message)
+    assert.equal(string.format("%s/big.lua: the file is %d bytes; at most %d are read", dir, CAP + 1, CAP),
+      f["big.lua"].message)
+    assert.is_nil(f["big.lua"].line)
+  end)
+
+  it("keeps the last good tools of a file replaced by a FIFO or a file too big, and loads it once fixed", function()
+    local good = 'return { name = "t", description = "T", run = function() return "good" end }\n'
+    write(dir .. "/t.lua", good)
+    local set = assert(tools.dir(dir, { watch = false }))
+    local _, cursor = set:events_since(nil)
+    os.remove(dir .. "/t.lua")
+    assert(os.execute("mkfifo " .. dir .. "/t.lua"))
+    unblock_later(dir .. "/t.lua")
+    assert.equal(1, set:rescan())
+    assert.equal("good", set:snapshot().tools.t.run())
+    assert.matches("t.lua: not a regular file", failures(set, cursor)["t.lua"].message)
+    _, cursor = set:events_since(cursor)
+    assert.equal(1, set:rescan()) -- still refused; told once
+    assert.same({}, (set:events_since(cursor)))
+    os.remove(dir .. "/t.lua")
+    assert(os.execute("truncate -s " .. (CAP * 1200) .. " " .. dir .. "/t.lua")) -- 1.2 GB, sparse
+    assert.equal(1, set:rescan())
+    assert.equal("good", set:snapshot().tools.t.run())
+    assert.matches("t.lua: the file is %d+ bytes", failures(set, cursor)["t.lua"].message)
+    _, cursor = set:events_since(cursor)
+    write(dir .. "/t.lua", good:gsub('"good"', '"fixed"'))
+    assert.equal(0, set:rescan())
+    assert.equal("fixed", set:snapshot().tools.t.run())
+  end)
+
   it("refuses a folder that cannot be read", function()
     local set, err = tools.dir(dir .. "/missing")
     assert.is_nil(set)

@@ -52,6 +52,41 @@ describe("schema.check", function()
   end)
 end)
 
+describe("json.decode_strict (tool arguments)", function()
+  local json = require "luagent.json"
+  local function why(text) return select(2, json.decode_strict(text, "arguments")) end
+
+  it("decodes what every JSON reader reads the same way", function()
+    assert.same({ a = 1, b = { c = "x", d = { 1, 2 } } }, json.decode_strict('{"a": 1, "b": {"c": "x", "d": [1, 2]}}'))
+    -- the same key in different objects, keys that only look alike, key-like text inside strings
+    assert.same({ a = { a = 1 }, b = { { a = 1 }, { a = 2 } }, ["a\\"] = 3, ["a "] = 4, s = '"a": 1, "s": 2' },
+      json.decode_strict('{"a": {"a": 1}, "b": [{"a": 1}, {"a": 2}], "a\\\\": 3, "a ": 4, "s": "\\"a\\": 1, \\"s\\": 2"}'))
+    assert.same({}, json.decode_strict("{}"))
+    assert.equal(-0.0, json.decode_strict('{"z": -0}').z)
+    assert.equal(1e308, json.decode_strict('{"z": 1e308}').z)
+  end)
+
+  it("refuses a key given twice, however it is spelt, naming it and its object", function()
+    assert.equal('arguments: key "path" is given twice', why('{"path": "a", "path": "/etc/passwd"}'))
+    assert.equal('arguments: key "path" is given twice', why('{"path": "a", "p\\u0061th": "b"}'))
+    assert.equal('arguments.opts: key "x" is given twice', why('{"x": 1, "opts": {"x": 1, "y": [], "x": 2}}'))
+    assert.equal('arguments.list[2]: key "k" is given twice', why('{"list": [{"k": 1}, {"k": 1, "k": 2}]}'))
+    assert.equal('arguments.a[1][2]: key "\\n" is given twice', why('{"a": [[{}, {"\\n": 1, "\\n": 2}]]}'))
+  end)
+
+  it("refuses numbers that are not finite and what is not JSON (NaN, Infinity, hex)", function()
+    assert.matches("^arguments.i: not a finite number", why('{"i": 1e999}'))
+    assert.matches("^arguments.i: not a finite number", why('{"i": -1e999}'))
+    assert.matches("^arguments%.a%[3%]%.b: not a finite number", why('{"a": [1, 2, {"b": 1e400}]}'))
+    for _, t in ipairs { '{"i": NaN}', '{"i": Infinity}', '{"i": -Infinity}', '{"i": 0x10}', '{"i": nan}' } do
+      assert.is_nil(json.decode_strict(t), t)
+      assert.matches("invalid", why(t), nil, true)
+    end
+    -- json.decode itself stays as lenient as it was
+    assert.equal(16, json.decode('{"i": 0x10}').i)
+  end)
+end)
+
 describe("tools.check", function()
   local ok = { name = "ok", description = "fine", run = function() end }
 

@@ -417,7 +417,9 @@ local function execute(opts, file, chunk, script_args)
   local cleanup, code = prepare(opts, file)
   if not cleanup then return code end
   -- a script that ends with os.exit still gets its exports, tree and cost
-  -- table written, and the mock closed
+  -- table written, and the mock closed; and the state is closed, as at a
+  -- normal end, so what it holds is let go (a child still running has its
+  -- process group killed)
   local exit, cleaned, written = os.exit, false, true
   local function clean()
     if cleaned then return written end
@@ -425,12 +427,12 @@ local function execute(opts, file, chunk, script_args)
     written = cleanup()
     return written
   end
-  os.exit = function(status, close)
+  os.exit = function(status)
     local ok, done = pcall(clean)
     if not ok then say("luagent: while exiting: %s", tostring(done)) end
     -- a success whose outputs could not all be written is none
     if ok and not done and (status == nil or status == true or status == 0) then status = EXIT_OUTPUT end
-    return exit(status, close)
+    return exit(status, true)
   end
   local main = core.spawn(chunk, table.unpack(script_args))
   core.on_sigint(main)

@@ -245,10 +245,16 @@ function M.integerize(v)
 end
 
 -- Rebuilds a journaled message: tool calls get their arguments from the
--- raw text the model sent (JSON loses empty arrays).
+-- raw text the model sent (JSON loses empty arrays), decoded by the rule
+-- the adapters decode them by (json.decode_strict): text they refused
+-- stays refused, with the same message.
 local function restore_message(m)
   for _, c in ipairs(m.tool_calls or {}) do
-    if type(c.raw_arguments) == "string" then c.arguments = M.integerize(json.decode(c.raw_arguments)) or c.arguments end
+    if type(c.raw_arguments) == "string" and c.raw_arguments ~= "" then
+      local args, err = json.decode_strict(c.raw_arguments, "arguments")
+      if args == nil then c.arguments, c.error = nil, c.error or err
+      elseif type(args) == "table" then c.arguments = M.integerize(args) end
+    end
   end
   return m
 end

@@ -198,17 +198,105 @@ function M.encode(v, opts)
   return table.concat(buf)
 end
 
--- Decodes JSON text: the value, or nil and cjson's message. Lone surrogate
--- escapes decode as U+FFFD (M.fix_surrogates); other bytes pass as sent.
-function M.decode(text)
-  local ok, v = pcall(decoder.decode, text)
+-- Decodes `text` with cjson decoder `d`: the value, or nil and cjson's
+-- message. Lone surrogate escapes decode as U+FFFD (M.fix_surrogates).
+local function decode_with(d, text)
+  local ok, v = pcall(d.decode, text)
   if ok then return v end
   local fixed = M.fix_surrogates(text)
   if fixed ~= text then
-    ok, v = pcall(decoder.decode, fixed)
+    ok, v = pcall(d.decode, fixed)
     if ok then return v end
   end
   return nil, tostring(v)
+end
+
+-- Decodes JSON text: the value, or nil and cjson's message. Lone surrogate
+-- escapes decode as U+FFFD (M.fix_surrogates); other bytes pass as sent.
+function M.decode(text)
+  return decode_with(decoder, text)
+end
+
+-- The decoder of decode_strict: NaN, Infinity and hex numbers, which cjson
+-- takes by default, are not JSON.
+local strict_decoder = cjson.new()
+strict_decoder.decode_invalid_numbers(false)
+
+-- Path of a child: a.b, a[2] (as the schema checker names fields).
+local function child(path, k)
+  if math.type(k) == "integer" then return path .. "[" .. k .. "]" end
+  return path .. "." .. tostring(k)
+end
+
+-- Where the first number of decoded value `v` that is not finite (1e999
+-- decodes as inf) is, as a path suffix (".a[2]"; "" for `v` itself), or
+-- nil. Paths are made only for the number found.
+local function nonfinite_at(v)
+  if type(v) == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then return "" end
+  elseif type(v) == "table" then
+    for k, x in pairs(v) do
+      local at = nonfinite_at(x)
+      if at then return child("", k) .. at end
+    end
+  end
+  return nil
+end
+
+-- The path of an open object or array of duplicate_key.
+local function path_of(frame, root)
+  if not frame.up then return root end
+  return child(path_of(frame.up, root), frame.name)
+end
+
+-- The first object key that valid JSON `text` gives twice, and the path of
+-- its object, or nil. One pass over the structure, strings skipped whole.
+local function duplicate_key(text, root)
+  -- escapes blanked (same length): every '"' left delimits a string
+  local bare = text:gsub("\\.", "__")
+  local top -- the innermost open object or array: {seen=<keys, objects only>, key=, index=, name=, up=}
+  local pos = 1
+  while true do
+    local s, _, c = bare:find('([{}%[%]",])', pos)
+    if not s then return nil end
+    pos = s + 1
+    if c == '"' then
+      local e = bare:find('"', s + 1, true)
+      pos = e + 1
+      if top and top.seen and bare:find("^%s*:", pos) then
+        local key = text:sub(s + 1, e - 1)
+        if key:find("\\", 1, true) then key = decode_with(strict_decoder, text:sub(s, e)) or key end
+        if top.seen[key] then return key, path_of(top, root) end
+        top.seen[key], top.key = true, key
+      end
+    elseif c == "{" or c == "[" then
+      local name = top and (top.seen and top.key or top.index)
+      top = { seen = c == "{" and {} or nil, index = 1, name = name, up = top }
+    elseif c == "," then
+      top.index = top.index + 1
+    else
+      top = top.up
+    end
+  end
+end
+
+-- decode_strict(text [, root]) -> value | nil, message: decodes JSON text
+-- whose value is checked and then passed on as text (tool arguments), so
+-- that every reader of the text gets the value that was checked. Refused,
+-- beyond what decode refuses: NaN, Infinity and hex numbers (not JSON), a
+-- number out of range (1e999: "root.i: not a finite number ...") and an
+-- object key given twice (cjson keeps the last value, other readers the
+-- first or both: 'root.opts: key "path" is given twice'). `root` names the
+-- value in messages ("value" when absent).
+function M.decode_strict(text, root)
+  root = root or "value"
+  local v, err = decode_with(strict_decoder, text)
+  if v == nil and err then return nil, err end
+  local at = nonfinite_at(v)
+  if at then return nil, root .. at .. ": not a finite number (JSON numbers must fit a double)" end
+  local key, path = duplicate_key(text, root)
+  if key then return nil, string.format("%s: key %s is given twice", path, quote(key)) end
+  return v
 end
 
 return M

@@ -169,10 +169,20 @@ function M.call(fn, args, limits)
   return true, table.unpack(res, 2, res.n)
 end
 
--- read_file(path) -> the whole file at `path`, bytes as they are, or nil
--- and a message naming it as io's do ("path: No such file or directory",
--- "path: Is a directory": a folder opens but cannot be read).
-function M.read_file(path)
+-- read_file(path [, max_bytes]) -> the whole file at `path`, bytes as they
+-- are, or nil and a message naming it as io's do ("path: No such file or
+-- directory", "path: Is a directory": a folder opens but cannot be read).
+-- With max_bytes, only a regular file (links followed) of at most that many
+-- bytes is read, and opening never waits (core.read_file: a FIFO or a
+-- device named like a user file cannot hold the loop); a third value then
+-- says why not: "missing", "not_regular", "too_large", "changed" (it grew
+-- while read) or "unreadable".
+function M.read_file(path, max_bytes)
+  if max_bytes then
+    local text, err = core.read_file(path, max_bytes)
+    if not text then return nil, err.message, err.reason end
+    return text
+  end
   local f, err = io.open(path, "rb")
   if not f then return nil, err end
   local text, rerr = f:read("a")

@@ -254,15 +254,17 @@ local function uncut(s, dropped)
 end
 
 -- One attempt of a command tool: a child process in its own group, the
--- arguments as JSON on stdin, the reduced environment and the tool's env.
--- On timeout or cancel its group gets SIGTERM, then SIGKILL after the
+-- arguments as JSON on stdin (the model's text when it holds exactly the
+-- checked value: json.decode_strict, no key twice, every number finite;
+-- else the checked value encoded), the reduced environment and the tool's
+-- env. On timeout or cancel its group gets SIGTERM, then SIGKILL after the
 -- grace, and the attempt ends only once it is gone. Its streams are read a
 -- key's length past the result bound, so a key across the bound is seen
 -- whole.
 local function command_attempt(tool, args, ctx, timeout, policy)
   local luagent = require "luagent"
   local raw = ctx.raw_arguments
-  local input = type(raw) == "string" and type(json.decode(raw)) == "table" and raw or json.encode(args)
+  local input = type(raw) == "string" and type(json.decode_strict(raw)) == "table" and raw or json.encode(args)
   local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace,
     env = child_env.build(tool.env), inherit_env = false,
     max_output = policy.max_result_bytes + secrets.margin + 1 })

@@ -321,7 +321,8 @@ function Set:call(remote, args, ctx)
   if not session then return nil, err end
   local arguments = args
   local raw = ctx and ctx.raw_arguments
-  if type(raw) == "string" and type(json.decode(raw)) == "table" then arguments = json.raw(raw) end
+  -- the model's text only when it holds exactly the checked value
+  if type(raw) == "string" and type(json.decode_strict(raw)) == "table" then arguments = json.raw(raw) end
   local res, rerr = session:request("tools/call", { name = remote, arguments = arguments }, {
     on_progress = ctx and function(p)
       ctx:progress { progress = p.progress, total = p.total, message = p.message }

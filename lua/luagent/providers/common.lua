@@ -230,10 +230,13 @@ function M.usage(input, output, cache_read, cache_write)
 end
 
 -- Decodes a tool call's assembled argument text. Returns the table, or nil
--- and a message. Empty text means no arguments.
+-- and a message. Empty text means no arguments. Strict (json.decode_strict):
+-- the text goes on to command and MCP tools as it is, so it must hold
+-- exactly the value the schema checks, and a non-finite number would make
+-- every later encoding of the call raise.
 local function decode_arguments(raw)
   if raw == "" then return {} end
-  local v, err = M.decode(raw)
+  local v, err = json.decode_strict(raw, "arguments")
   if v == nil then return nil, "invalid JSON arguments: " .. err end
   if type(v) ~= "table" then return nil, "invalid JSON arguments: expected an object" end
   return integerize(v)

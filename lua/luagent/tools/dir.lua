@@ -142,10 +142,23 @@ function Set:rescan()
   local present, changed, failed = {}, {}, 0
   for _, n in ipairs(names) do
     local file = self.path .. "/" .. n
-    local text = sandbox.read_file(file) -- gone since the listing: skipped
-    if text then
+    -- only a regular file (links followed) under the policy files' bound,
+    -- read without waiting: a FIFO, a device or a huge file named *.lua
+    -- would hold the loop. Gone since the listing: skipped; refused:
+    -- reported once, its last good tools stay
+    local text, why, reason = sandbox.read_file(file, policies.limits.max_bytes)
+    local st = self.files[n]
+    if not text and reason ~= "missing" then
       present[n] = true
-      local st = self.files[n]
+      failed = failed + 1
+      if not (st and st.refused == why) then
+        self:record { type = "tools_reload_failed", file = file, message = why }
+      end
+      self.files[n] = { text = st and st.text, tools = st and st.tools or {}, previous = st and st.tools or {},
+                        refused = why }
+    elseif text then
+      present[n] = true
+      if st then st.refused = nil end
       if not st or st.text ~= text then
         local list, ferr = M.load_file(file, text)
         if list then
