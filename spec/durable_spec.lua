@@ -243,6 +243,82 @@ describe("the run journal file", function()
     os.execute("rm -rf " .. q(dir))
   end)
 
+  it("is never created by resume, runs show, resolve or gc: the error names the path; runs lists nothing", function()
+    local dir = tempdir()
+    local none = dir .. "/none.db"
+    local p = none:gsub("%p", "%%%0")
+    for _, args in ipairs({ { "resume", "--journal", none, "20261201-000000-000-abcd" },
+                            { "runs", "show", "--journal", none, "20261201-000000-000-abcd" },
+                            { "runs", "resolve", "--journal", none, "20261201-000000-000-abcd", "c1", "--not-done" },
+                            { "runs", "gc", "--journal", none, "--older-than", "1" } }) do
+      local r = sh({}, table.unpack(args))
+      assert.equal(2, r.code, table.concat(args, " ") .. ": " .. r.stderr)
+      assert.matches("no journal at '" .. p .. "'", r.stderr)
+    end
+    local r = sh({}, "runs", "--journal", none)
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("^no runs: no journal at '" .. p .. "'", r.stdout)
+    -- nor the default folder
+    local home = { LUAGENT_HOME = dir .. "/home" }
+    assert.equal(0, sh(home, "runs").code)
+    assert.equal(2, sh(home, "runs", "show", "20261201-000000-000-abcd").code)
+    assert.equal(2, sh(home, "resume", "20261201-000000-000-abcd").code)
+    assert.equal("", io.popen("ls -A " .. q(dir)):read("a"))
+    os.execute("rm -rf " .. q(dir))
+  end)
+
+  -- runs luagent where no file can grow (ulimit -f 0: as on a full disk,
+  -- for root too); its output goes through a pipe: {code, output}
+  local function full_disk(env, ...)
+    local words = {}
+    for k, v in pairs(env) do words[#words + 1] = k .. "=" .. q(v) end
+    words[#words + 1] = q(helpers.bin)
+    for _, a in ipairs({ ... }) do words[#words + 1] = q(a) end
+    local out = os.tmpname()
+    os.execute("(ulimit -f 0; trap '' XFSZ; " .. table.concat(words, " ") .. " </dev/null 2>&1; echo \"exit=$?\") | cat >"
+      .. out)
+    local text = helpers.slurp(out)
+    os.remove(out)
+    local code = text:match("exit=(%d+)\n$")
+    return { code = tonumber(code), output = text }
+  end
+
+  it("is listed and shown on a full disk: runs and runs show write nothing", function()
+    local dir = tempdir()
+    local env = { LUAGENT_HOME = dir, LEDGER = dir .. "/ledger" }
+    local r = sh(env, "run", TRANSFER)
+    assert.equal(0, r.code, r.stderr)
+    local done = run_id(r.stderr)
+    assert.is_nil(io.open(dir .. "/runs.db-wal")) -- a clean journal: everything in runs.db
+    local l = full_disk(env, "runs")
+    assert.equal(0, l.code, l.output)
+    assert.matches(done:gsub("%-", "%%-") .. "%s+%S+%s+payer%s+done%s+3 ", l.output)
+    local s = full_disk(env, "runs", "show", done)
+    assert.equal(0, s.code, s.output)
+    assert.matches("payer#1/1/t3%s+finished%s+model turn: answers: Done: sent 5 EUR to ACME", s.output)
+    -- a run killed while its tool ran: its last steps are still in the WAL
+    local crash = { TRANSFER_CRASH = "after" }
+    for k, v in pairs(env) do crash[k] = v end
+    r = sh(crash, "run", TRANSFER)
+    assert.equal(137, r.code, r.stderr)
+    local killed = run_id(r.stderr)
+    l = full_disk(env, "runs")
+    assert.equal(0, l.code, l.output)
+    assert.matches(done:gsub("%-", "%%-") .. "%s+%S+%s+payer%s+done ", l.output)
+    assert.matches(killed:gsub("%-", "%%-") .. "%s+%S+%s+payer%s+interrupted%s+2 ", l.output)
+    s = full_disk(env, "runs", "show", killed)
+    assert.equal(0, s.code, s.output)
+    assert.matches("payer#1/1/t2/c1%s+started%s+transfer", s.output)
+    -- what needs to write says why it cannot
+    local g = full_disk(env, "runs", "gc", "--older-than", "0")
+    assert.equal(1, g.code, g.output)
+    -- with room again, nothing was lost
+    local after = sh(env, "runs")
+    assert.equal(0, after.code, after.stderr)
+    assert.matches(killed:gsub("%-", "%%-") .. "%s+%S+%s+payer%s+interrupted%s+2 ", after.stdout)
+    os.execute("rm -rf " .. q(dir))
+  end)
+
   it("defaults to .luagent/runs.db in the current folder; --journal wins over LUAGENT_HOME", function()
     local dir = tempdir()
     local r = sh({ LEDGER = dir .. "/ledger" }, "run", "--journal", dir .. "/j.db", TRANSFER)

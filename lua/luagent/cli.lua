@@ -128,9 +128,11 @@ invocation's own). Steps memoized by position:
 
 options: those of 'luagent run' (see 'luagent help run'), and
   --journal FILE      the run journal (default $LUAGENT_HOME/runs.db, else
-                      .luagent/runs.db here)
+                      .luagent/runs.db here; it must exist: resume creates
+                      none)
 
-Exit codes as for run; 2 also when the run is not in the journal.
+Exit codes as for run; 2 also when the run is not in the journal, or there
+is no journal file.
 ]]
 
 -- `luagent runs` keeps its help with its code, loaded when asked for
@@ -435,13 +437,14 @@ local function load_script(file, cmd)
   return chunk
 end
 
--- The journal for --durable / resume: the store, or nil and the exit code.
+-- The journal of a run to resume: the store, or nil and the exit code (2:
+-- there is no journal file; nothing is created).
 local function open_journal(opts)
   local journal = require "luagent.journal"
-  local store, err = journal.open(opts.journal)
+  local store, err = journal.open(opts.journal, { existing = true })
   if not store then
-    say("luagent: %s", tostring(err))
-    return nil, 1
+    say("luagent: %s%s", err.missing and "resume: " or "", tostring(err.missing and err.message or err))
+    return nil, err.missing and 2 or 1
   end
   return store
 end

@@ -16,7 +16,8 @@
 -- Stores. A store is any table with these methods (journal/sqlite.lua is
 -- the embedded one; a server-backed store, PostgreSQL for runs shared
 -- between machines, implements the same):
---   open(path) -> store | nil, err             (module function)
+--   open(path, [{readonly}]) -> store | nil, err   (module function; read-only:
+--        writes nothing, the writing methods raise)
 --   store:create(run) -> true | nil, err      run = {id, script, args, options, cwd, pid}
 --   store:append(run_id, step) -> true | nil, err
 --        step = {pos, kind = "turn"|"turn_failed"|"call", status, name,
@@ -33,6 +34,7 @@
 local errors = require "luagent.errors"
 local json = require "luagent.json"
 local config = require "luagent.config"
+local sqlite = require "luagent.journal.sqlite"
 
 local M = {}
 
@@ -65,21 +67,32 @@ local function exists(path)
   return false
 end
 
--- open([path]) -> store | nil, err: the SQLite store at path (M.path()
--- when nil). The default folder (.luagent, $LUAGENT_HOME) is created; the
--- folder of an explicit --journal FILE must exist.
+-- open([path], [opts]) -> store | nil, err: the SQLite store at path
+-- (M.path() when nil). Where runs start, the default folder (.luagent,
+-- $LUAGENT_HOME) is created; the folder of an explicit --journal FILE must
+-- exist. opts.existing: the file must be there already (resume, resolve,
+-- gc: nothing is created); opts.readonly: the same, and nothing is written
+-- (`luagent runs`, `runs show`). A missing file is err.missing = true.
 function M.open(path, opts)
+  opts = opts or {}
   local explicit = path ~= nil
   path = M.path(path)
+  if opts.existing or opts.readonly then
+    if not exists(path) then
+      return nil, errors.new("usage", string.format("no journal at '%s': no durable run was started with it "
+        .. "(--journal FILE or LUAGENT_HOME names another)", path), { file = path, missing = true })
+    end
+    return sqlite.open(path, { readonly = opts.readonly })
+  end
   local dir = path:match("^(.*)/[^/]*$")
   if dir and dir ~= "" and not exists(dir) then
-    if explicit and not (opts and opts.mkdir) then
+    if explicit and not opts.mkdir then
       return nil, errors.new("journal", "cannot open journal '" .. path .. "': folder '" .. dir .. "' does not exist",
         { file = path })
     end
     os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
   end
-  return require("luagent.journal.sqlite").open(path)
+  return sqlite.open(path)
 end
 
 ------------------------------------------------------------------------------

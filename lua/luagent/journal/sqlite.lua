@@ -5,6 +5,8 @@
 -- task that writes waits for its commit, the loop and every other task do
 -- not; reads use the store's own connection. A file that is not a journal, or a damaged one, is reported
 -- (error kind `journal`, `corrupt = true`) and left exactly as it is.
+-- Opened to read only (`luagent runs`), the store writes nothing, so a
+-- journal on a full disk or a read-only folder can still be listed.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local json = require "luagent.json"
@@ -66,6 +68,7 @@ local SQL = {
     .. "WHERE s.run_id = r.id), 0)) <= " .. NOW .. " - ?",
   gc_steps = "DELETE FROM steps WHERE run_id IN (SELECT id FROM gc_ids)",
   gc_runs = "DELETE FROM runs WHERE id IN (SELECT id FROM gc_ids)",
+  runs_table = "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'runs'",
   now = "SELECT " .. NOW .. " AS now",
 }
 
@@ -78,35 +81,99 @@ local function fail(err, what)
   return nil, errors.new("journal", what .. ": " .. tostring(err))
 end
 
--- open(path) -> store | nil, err. Creates the file (never its folder) when
--- missing, switches it to WAL, checks it (PRAGMA quick_check) and creates
--- the tables. A damaged or foreign file gives err.corrupt = true and is not
--- touched beyond reading.
-function M.open(path)
-  local db, err = core.sqlite_open(path)
-  if not db then return nil, err end
-  local function bail(e, what)
-    db:close()
-    if e.corrupt then
-      e.message = string.format("journal '%s' is damaged or not a luagent journal (%s: %s); it is left "
-        .. "as it is: move it away (or restore it) to go on", path, what, e.message:gsub("^.-: .-: ", ""))
-    end
-    return nil, e
-  end
+-- Reads what makes a file a journal: its header, then PRAGMA quick_check.
+-- true, or nil and the failure ("reading it", "checking it").
+local function check(db, path)
   -- reading the header first: a foreign file must not be converted to WAL
   local ok, e = db:exec("SELECT count(*) FROM sqlite_master")
-  if not ok then return bail(e, "reading it") end
+  if not ok then return nil, e, "reading it" end
   local chk = db:prepare("PRAGMA quick_check")
   local rows
   if chk then rows, e = chk:run() chk:close() end
-  if not rows then return bail(e or errors.new("journal", "quick_check failed", { corrupt = true }), "checking it") end
+  if not rows then return nil, e or errors.new("journal", "quick_check failed", { corrupt = true }), "checking it" end
   if rows[1] and rows[1].quick_check ~= "ok" then
     local problems = {}
     for i = 1, math.min(#rows, 3) do problems[i] = rows[i].quick_check end
-    return bail(errors.new("journal", table.concat(problems, "; "), { file = path, corrupt = true }), "checking it")
+    return nil, errors.new("journal", table.concat(problems, "; "), { file = path, corrupt = true }), "checking it"
   end
-  ok, e = db:exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF")
-  if not ok then return bail(e, "switching to WAL") end
+  return true
+end
+
+-- A path as a "file:" URI with SQLite's parameters (`query`).
+local function uri(path, query)
+  local escaped = path:gsub("[%%?#]", function(c) return string.format("%%%02X", c:byte()) end)
+  return "file:" .. escaped:gsub("^/+", "/") .. "?" .. query
+end
+
+-- Whether a failure to read is SQLite's shared memory (the WAL's -shm
+-- file) that it could not create or grow: a full disk, a read-only folder.
+local function no_shared_memory(e)
+  return e.code_name == "SQLITE_IOERR" or e.code_name == "SQLITE_FULL" or e.code_name == "SQLITE_CANTOPEN"
+    or e.code_name == "SQLITE_READONLY"
+end
+
+local function size(path)
+  local f = io.open(path, "rb")
+  if not f then return 0 end
+  local n = f:seek("end")
+  f:close()
+  return n or 0
+end
+
+-- Opens the journal to read only: a connection that writes nothing. A WAL
+-- journal needs its -shm file, which SQLite creates and grows even to read;
+-- where it cannot, the WAL is read with its index in memory
+-- (readonly_shm), and with no WAL to read, the file alone (immutable).
+-- db, or nil, err, what failed.
+local function open_readonly(path)
+  local tries = { { "mode=ro" }, { "mode=ro&readonly_shm=1" } }
+  if size(path .. "-wal") == 0 then tries[3] = { "mode=ro&immutable=1" } end
+  local first_err, first_what
+  for _, try in ipairs(tries) do
+    local db, err = core.sqlite_open(uri(path, try[1]), { readonly = true, uri = true })
+    local what = "opening it"
+    if db then
+      local ok
+      ok, err, what = check(db, path)
+      if ok then return db end
+      db:close()
+    end
+    first_err, first_what = first_err or err, first_what or what
+    if not no_shared_memory(err) then return nil, err, what end
+  end
+  return nil, first_err, first_what
+end
+
+-- open(path, [opts]) -> store | nil, err. Creates the file (never its
+-- folder) when missing, switches it to WAL, checks it (PRAGMA quick_check)
+-- and creates the tables. A damaged or foreign file gives err.corrupt =
+-- true and is not touched beyond reading. With opts.readonly the file must
+-- exist; nothing is written (no WAL switch, no tables, no writer), and the
+-- writing methods raise.
+function M.open(path, opts)
+  local readonly = opts and opts.readonly
+  local db, err, what
+  if readonly then
+    db, err, what = open_readonly(path)
+  else
+    db, err = core.sqlite_open(path)
+    if not db then return nil, err end
+  end
+  local function bail(e, doing)
+    if db then db:close() end
+    if e.corrupt then
+      e.message = string.format("journal '%s' is damaged or not a luagent journal (%s: %s); it is left "
+        .. "as it is: move it away (or restore it) to go on", path, doing, e.message:gsub("^.-: .-: ", ""))
+    end
+    return nil, e
+  end
+  if not db then return bail(err, what) end
+  if not readonly then
+    local ok, e, doing = check(db, path)
+    if not ok then return bail(e, doing) end
+    ok, e = db:exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF")
+    if not ok then return bail(e, "switching to WAL") end
+  end
   local vrows = assert(db:prepare("PRAGMA user_version")):run()
   local version = vrows and vrows[1] and vrows[1].user_version or 0
   if version > M.SCHEMA_VERSION then
@@ -114,14 +181,22 @@ function M.open(path)
     return nil, errors.new("journal", string.format("journal '%s' has schema version %d; this luagent knows %d",
       path, version, M.SCHEMA_VERSION), { file = path })
   end
-  ok, e = db:exec("BEGIN IMMEDIATE; " .. SCHEMA .. " PRAGMA user_version = " .. M.SCHEMA_VERSION .. "; COMMIT")
+  local store = setmetatable({ db = db, path = path, stmts = {}, readonly = readonly or nil }, Store)
+  if readonly then
+    -- a file with no tables yet (an empty database) holds no runs
+    local rows = store:q("runs_table")
+    store.empty = not (rows and rows[1] and rows[1].n > 0)
+    return store
+  end
+  local ok, e = db:exec("BEGIN IMMEDIATE; " .. SCHEMA .. " PRAGMA user_version = " .. M.SCHEMA_VERSION .. "; COMMIT")
   if not ok then
     db:exec("ROLLBACK")
     return bail(e, "creating its tables")
   end
   local writer, werr = core.sqlite_writer(path)
   if not writer then return bail(werr, "starting its writer") end
-  return setmetatable({ db = db, path = path, stmts = {}, writer = writer }, Store)
+  store.writer = writer
+  return store
 end
 
 -- The prepared statement for SQL[name] (kept for the store's life).
@@ -152,6 +227,7 @@ end
 -- Runs fn() inside BEGIN IMMEDIATE ... COMMIT: fn's results, or nil, err
 -- (rolled back).
 function Store:tx(what, fn)
+  if self.readonly then error("journal: the store was opened read-only", 3) end
   local ok, err = self:q("begin")
   if not ok then return fail(err, what) end
   local res = table.pack(pcall(fn))
@@ -174,6 +250,7 @@ end
 -- Runs SQL[name] with the parameters as one transaction in the writer
 -- thread (the calling task waits): true | nil, err.
 function Store:write(what, name, ...)
+  if self.readonly then error("journal: the store was opened read-only", 3) end
   if not self.writer then error("journal: the store is closed", 3) end
   local ok, err = self.writer:tx({ SQL[name], ... })
   if not ok then return fail(err, what) end
@@ -216,6 +293,7 @@ end
 -- store:read(run_id) -> run with .steps (in order) and .by_pos, or nil
 -- (no such run), or nil, err.
 function Store:read(run_id)
+  if self.empty then return nil end
   local rows, err = self:q("run", run_id)
   if not rows then return fail(err, "reading run " .. run_id) end
   if not rows[1] then return nil end
@@ -231,6 +309,7 @@ end
 -- store:list() -> runs (oldest first) with turns, input_tokens,
 -- output_tokens, cost summed over their steps | nil, err.
 function Store:list()
+  if self.empty then return {} end
   local rows, err = self:q("list")
   if not rows then return fail(err, "listing runs") end
   for _, r in ipairs(rows) do decode_run(r) end
@@ -282,7 +361,7 @@ end
 -- store:close(): idempotent.
 function Store:close()
   if not self.db then return end
-  self.writer:close()
+  if self.writer then self.writer:close() end
   self.writer = nil
   for _, s in pairs(self.stmts) do s:close() end
   self.stmts = {}
