@@ -1,6 +1,7 @@
 -- The command line: `luagent run`, `luagent help`, ... Exit codes: 0 success,
--- 1 the script failed, 2 usage error (unknown command or flag, missing file),
--- 130 interrupted (SIGINT), 143 terminated (SIGTERM).
+-- 1 the script failed, 2 usage error (unknown command or flag, missing file;
+-- a run another process runs), 130 interrupted (SIGINT), 143 terminated
+-- (SIGTERM).
 local core = require "luagent.core"
 local config = require "luagent.config"
 
@@ -24,6 +25,10 @@ commands:
 options:
   -h, --help               show this help
   -V, --version            show the version
+
+exit codes: 0 done; 1 the script failed; 2 usage error, missing file, or a
+durable run another process is running; 130 interrupted (Ctrl-C); 143
+terminated (SIGTERM).
 
 Run 'luagent help run' for the options of a command.
 ]]
@@ -126,13 +131,20 @@ invocation's own). Steps memoized by position:
     tool or other arguments at the same position) stops with a divergence
     error naming the step.
 
+A run has one runner at a time: the process that runs it (luagent run, or
+resume) holds its claim in the journal, refreshes it every 10 s and lets
+it go when the run ends. A resume of a run another process holds is
+refused, naming it (pid@host, since when); the claim of a process that is
+gone (on this host: its pid no longer runs; on another: no heartbeat for
+60 s) is taken over.
+
 options: those of 'luagent run' (see 'luagent help run'), and
   --journal FILE      the run journal (default $LUAGENT_HOME/runs.db, else
                       .luagent/runs.db here; it must exist: resume creates
                       none)
 
-Exit codes as for run; 2 also when the run is not in the journal, or there
-is no journal file.
+Exit codes as for run; 2 also when the run is not in the journal, there is
+no journal file, or another process is running the run.
 ]]
 
 -- `luagent runs` keeps its help with its code, loaded when asked for
@@ -375,6 +387,18 @@ local function prepare(opts, file)
   end
 end
 
+-- The durable run of this process ends: its status (unless an agent wrote
+-- one) and its claim let go, so the next resume need not wait. Returns the
+-- run (nil when there is none).
+local function end_run(failed)
+  local journal = package.loaded["luagent.journal"]
+  local run = journal and journal.current_run
+  if not run then return nil end
+  if failed ~= nil and not run.last_status then run:status(failed and "failed" or "done") end
+  run:release()
+  return run
+end
+
 -- Runs FILE (already checked to load) with its arguments under the
 -- options. Returns the exit code.
 local function execute(opts, file, chunk, script_args)
@@ -382,9 +406,12 @@ local function execute(opts, file, chunk, script_args)
 
   if opts["virtual-clock"] then core.clock_virtual() end
   local cleanup, code = prepare(opts, file)
-  if not cleanup then return code end
+  if not cleanup then
+    end_run()
+    return code
+  end
   -- a script that ends with os.exit still gets its exports, tree and cost
-  -- table written, and the mock closed
+  -- table written, the mock closed, and its run's claim let go
   local exit, cleaned = os.exit, false
   local function clean()
     if cleaned then return end
@@ -394,6 +421,8 @@ local function execute(opts, file, chunk, script_args)
   os.exit = function(...)
     local ok, err = pcall(clean)
     if not ok then say("luagent: while exiting: %s", tostring(err)) end
+    ok, err = pcall(end_run)
+    if not ok then say("luagent: while exiting: %s", tostring(err)) end
     return exit(...)
   end
   local main = core.spawn(chunk, table.unpack(script_args))
@@ -401,11 +430,8 @@ local function execute(opts, file, chunk, script_args)
   local finished, stuck = core.run()
   os.exit = exit
   clean()
-  local journal = package.loaded["luagent.journal"]
-  local run = journal and journal.current_run
-  if run and not run.last_status then
-    run:status(main:status() == "failed" and "failed" or "done")
-  end
+  local ended, why = pcall(end_run, main:status() == "failed")
+  if not ended then say("luagent: while ending the run: %s", tostring(why)) end
   if main:status() == "failed" then
     local _, err = pcall(main.join, main)
     local stopped, sig = core.interrupted()
@@ -509,12 +535,13 @@ function M.resume(args)
   if not run then
     store:close()
     if err and err.kind == "usage" then return usage_error("resume: %s", err.message) end
-    say("luagent: %s", tostring(err))
-    return 1
+    say("luagent: %s%s", err and err.holder and "resume: " or "", err and err.holder and err.message or tostring(err))
+    return err and err.holder and 2 or 1 -- another process runs it
   end
   local rec = run.record
   local here = os.getenv("PWD")
   if rec.cwd and here and rec.cwd ~= here then
+    run:release()
     store:close()
     return usage_error("resume: run %s started in %s; resume it from there", id, rec.cwd)
   end
@@ -524,7 +551,10 @@ function M.resume(args)
   opts.resuming = true
   local chunk
   chunk, code = load_script(rec.script, "resume")
-  if not chunk then return code end
+  if not chunk then
+    run:release()
+    return code
+  end
   local script_args = { [0] = rec.script, [-1] = args[0] }
   for j, a in ipairs(rec.args or {}) do script_args[j] = a end
   journal.use(run)
