@@ -101,7 +101,7 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     env.TRANSFER_NO_CHECK = "1"
     local id = crashed("after")
     local r = sh(env, "resume", id)
-    assert.equal(1, r.code)
+    assert.equal(3, r.code, r.stderr) -- the run cannot go on: exit 3, not the script's 1
     assert.matches("outcome_unknown: transfer %(call call_mockcall_2, step payer#1/1/t2/c1", r.stderr)
     assert.matches("luagent runs resolve " .. id:gsub("%-", "%%-") .. " call_mockcall_2 %-%-result JSON", r.stderr)
     local list = sh(env, "runs")
@@ -121,6 +121,22 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     assert.equal("answer: Done: sent 5 EUR by hand\n", r.stdout)
     assert.equal(1, #lines(env.LEDGER))
     assert.matches("done", sh(env, "runs").stdout)
+  end)
+
+  it("exits 3 when resumed and stopped again on outcome_unknown, though the script ends normally", function()
+    env.TRANSFER_NO_CHECK = "1"
+    local id = crashed("after")
+    local quiet = { TRANSFER_QUIET = "1" }
+    for k, v in pairs(env) do quiet[k] = v end
+    for _ = 1, 2 do -- every resume, until it is settled
+      local r = sh(quiet, "resume", id)
+      assert.equal(3, r.code, r.stderr)
+      assert.matches("^stopped: outcome_unknown: transfer", r.stdout)
+      assert.matches("luagent: run " .. id:gsub("%-", "%%-") .. " stopped on outcome_unknown %(exit 3%): settle "
+        .. "the call with 'luagent runs resolve', then resume", r.stderr)
+    end
+    assert.equal(0, sh(env, "runs", "resolve", id, "call_mockcall_2", "--not-done").code)
+    assert.equal(0, sh(quiet, "resume", id).code)
   end)
 
   it("resolved --not-done runs the call at the next resume", function()
@@ -158,6 +174,38 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     assert.matches('journal step payer#1/1/t2/c1: the journal has transfer {"amount":500,"to":"EVE"}, '
       .. 'the script calls transfer {"amount":5,"to":"ACME"}', r.stderr, 1, true)
     assert.equal(1, #lines(env.LEDGER))
+  end)
+end)
+
+describe("`luagent run` of a durable run whose agent stops on outcome_unknown", function()
+  it("exits 3, though the script ends normally; a run that is not durable leaves the code to its script", function()
+    local dir = tempdir()
+    local script = helpers.tempfile([[
+local luagent = require "luagent"
+local mock = require "luagent.mock"
+local srv = assert(mock.start { script = function(_, n)
+  if n == 1 then return { tools = { { id = "1", name = "charge", arguments = {} } } } end
+  return { text = "charged" }
+end })
+-- no safety flag, and it dies while running: it may have charged
+local charge = { name = "charge", description = "Charges", command = { "sh", "-c", "kill -9 $$" } }
+local agent = luagent.agent { name = "biller", durable = os.getenv("DURABLE") == "1", tools = { charge },
+  model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
+local last = agent:run("Charge it.")
+srv:close()
+print(last.stop_reason, last.error and last.error.kind)
+]], ".lua")
+    local r = sh({ LUAGENT_HOME = dir, DURABLE = "1" }, "run", script)
+    assert.equal(3, r.code, r.stderr)
+    assert.equal("error\toutcome_unknown\n", r.stdout)
+    local id = run_id(r.stderr)
+    assert.matches("luagent: run " .. id:gsub("%-", "%%-") .. " stopped on outcome_unknown %(exit 3%)", r.stderr)
+    assert.matches(id:gsub("%-", "%%-") .. "%s+%S+%s+biller%s+outcome_unknown ", sh({ LUAGENT_HOME = dir }, "runs").stdout)
+    r = sh({ LUAGENT_HOME = dir, DURABLE = "0" }, "run", script)
+    assert.equal(0, r.code, r.stderr)
+    assert.equal("error\toutcome_unknown\n", r.stdout)
+    os.remove(script)
+    os.execute("rm -rf " .. q(dir))
   end)
 end)
 

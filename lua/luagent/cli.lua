@@ -1,7 +1,7 @@
 -- The command line: `luagent run`, `luagent help`, ... Exit codes: 0 success,
 -- 1 the script failed, 2 usage error (unknown command or flag, missing file;
--- a run another process runs), 130 interrupted (SIGINT), 143 terminated
--- (SIGTERM).
+-- a run another process runs), 3 a durable run stopped on outcome_unknown,
+-- 130 interrupted (SIGINT), 143 terminated (SIGTERM).
 local core = require "luagent.core"
 local config = require "luagent.config"
 
@@ -27,8 +27,9 @@ options:
   -V, --version            show the version
 
 exit codes: 0 done; 1 the script failed; 2 usage error, missing file, or a
-durable run another process is running; 130 interrupted (Ctrl-C); 143
-terminated (SIGTERM).
+durable run another process is running; 3 a durable run stopped on
+outcome_unknown (settle it with 'luagent runs resolve', then resume);
+130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 
 Run 'luagent help run' for the options of a command.
 ]]
@@ -105,10 +106,14 @@ breaker, retry budget and cooldown with the other hosts using that Redis
 
 Exit codes: 0 done; 1 the script raised an error (printed as
 "luagent: FILE:LINE: message" with a traceback); 2 usage error or missing
-file; 130 interrupted (the first Ctrl-C cancels the main task and lets it
-clean up, even while its Lua is busy; a second exits at once); 143 the same
-for SIGTERM (a graceful stop: the call in flight ends with an aborted event
-and is still recorded).
+file; 3 the script's durable run stopped on outcome_unknown (a tool with no
+safety flag may have done its work: 'luagent runs resolve', then 'luagent
+resume'), whether or not the script raised it (unless it ends with os.exit;
+a run that is not durable leaves its exit code to its script); 130
+interrupted (the first Ctrl-C cancels the main task and lets it clean up,
+even while its Lua is busy; a second exits at once); 143 the same for
+SIGTERM (a graceful stop: the call in flight ends with an aborted event and
+is still recorded).
 ]]
 
 HELP.resume = [[
@@ -143,8 +148,9 @@ options: those of 'luagent run' (see 'luagent help run'), and
                       .luagent/runs.db here; it must exist: resume creates
                       none)
 
-Exit codes as for run; 2 also when the run is not in the journal, there is
-no journal file, or another process is running the run.
+Exit codes as for run (3: the run stopped on outcome_unknown again); 2 also
+when the run is not in the journal, there is no journal file, or another
+process is running the run.
 ]]
 
 -- `luagent runs` keeps its help with its code, loaded when asked for
@@ -387,6 +393,11 @@ local function prepare(opts, file)
   end
 end
 
+-- The exit code of a durable run whose agent stopped on outcome_unknown:
+-- a tool with no safety flag may have done its work, so resuming again
+-- stops again; someone has to settle the call (`luagent runs resolve`).
+M.EXIT_OUTCOME_UNKNOWN = 3
+
 -- The durable run of this process ends: its status (unless an agent wrote
 -- one) and its claim let go, so the next resume need not wait. Returns the
 -- run (nil when there is none).
@@ -430,8 +441,10 @@ local function execute(opts, file, chunk, script_args)
   local finished, stuck = core.run()
   os.exit = exit
   clean()
-  local ended, why = pcall(end_run, main:status() == "failed")
-  if not ended then say("luagent: while ending the run: %s", tostring(why)) end
+  local ok, ended = pcall(end_run, main:status() == "failed")
+  if not ok then say("luagent: while ending the run: %s", tostring(ended)) end
+  local run = ok and ended or nil
+  local unknown = run and run.stopped_unknown and M.EXIT_OUTCOME_UNKNOWN
   if main:status() == "failed" then
     local _, err = pcall(main.join, main)
     local stopped, sig = core.interrupted()
@@ -440,14 +453,19 @@ local function execute(opts, file, chunk, script_args)
       return 128 + sig
     end
     say("luagent: %s", describe_error(err))
-    return 1
+    return unknown or 1
   end
   if not finished then
     say("luagent: deadlock: %d task(s) wait on something that can never happen", stuck)
     return 1
   end
   local stopped, sig = core.interrupted()
-  return stopped and 128 + sig or 0
+  if stopped then return 128 + sig end
+  if unknown then
+    say("luagent: run %s stopped on outcome_unknown (exit %d): settle the call with 'luagent runs resolve', "
+      .. "then resume", run.id, unknown)
+  end
+  return unknown or 0
 end
 
 -- Loads FILE as a chunk: chunk, or nil and the exit code after saying why.

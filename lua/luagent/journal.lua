@@ -247,6 +247,8 @@ end
 -- run:status(status, err): the run's status at the end of an agent's run.
 function Run:status(status, err)
   self.last_status = status
+  -- kept for the exit code: the run cannot go on until the call is settled
+  if status == "outcome_unknown" then self.stopped_unknown = err or true end
   self.store:update(self.id, { status = status, error = err and tostring(err) or nil,
     agents = table.concat(self.agents, ",") })
 end
