@@ -116,24 +116,29 @@ int lg_sqlite_busy_ms(lua_State *L, int opts, const char *fn) {
 
 /* sqlite_open(path, [opts]) -> db | nil, err. opts: create (default true:
  * the file is created if missing; an existing file is never replaced),
- * readonly, busy_ms (how long to wait for another process's lock, default
- * 5000). The database is not read yet: the first statement finds a file
- * that is not a database. Returns a new "luagent.Sqlite". */
+ * readonly, uri (path is a "file:" URI, whose query may hold SQLite's
+ * parameters: mode=ro, readonly_shm=1, immutable=1), busy_ms (how long to
+ * wait for another process's lock, default 5000). The database is not read
+ * yet: the first statement finds a file that is not a database. Returns a
+ * new "luagent.Sqlite". */
 static int l_sqlite_open(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
-  int create = 1, readonly = 0;
+  int create = 1, readonly = 0, uri = 0;
   int busy = lg_sqlite_busy_ms(L, 2, "sqlite_open");
   if (!lua_isnoneornil(L, 2)) {
     lua_getfield(L, 2, "create");
     if (!lua_isnil(L, -1)) create = lua_toboolean(L, -1);
     lua_getfield(L, 2, "readonly");
     readonly = lua_toboolean(L, -1);
-    lua_pop(L, 2);
+    lua_getfield(L, 2, "uri");
+    uri = lua_toboolean(L, -1);
+    lua_pop(L, 3);
   }
   db_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
   u->db = NULL;
   luaL_setmetatable(L, DB_MT);
   int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+  if (uri) flags |= SQLITE_OPEN_URI;
   sqlite3 *db = NULL;
   int rc = sqlite3_open_v2(path, &db, flags | SQLITE_OPEN_NOMUTEX, NULL);
   if (rc != SQLITE_OK) {

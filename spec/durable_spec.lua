@@ -101,7 +101,7 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     env.TRANSFER_NO_CHECK = "1"
     local id = crashed("after")
     local r = sh(env, "resume", id)
-    assert.equal(1, r.code)
+    assert.equal(3, r.code, r.stderr) -- the run cannot go on: exit 3, not the script's 1
     assert.matches("outcome_unknown: transfer %(call call_mockcall_2, step payer#1/1/t2/c1", r.stderr)
     assert.matches("luagent runs resolve " .. id:gsub("%-", "%%-") .. " call_mockcall_2 %-%-result JSON", r.stderr)
     local list = sh(env, "runs")
@@ -121,6 +121,22 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     assert.equal("answer: Done: sent 5 EUR by hand\n", r.stdout)
     assert.equal(1, #lines(env.LEDGER))
     assert.matches("done", sh(env, "runs").stdout)
+  end)
+
+  it("exits 3 when resumed and stopped again on outcome_unknown, though the script ends normally", function()
+    env.TRANSFER_NO_CHECK = "1"
+    local id = crashed("after")
+    local quiet = { TRANSFER_QUIET = "1" }
+    for k, v in pairs(env) do quiet[k] = v end
+    for _ = 1, 2 do -- every resume, until it is settled
+      local r = sh(quiet, "resume", id)
+      assert.equal(3, r.code, r.stderr)
+      assert.matches("^stopped: outcome_unknown: transfer", r.stdout)
+      assert.matches("luagent: run " .. id:gsub("%-", "%%-") .. " stopped on outcome_unknown %(exit 3%): settle "
+        .. "the call with 'luagent runs resolve', then resume", r.stderr)
+    end
+    assert.equal(0, sh(env, "runs", "resolve", id, "call_mockcall_2", "--not-done").code)
+    assert.equal(0, sh(quiet, "resume", id).code)
   end)
 
   it("resolved --not-done runs the call at the next resume", function()
@@ -158,6 +174,38 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     assert.matches('journal step payer#1/1/t2/c1: the journal has transfer {"amount":500,"to":"EVE"}, '
       .. 'the script calls transfer {"amount":5,"to":"ACME"}', r.stderr, 1, true)
     assert.equal(1, #lines(env.LEDGER))
+  end)
+end)
+
+describe("`luagent run` of a durable run whose agent stops on outcome_unknown", function()
+  it("exits 3, though the script ends normally; a run that is not durable leaves the code to its script", function()
+    local dir = tempdir()
+    local script = helpers.tempfile([[
+local luagent = require "luagent"
+local mock = require "luagent.mock"
+local srv = assert(mock.start { script = function(_, n)
+  if n == 1 then return { tools = { { id = "1", name = "charge", arguments = {} } } } end
+  return { text = "charged" }
+end })
+-- no safety flag, and it dies while running: it may have charged
+local charge = { name = "charge", description = "Charges", command = { "sh", "-c", "kill -9 $$" } }
+local agent = luagent.agent { name = "biller", durable = os.getenv("DURABLE") == "1", tools = { charge },
+  model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
+local last = agent:run("Charge it.")
+srv:close()
+print(last.stop_reason, last.error and last.error.kind)
+]], ".lua")
+    local r = sh({ LUAGENT_HOME = dir, DURABLE = "1" }, "run", script)
+    assert.equal(3, r.code, r.stderr)
+    assert.equal("error\toutcome_unknown\n", r.stdout)
+    local id = run_id(r.stderr)
+    assert.matches("luagent: run " .. id:gsub("%-", "%%-") .. " stopped on outcome_unknown %(exit 3%)", r.stderr)
+    assert.matches(id:gsub("%-", "%%-") .. "%s+%S+%s+biller%s+outcome_unknown ", sh({ LUAGENT_HOME = dir }, "runs").stdout)
+    r = sh({ LUAGENT_HOME = dir, DURABLE = "0" }, "run", script)
+    assert.equal(0, r.code, r.stderr)
+    assert.equal("error\toutcome_unknown\n", r.stdout)
+    os.remove(script)
+    os.execute("rm -rf " .. q(dir))
   end)
 end)
 
@@ -240,6 +288,82 @@ describe("the run journal file", function()
     assert.equal(1, r.code)
     assert.matches("is damaged or not a luagent journal", r.stderr)
     assert.equal(4196, #helpers.slurp(good))
+    os.execute("rm -rf " .. q(dir))
+  end)
+
+  it("is never created by resume, runs show, resolve or gc: the error names the path; runs lists nothing", function()
+    local dir = tempdir()
+    local none = dir .. "/none.db"
+    local p = none:gsub("%p", "%%%0")
+    for _, args in ipairs({ { "resume", "--journal", none, "20261201-000000-000-abcd" },
+                            { "runs", "show", "--journal", none, "20261201-000000-000-abcd" },
+                            { "runs", "resolve", "--journal", none, "20261201-000000-000-abcd", "c1", "--not-done" },
+                            { "runs", "gc", "--journal", none, "--older-than", "1" } }) do
+      local r = sh({}, table.unpack(args))
+      assert.equal(2, r.code, table.concat(args, " ") .. ": " .. r.stderr)
+      assert.matches("no journal at '" .. p .. "'", r.stderr)
+    end
+    local r = sh({}, "runs", "--journal", none)
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("^no runs: no journal at '" .. p .. "'", r.stdout)
+    -- nor the default folder
+    local home = { LUAGENT_HOME = dir .. "/home" }
+    assert.equal(0, sh(home, "runs").code)
+    assert.equal(2, sh(home, "runs", "show", "20261201-000000-000-abcd").code)
+    assert.equal(2, sh(home, "resume", "20261201-000000-000-abcd").code)
+    assert.equal("", io.popen("ls -A " .. q(dir)):read("a"))
+    os.execute("rm -rf " .. q(dir))
+  end)
+
+  -- runs luagent where no file can grow (ulimit -f 0: as on a full disk,
+  -- for root too); its output goes through a pipe: {code, output}
+  local function full_disk(env, ...)
+    local words = {}
+    for k, v in pairs(env) do words[#words + 1] = k .. "=" .. q(v) end
+    words[#words + 1] = q(helpers.bin)
+    for _, a in ipairs({ ... }) do words[#words + 1] = q(a) end
+    local out = os.tmpname()
+    os.execute("(ulimit -f 0; trap '' XFSZ; " .. table.concat(words, " ") .. " </dev/null 2>&1; echo \"exit=$?\") | cat >"
+      .. out)
+    local text = helpers.slurp(out)
+    os.remove(out)
+    local code = text:match("exit=(%d+)\n$")
+    return { code = tonumber(code), output = text }
+  end
+
+  it("is listed and shown on a full disk: runs and runs show write nothing", function()
+    local dir = tempdir()
+    local env = { LUAGENT_HOME = dir, LEDGER = dir .. "/ledger" }
+    local r = sh(env, "run", TRANSFER)
+    assert.equal(0, r.code, r.stderr)
+    local done = run_id(r.stderr)
+    assert.is_nil(io.open(dir .. "/runs.db-wal")) -- a clean journal: everything in runs.db
+    local l = full_disk(env, "runs")
+    assert.equal(0, l.code, l.output)
+    assert.matches(done:gsub("%-", "%%-") .. "%s+%S+%s+payer%s+done%s+3 ", l.output)
+    local s = full_disk(env, "runs", "show", done)
+    assert.equal(0, s.code, s.output)
+    assert.matches("payer#1/1/t3%s+finished%s+model turn: answers: Done: sent 5 EUR to ACME", s.output)
+    -- a run killed while its tool ran: its last steps are still in the WAL
+    local crash = { TRANSFER_CRASH = "after" }
+    for k, v in pairs(env) do crash[k] = v end
+    r = sh(crash, "run", TRANSFER)
+    assert.equal(137, r.code, r.stderr)
+    local killed = run_id(r.stderr)
+    l = full_disk(env, "runs")
+    assert.equal(0, l.code, l.output)
+    assert.matches(done:gsub("%-", "%%-") .. "%s+%S+%s+payer%s+done ", l.output)
+    assert.matches(killed:gsub("%-", "%%-") .. "%s+%S+%s+payer%s+interrupted%s+2 ", l.output)
+    s = full_disk(env, "runs", "show", killed)
+    assert.equal(0, s.code, s.output)
+    assert.matches("payer#1/1/t2/c1%s+started%s+transfer", s.output)
+    -- what needs to write says why it cannot
+    local g = full_disk(env, "runs", "gc", "--older-than", "0")
+    assert.equal(1, g.code, g.output)
+    -- with room again, nothing was lost
+    local after = sh(env, "runs")
+    assert.equal(0, after.code, after.stderr)
+    assert.matches(killed:gsub("%-", "%%-") .. "%s+%S+%s+payer%s+interrupted%s+2 ", after.stdout)
     os.execute("rm -rf " .. q(dir))
   end)
 

@@ -133,6 +133,7 @@ describe("luagent cost settle", function()
       policy = { backoff = { strategy = "fixed", base = 0.01 } } }
     local last = a:run("go")
     assert.equal("stop", last.stop_reason, tostring(last.error))
+    journal.use(nil) -- the run's claim let go while its store is open
     store:close()
     local r = settle("--journal", db, id)
     assert.equal(0, r.code, r.stderr)

@@ -8,6 +8,7 @@ local core = require "luagent.core"
 local mock = require "luagent.mock"
 local journal = require "luagent.journal"
 local store_mod = require "luagent.journal.sqlite"
+local owner = require "luagent.journal.owner"
 
 local function tempdb()
   local p = os.tmpname()
@@ -194,11 +195,142 @@ describe("the SQLite journal store", function()
     cleanup(p)
   end)
 
+  it("brings a journal of schema version 1 up to version 2; opened read-only, reads it as it is", function()
+    local p = tempdb()
+    local db = assert(core.sqlite_open(p))
+    assert(db:exec([[PRAGMA journal_mode = WAL;
+      CREATE TABLE runs (id TEXT PRIMARY KEY, script TEXT, args TEXT, options TEXT, cwd TEXT, pid INTEGER,
+        agents TEXT, status TEXT NOT NULL, error TEXT, started REAL NOT NULL, updated REAL NOT NULL);
+      CREATE TABLE steps (run_id TEXT NOT NULL, pos TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL,
+        status TEXT NOT NULL, name TEXT, call_id TEXT, input_tokens INTEGER, output_tokens INTEGER, cost REAL,
+        data TEXT, at REAL NOT NULL, PRIMARY KEY (run_id, pos)) WITHOUT ROWID;
+      INSERT INTO runs VALUES ('old', 'x.lua', '[]', '{}', '/w', 1, 'a', 'done', NULL, 1.0, 2.0);
+      PRAGMA user_version = 1;]]))
+    db:close()
+    local function version(st) return assert(st.db:prepare("PRAGMA user_version")):run()[1].user_version end
+    local ro = assert(store_mod.open(p, { readonly = true }))
+    assert.equal(1, version(ro))
+    assert.equal("old", assert(ro:list())[1].id)
+    assert.equal("done", ro:read("old").status)
+    assert.has_error(function() ro:append("old", { pos = "a", kind = "turn", status = "finished" }) end,
+      "journal: the store was opened read-only")
+    assert.has_error(function() ro:gc(0) end, "journal: the store was opened read-only")
+    ro:close()
+    local rw = assert(store_mod.open(p))
+    assert.equal(2, version(rw))
+    assert.equal("old", assert(rw:list())[1].id)
+    assert(rw:claim("old", owner.this(), 60))
+    rw:close()
+    cleanup(p)
+  end)
+
   it("path(): --journal, else $LUAGENT_HOME/runs.db, else .luagent/runs.db", function()
     assert.equal("x.db", journal.path("x.db"))
     if not os.getenv("LUAGENT_HOME") then assert.equal(".luagent/runs.db", journal.path()) end
     assert.matches("^%d%d%d%d%d%d%d%d%-%d%d%d%d%d%d%-%d%d%d%-%x%x%x%x$", journal.new_id(1764530000.25))
     assert.is_true(journal.new_id(1764530000) < journal.new_id(1764530001))
+  end)
+end)
+
+describe("the claims of the SQLite store", function()
+  local p, s, me
+  before_each(function()
+    p = tempdb()
+    s = assert(store_mod.open(p))
+    assert(s:create { id = "r1", script = "x.lua", args = {}, options = {}, cwd = "/w", pid = 1 })
+    me = owner.this()
+  end)
+  after_each(function()
+    s:close()
+    cleanup(p)
+  end)
+
+  -- The claim of r1 as if held by another process, its heartbeat `age` s old.
+  local function held_by(pid, host, pid_start, age)
+    local st = assert(s.db:prepare("UPDATE claims SET pid = ?, host = ?, pid_start = ?, heartbeat = "
+      .. "((julianday('now') - 2440587.5) * 86400.0) - ? WHERE run_id = 'r1'"))
+    local _, n = assert(st:run(pid, host, pid_start, age))
+    st:close()
+    assert.equal(1, n)
+  end
+
+  local function pid_max()
+    return math.tointeger(tonumber(io.open("/proc/sys/kernel/pid_max"):read("l")))
+  end
+
+  it("give a run one runner: free or own, taken; held by a process that runs, refused naming it", function()
+    local c = assert(s:claim("r1", me, 60))
+    assert.is_nil(c.taken_from)
+    assert(s:claim("r1", me, 60)) -- its own: taken again
+    local h = assert(s:holder("r1"))
+    assert.same({ me.pid, me.host, me.pid_start }, { h.pid, h.host, h.pid_start })
+    -- another process of this host that runs (pid 1) is refused, and told who runs it
+    local init = { pid = 1, host = me.host, pid_start = owner.start_of(1) }
+    assert.is_string(init.pid_start)
+    local none, err = s:claim("r1", init, 60)
+    assert.is_nil(none)
+    assert.equal("journal", err.kind)
+    assert.equal(me.pid, err.holder.pid)
+    assert.matches("run r1 is being run by pid " .. me.pid .. "@" .. me.host:gsub("%p", "%%%0")
+      .. " since %d%d%d%d%-%d%d%-%d%d %d%d:%d%d:%d%d UTC %(last heartbeat 0 s ago%)", err.message)
+    -- the heartbeat and the release are the holder's
+    local ok, lost = s:heartbeat("r1", init)
+    assert.is_nil(ok)
+    assert.is_true(lost.lost)
+    assert(s:heartbeat("r1", me))
+    assert(s:release("r1", init))
+    assert.truthy(s:holder("r1"))
+    assert(s:release("r1", me))
+    assert.is_false(s:holder("r1"))
+    assert(s:claim("r1", init, 60))
+  end)
+
+  it("are taken over when the holder is gone: its process on this host, its heartbeat on another", function()
+    assert(s:claim("r1", me, 60))
+    local function take() return s:claim("r1", me, 60) end
+    -- no process has its pid
+    held_by(pid_max() + 1, me.host, "boot/1", 0)
+    local c = assert(take())
+    assert.equal(pid_max() + 1, c.taken_from.pid)
+    assert.equal("its process is gone", c.why)
+    -- its pid is another process now (started later)
+    held_by(1, me.host, "another-boot/1", 0)
+    assert.equal("its process is gone", assert(take()).why)
+    -- the process runs: however old its heartbeat, it is its run
+    held_by(1, me.host, owner.start_of(1), 3600)
+    local none, err = take()
+    assert.is_nil(none)
+    assert.equal(1, err.holder.pid)
+    -- on another host: its heartbeat decides
+    held_by(4242, "elsewhere", "b/7", 5)
+    none, err = take()
+    assert.is_nil(none)
+    assert.matches("being run by pid 4242@elsewhere since .* %(last heartbeat 5 s ago%)", err.message)
+    held_by(4242, "elsewhere", "b/7", 3600)
+    c = assert(take())
+    assert.equal("elsewhere", c.taken_from.host)
+    assert.equal("no heartbeat for 3600 s", c.why)
+  end)
+
+  it("fence the writes of the run they hold: once another process took it, a step is refused", function()
+    assert(s:claim("r1", me, 60))
+    assert(s:append("r1", { pos = "a#1/1/t1", kind = "turn", status = "finished" }))
+    held_by(4242, "elsewhere", "b/7", 0)
+    local ok, err = s:append("r1", { pos = "a#1/1/t1/c1", kind = "call", status = "started", name = "pay" })
+    assert.is_nil(ok)
+    assert.is_true(err.lost)
+    assert.equal("elsewhere", err.holder.host)
+    assert.matches("writing step a#1/1/t1/c1: run r1 is no longer run by this process: it is being run by "
+      .. "pid 4242@elsewhere", err.message)
+    ok, err = s:update("r1", { status = "failed" })
+    assert.is_nil(ok)
+    assert.is_true(err.lost)
+    local run = s:read("r1")
+    assert.equal(1, #run.steps)
+    assert.equal("running", run.status)
+    -- gc deletes a run's claim with it
+    assert.equal(1, s:gc(0))
+    assert.is_false(s:holder("r1"))
   end)
 end)
 
@@ -211,9 +343,9 @@ describe("a durable agent", function()
   end)
   after_each(function()
     if srv then srv:close() srv = nil end
+    journal.use(nil) -- the run lets its claim go and stops its heartbeat
     store:close()
     cleanup(p)
-    journal.use(nil)
     require("luagent.config").set { durable = false }
     luagent.clock.real()
   end)
@@ -437,6 +569,64 @@ describe("a durable agent", function()
     assert.equal("invalid_arguments", en.error.kind)
     assert.equal(0, runs_of_note)
     assert.equal(2, #srv:requests())
+  end)
+
+  it("holds its run's claim while it runs, its heartbeat refreshed on the loop's clock; lets it go at the end", function()
+    start_mock()
+    local beats, beat = 0, store.heartbeat
+    store.heartbeat = function(st, ...)
+      beats = beats + 1
+      return beat(st, ...)
+    end
+    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = journal.current_run.id
+    local holders = {}
+    local slow = { name = "note", description = "Notes slowly", idempotent = true,
+      params = { type = "object", properties = { n = { type = "integer" } } },
+      run = function(args)
+        holders[#holders + 1] = store:holder(id)
+        luagent.sleep(25) -- virtual seconds
+        return "noted " .. args.n
+      end }
+    local _, last = drain(luagent.agent { name = "d", durable = true, tools = { slow },
+      model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }, "go")
+    store.heartbeat = nil
+    assert.equal("stop", last.stop_reason, tostring(last.error))
+    assert.equal(2, #holders)
+    assert.equal(journal.pid(), holders[1].pid)
+    assert.is_true(beats >= 4, beats .. " heartbeat(s) in 50 virtual seconds")
+    local timers = luagent.stats().timers
+    journal.use(nil)
+    assert.is_false(store:holder(id))
+    assert.equal(timers - 1, luagent.stats().timers) -- the heartbeat's timer is gone
+  end)
+
+  it("stops writing its run once another process took it over: the run stops, naming that process", function()
+    start_mock()
+    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = journal.current_run.id
+    local ran = 0
+    local taken = { name = "note", description = "Notes", idempotent = true,
+      params = { type = "object", properties = { n = { type = "integer" } } },
+      run = function(args)
+        ran = ran + 1
+        -- meanwhile another host took the run over
+        assert(store.db:exec("UPDATE claims SET pid = 4242, host = 'elsewhere', pid_start = 'b/7'"))
+        return "noted " .. args.n
+      end }
+    local _, last = drain(luagent.agent { name = "d", durable = true, tools = { taken },
+      model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }, "go")
+    assert.equal("error", last.stop_reason)
+    assert.equal("journal", last.error.kind)
+    assert.matches("run " .. id:gsub("%p", "%%%0") .. " is no longer run by this process: it is being run by "
+      .. "pid 4242@elsewhere", last.error.message)
+    assert.equal(1, ran)
+    assert.equal(1, #srv:requests())
+    local rec = store:read(id)
+    assert.equal("started", rec.by_pos["d#1/1/t1/c1"].status) -- its end was not written
+    assert.equal("running", rec.status) -- nor the run's end: the run is the other process's
+    journal.use(nil)
+    assert.equal("elsewhere", store:holder(id).host)
   end)
 
   it("misuse raises: durable must be a boolean, check a function", function()

@@ -1,5 +1,6 @@
 -- The command line: `luagent run`, `luagent help`, ... Exit codes: 0 success,
--- 1 the script failed, 2 usage error (unknown command or flag, missing file),
+-- 1 the script failed, 2 usage error (unknown command or flag, missing file;
+-- a run another process runs), 3 a durable run stopped on outcome_unknown,
 -- 74 an output file could not be written (--events, --otlp FILE), 130
 -- interrupted (SIGINT), 143 terminated (SIGTERM).
 local core = require "luagent.core"
@@ -29,6 +30,11 @@ commands:
 options:
   -h, --help               show this help
   -V, --version            show the version
+
+exit codes: 0 done; 1 the script failed; 2 usage error, missing file, or a
+durable run another process is running; 3 a durable run stopped on
+outcome_unknown (settle it with 'luagent runs resolve', then resume);
+130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 
 Run 'luagent help run' for the options of a command.
 ]]
@@ -108,12 +114,16 @@ breaker, retry budget and cooldown with the other hosts using that Redis
 
 Exit codes: 0 done; 1 the script raised an error (printed as
 "luagent: FILE:LINE: message" with a traceback); 2 usage error or missing
-file; 130 interrupted (the first Ctrl-C cancels the main task and lets it
-clean up, even while its Lua is busy; a second exits at once); 143 the same
-for SIGTERM (a graceful stop: the call in flight ends with an aborted event
-and is still recorded); 74 the script went well but an output file
-(--events, --otlp FILE) could not be written (a full disk: said once on
-stderr, naming the file; the run went on without it).
+file; 3 the script's durable run stopped on outcome_unknown (a tool with no
+safety flag may have done its work: 'luagent runs resolve', then 'luagent
+resume'), whether or not the script raised it (unless it ends with os.exit;
+a run that is not durable leaves its exit code to its script); 130
+interrupted (the first Ctrl-C cancels the main task and lets it clean up,
+even while its Lua is busy; a second exits at once); 143 the same for
+SIGTERM (a graceful stop: the call in flight ends with an aborted event and
+is still recorded); 74 the script went well but an output file (--events,
+--otlp FILE) could not be written (a full disk: said once on stderr, naming
+the file; the run went on without it).
 ]]
 
 HELP.resume = [[
@@ -136,11 +146,21 @@ invocation's own). Steps memoized by position:
     tool or other arguments at the same position) stops with a divergence
     error naming the step.
 
+A run has one runner at a time: the process that runs it (luagent run, or
+resume) holds its claim in the journal, refreshes it every 10 s and lets
+it go when the run ends. A resume of a run another process holds is
+refused, naming it (pid@host, since when); the claim of a process that is
+gone (on this host: its pid no longer runs; on another: no heartbeat for
+60 s) is taken over.
+
 options: those of 'luagent run' (see 'luagent help run'), and
   --journal FILE      the run journal (default $LUAGENT_HOME/runs.db, else
-                      .luagent/runs.db here)
+                      .luagent/runs.db here; it must exist: resume creates
+                      none)
 
-Exit codes as for run; 2 also when the run is not in the journal.
+Exit codes as for run (3: the run stopped on outcome_unknown again); 2 also
+when the run is not in the journal, there is no journal file, or another
+process is running the run.
 ]]
 
 -- `luagent runs` keeps its help with its code, loaded when asked for
@@ -408,6 +428,23 @@ local function prepare(opts, file)
   end
 end
 
+-- The exit code of a durable run whose agent stopped on outcome_unknown:
+-- a tool with no safety flag may have done its work, so resuming again
+-- stops again; someone has to settle the call (`luagent runs resolve`).
+M.EXIT_OUTCOME_UNKNOWN = 3
+
+-- The durable run of this process ends: its status (unless an agent wrote
+-- one) and its claim let go, so the next resume need not wait. Returns the
+-- run (nil when there is none).
+local function end_run(failed)
+  local journal = package.loaded["luagent.journal"]
+  local run = journal and journal.current_run
+  if not run then return nil end
+  if failed ~= nil and not run.last_status then run:status(failed and "failed" or "done") end
+  run:release()
+  return run
+end
+
 -- Runs FILE (already checked to load) with its arguments under the
 -- options. Returns the exit code.
 local function execute(opts, file, chunk, script_args)
@@ -415,11 +452,14 @@ local function execute(opts, file, chunk, script_args)
 
   if opts["virtual-clock"] then core.clock_virtual() end
   local cleanup, code = prepare(opts, file)
-  if not cleanup then return code end
+  if not cleanup then
+    end_run()
+    return code
+  end
   -- a script that ends with os.exit still gets its exports, tree and cost
-  -- table written, and the mock closed; and the state is closed, as at a
-  -- normal end, so what it holds is let go (a child still running has its
-  -- process group killed)
+  -- table written, the mock closed and its run's claim let go; and the
+  -- state is closed, as at a normal end, so what it holds is let go (a
+  -- child still running has its process group killed)
   local exit, cleaned, written = os.exit, false, true
   local function clean()
     if cleaned then return written end
@@ -430,6 +470,8 @@ local function execute(opts, file, chunk, script_args)
   os.exit = function(status)
     local ok, done = pcall(clean)
     if not ok then say("luagent: while exiting: %s", tostring(done)) end
+    local ended, err = pcall(end_run)
+    if not ended then say("luagent: while exiting: %s", tostring(err)) end
     -- a success whose outputs could not all be written is none
     if ok and not done and (status == nil or status == true or status == 0) then status = EXIT_OUTPUT end
     return exit(status, true)
@@ -439,11 +481,10 @@ local function execute(opts, file, chunk, script_args)
   local finished, stuck = core.run()
   os.exit = exit
   local outputs_written = clean()
-  local journal = package.loaded["luagent.journal"]
-  local run = journal and journal.current_run
-  if run and not run.last_status then
-    run:status(main:status() == "failed" and "failed" or "done")
-  end
+  local ok, ended = pcall(end_run, main:status() == "failed")
+  if not ok then say("luagent: while ending the run: %s", tostring(ended)) end
+  local run = ok and ended or nil
+  local unknown = run and run.stopped_unknown and M.EXIT_OUTCOME_UNKNOWN
   if main:status() == "failed" then
     local _, err = pcall(main.join, main)
     local stopped, sig = core.interrupted()
@@ -452,7 +493,7 @@ local function execute(opts, file, chunk, script_args)
       return 128 + sig
     end
     say("luagent: %s", describe_error(err))
-    return 1
+    return unknown or 1
   end
   if not finished then
     say("luagent: deadlock: %d task(s) wait on something that can never happen", stuck)
@@ -460,6 +501,11 @@ local function execute(opts, file, chunk, script_args)
   end
   local stopped, sig = core.interrupted()
   if stopped then return 128 + sig end
+  if unknown then
+    say("luagent: run %s stopped on outcome_unknown (exit %d): settle the call with 'luagent runs resolve', "
+      .. "then resume", run.id, unknown)
+    return unknown
+  end
   return outputs_written and 0 or EXIT_OUTPUT
 end
 
@@ -476,13 +522,14 @@ local function load_script(file, cmd)
   return chunk
 end
 
--- The journal for --durable / resume: the store, or nil and the exit code.
+-- The journal of a run to resume: the store, or nil and the exit code (2:
+-- there is no journal file; nothing is created).
 local function open_journal(opts)
   local journal = require "luagent.journal"
-  local store, err = journal.open(opts.journal)
+  local store, err = journal.open(opts.journal, { existing = true })
   if not store then
-    say("luagent: %s", tostring(err))
-    return nil, 1
+    say("luagent: %s%s", err.missing and "resume: " or "", tostring(err.missing and err.message or err))
+    return nil, err.missing and 2 or 1
   end
   return store
 end
@@ -547,12 +594,13 @@ function M.resume(args)
   if not run then
     store:close()
     if err and err.kind == "usage" then return usage_error("resume: %s", err.message) end
-    say("luagent: %s", tostring(err))
-    return 1
+    say("luagent: %s%s", err and err.holder and "resume: " or "", err and err.holder and err.message or tostring(err))
+    return err and err.holder and 2 or 1 -- another process runs it
   end
   local rec = run.record
   local here = os.getenv("PWD")
   if rec.cwd and here and rec.cwd ~= here then
+    run:release()
     store:close()
     return usage_error("resume: run %s started in %s; resume it from there", id, rec.cwd)
   end
@@ -562,7 +610,10 @@ function M.resume(args)
   opts.resuming = true
   local chunk
   chunk, code = load_script(rec.script, "resume")
-  if not chunk then return code end
+  if not chunk then
+    run:release()
+    return code
+  end
   local script_args = { [0] = rec.script, [-1] = args[0] }
   for j, a in ipairs(rec.args or {}) do script_args[j] = a end
   journal.use(run)

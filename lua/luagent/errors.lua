@@ -30,7 +30,8 @@ M.kinds = {
   invalid_arguments = true, -- a tool call's arguments are not JSON or do not match params
   unknown_tool = true,   -- the model called a tool that is not in the agent's set
   outcome_unknown = true,-- an unflagged tool may have done its work; `tool`, `call_id`, `arguments`
-  journal = true,        -- the run journal failed: cannot open, corrupt, locked, full; `file`, `code_name`, `corrupt`
+  journal = true,        -- the run journal failed: cannot open, corrupt, locked, full, another process's run;
+                         -- `file`, `code_name`, `corrupt`, `holder`, `lost`
   divergence = true,     -- a durable run's script no longer matches its journal; `step`
   cost_limit = true,     -- a max_cost cap refused a call before its request; `limit`, `spent`, `scope`
 }

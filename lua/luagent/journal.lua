@@ -17,7 +17,8 @@
 -- Stores. A store is any table with these methods (journal/sqlite.lua is
 -- the embedded one; a server-backed store, PostgreSQL for runs shared
 -- between machines, implements the same):
---   open(path) -> store | nil, err             (module function)
+--   open(path, [{readonly}]) -> store | nil, err   (module function; read-only:
+--        writes nothing, the writing methods raise)
 --   store:create(run) -> true | nil, err      run = {id, script, args, options, cwd, pid}
 --   store:append(run_id, step) -> true | nil, err
 --        step = {pos, kind = "turn"|"turn_failed"|"call", status, name,
@@ -28,14 +29,33 @@
 --   store:list() -> runs (with turns, input_tokens, output_tokens, cost)
 --   store:resolve(run_id, call_id_or_pos, {result = text} | {not_done = true})
 --   store:gc(seconds) -> number of runs deleted
+--   store:claim(run_id, me, stale_after) -> claim | nil, err (err.holder)
+--   store:heartbeat(run_id, me) -> true | nil, err (err.lost, err.holder)
+--   store:release(run_id, me) -> true | nil, err
 --   store:close()
+-- Claims: a run has one runner. `me` is a process ({pid, host, pid_start},
+-- journal/owner.lua); claim takes the run in one transaction when it is
+-- free, already me's, or its holder is gone (owner.gone), else refuses
+-- naming the holder. While a store holds a run's claim, its append and
+-- update of that run happen only if the claim is still its own.
 -- Writing methods may suspend the calling task until the write is durable
 -- (the SQLite store commits in a thread of its own); they never hold the loop.
+local core = require "luagent.core"
 local errors = require "luagent.errors"
 local json = require "luagent.json"
 local config = require "luagent.config"
+local owner = require "luagent.journal.owner"
+local sqlite = require "luagent.journal.sqlite"
 
 local M = {}
+
+-- The runner of a run refreshes its claim's heartbeat every HEARTBEAT
+-- seconds (a timer on the loop's clock). A claim held on another host,
+-- whose process cannot be looked at, is taken over once its heartbeat is
+-- STALE_AFTER seconds old; on this host, once its process is gone.
+-- (`luagent help resume` and README.md say these numbers.)
+M.HEARTBEAT = 10
+M.STALE_AFTER = 60
 
 -- The durable run of this process (set by `luagent run --durable`,
 -- `luagent resume`, or the first durable agent). Which file and what the
@@ -44,8 +64,15 @@ local M = {}
 M.current_run = nil
 
 -- use(run): makes `run` the durable run of this process (`luagent resume`
--- does; nil forgets it).
-function M.use(run) M.current_run = run end
+-- does; nil forgets it). The run it replaces lets its claim go, or, when
+-- `run` continues the same run, hands it on.
+function M.use(run)
+  local was = M.current_run
+  if was and was ~= run then
+    if run and run.id == was.id and run.store == was.store then was:hand_on() else was:release() end
+  end
+  M.current_run = run
+end
 
 ------------------------------------------------------------------------------
 -- Where the journal is
@@ -66,21 +93,32 @@ local function exists(path)
   return false
 end
 
--- open([path]) -> store | nil, err: the SQLite store at path (M.path()
--- when nil). The default folder (.luagent, $LUAGENT_HOME) is created; the
--- folder of an explicit --journal FILE must exist.
+-- open([path], [opts]) -> store | nil, err: the SQLite store at path
+-- (M.path() when nil). Where runs start, the default folder (.luagent,
+-- $LUAGENT_HOME) is created; the folder of an explicit --journal FILE must
+-- exist. opts.existing: the file must be there already (resume, resolve,
+-- gc: nothing is created); opts.readonly: the same, and nothing is written
+-- (`luagent runs`, `runs show`). A missing file is err.missing = true.
 function M.open(path, opts)
+  opts = opts or {}
   local explicit = path ~= nil
   path = M.path(path)
+  if opts.existing or opts.readonly then
+    if not exists(path) then
+      return nil, errors.new("usage", string.format("no journal at '%s': no durable run was started with it "
+        .. "(--journal FILE or LUAGENT_HOME names another)", path), { file = path, missing = true })
+    end
+    return sqlite.open(path, { readonly = opts.readonly })
+  end
   local dir = path:match("^(.*)/[^/]*$")
   if dir and dir ~= "" and not exists(dir) then
-    if explicit and not (opts and opts.mkdir) then
+    if explicit and not opts.mkdir then
       return nil, errors.new("journal", "cannot open journal '" .. path .. "': folder '" .. dir .. "' does not exist",
         { file = path })
     end
     os.execute("mkdir -p '" .. dir:gsub("'", "'\\''") .. "'")
   end
-  return require("luagent.journal.sqlite").open(path)
+  return sqlite.open(path)
 end
 
 ------------------------------------------------------------------------------
@@ -109,13 +147,46 @@ M.pid = pid
 local Run = {}
 Run.__index = Run
 
+-- Refreshes the run's claim every M.HEARTBEAT seconds, until it is let go
+-- (the task is cancelled) or lost (another process took it over).
+local function heartbeat(run)
+  while true do
+    core.sleep(M.HEARTBEAT)
+    local ok, err = run.store:heartbeat(run.id, run.owner)
+    if not ok and err and err.lost then
+      run.lost = err
+      io.stderr:write("luagent: ", tostring(err), "; this process writes no more of it\n")
+      return
+    end
+    -- another failure (a full disk): the next beat tries again
+  end
+end
+
+-- Claims `run` for this process and starts its heartbeat: run | nil, err
+-- (err.holder: the process that runs it).
+local function claim(run, quiet)
+  local me = owner.this()
+  local c, err = run.store:claim(run.id, me, M.STALE_AFTER)
+  if not c then return nil, err end
+  run.owner = me
+  if c.taken_from and not quiet then
+    io.stderr:write(string.format("luagent: run %s was claimed by %s: %s; this process takes it over\n", run.id,
+      owner.describe(c.taken_from), c.why))
+  end
+  run.beat = core.spawn(heartbeat, run)
+  run.beat:set_daemon(true)
+  return run
+end
+
 -- start(store, {script=, args=, options=, cwd=}) -> run | nil, err: a new
--- run in the store, printed on stderr unless quiet.
+-- run in the store, claimed by this process, printed on stderr unless quiet.
 function M.start(store, info)
   local run = setmetatable({ store = store, id = M.new_id(store:now()), resumed = false,
     by_pos = {}, agent_count = {}, agents = {} }, Run)
   local ok, err = store:create { id = run.id, script = info.script, args = info.args, options = info.options,
     cwd = info.cwd, pid = pid() }
+  if not ok then return nil, err end
+  ok, err = claim(run, true)
   if not ok then return nil, err end
   if not info.quiet then
     io.stderr:write(string.format("luagent: durable run %s (journal %s; 'luagent resume %s' continues it)\n",
@@ -124,14 +195,35 @@ function M.start(store, info)
   return run
 end
 
--- resume(store, id) -> run | nil, err: the run as journaled, to continue.
+-- resume(store, id) -> run | nil, err: the run as journaled, to continue,
+-- claimed by this process. Refused (err.holder) while another process runs
+-- it; the claim of a process that is gone is taken over (said on stderr).
 function M.resume(store, id)
   local rec, err = store:read(id)
   if not rec then return nil, err or errors.new("usage", "no run '" .. id .. "' in journal " .. tostring(store.path)) end
   local run = setmetatable({ store = store, id = id, resumed = true, record = rec, by_pos = rec.by_pos,
     agent_count = {}, agents = {} }, Run)
+  local ok
+  ok, err = claim(run)
+  if not ok then return nil, err end
   store:update(id, { status = "running", pid = pid() })
   return run
+end
+
+-- run:hand_on(): stops this run's heartbeat, keeping its claim (another
+-- run object of this process continues the same run).
+function Run:hand_on()
+  if self.beat then self.beat:cancel("handed on") end
+  self.beat, self.owner = nil, nil
+end
+
+-- run:release() -> true | nil, err: the run ends in this process: its
+-- heartbeat stops and its claim is let go. Idempotent.
+function Run:release()
+  local me = self.owner
+  self:hand_on()
+  if not me or self.lost then return true end
+  return self.store:release(self.id, me)
 end
 
 -- The run of a durable agent in a script started without --durable: one
@@ -156,6 +248,8 @@ end
 -- run:status(status, err): the run's status at the end of an agent's run.
 function Run:status(status, err)
   self.last_status = status
+  -- kept for the exit code: the run cannot go on until the call is settled
+  if status == "outcome_unknown" then self.stopped_unknown = err or true end
   self.store:update(self.id, { status = status, error = err and tostring(err) or nil,
     agents = table.concat(self.agents, ",") })
 end
@@ -198,9 +292,16 @@ function Binder:idempotency_key(turn, i)
   return self.run.id .. ":" .. self:call_pos(turn, i)
 end
 
+-- The failure that stops the agent's run: a write that failed, or the
+-- run's claim lost to another process.
+function Binder:broken()
+  if not self.failed and self.run.lost then self.failed = self.run.lost end
+  return self.failed
+end
+
 -- Writes a step; a failure is kept (binder.failed) and stops the run.
 function Binder:write(step)
-  if self.failed then return false end
+  if self:broken() then return false end
   local ok, err = self.run.store:append(self.run.id, step)
   if not ok then
     self.failed = err
@@ -264,7 +365,7 @@ end
 -- messages added since the last turn, the system prompt): a difference is
 -- a divergence naming the step.
 function Binder:turn(turn, messages, system)
-  if self.failed then return nil, self.failed end
+  if self:broken() then return nil, self.failed end
   self.cur_turn = turn
   local pos = self:turn_pos(turn)
   local sent = delta(messages, self.covered)
@@ -302,7 +403,7 @@ end
 -- {unknown=<outcome_unknown record>} | nil, err (divergence, journal).
 -- `check(tool, call, ctx)` runs the tool's check function.
 function Binder:call(turn, i, call, tool, check)
-  if self.failed then return nil, self.failed end
+  if self:broken() then return nil, self.failed end
   local pos = self:call_pos(turn, i)
   local step = self.run.resumed and self.run.by_pos[pos]
   if not step or step.status == "not_done" then return nil end

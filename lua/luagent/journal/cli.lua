@@ -31,8 +31,12 @@ Durable runs, from the run journal (default $LUAGENT_HOME/runs.db, else
   runs gc        deletes the runs last written more than DAYS ago (a number,
                  fractions allowed)
 
-Exit codes: 0 done; 1 the journal cannot be read (a damaged file is reported
-and left as it is); 2 usage error, unknown run or call.
+Listing and showing only read the journal (they work on a full disk or a
+read-only folder); no command creates one where there is none.
+
+Exit codes: 0 done (also a listing with no journal yet); 1 the journal cannot
+be read (a damaged file is reported and left as it is); 2 usage error,
+unknown run or call, or no journal file (show, resolve, gc).
 ]]
 
 -- Splits --journal out of args: opts, positional, or nil, message.
@@ -169,10 +173,18 @@ function M.main(args, say, usage_error)
     return 0
   end
   local journal = require "luagent.journal"
+  -- listing and showing write nothing (a full disk, a read-only folder);
+  -- no command creates a journal: the file must be there. nil and the exit
+  -- code when it cannot be opened
   local function open()
-    local store, err = journal.open(opts.journal)
-    if not store then say("luagent: %s", tostring(err)) end
-    return store
+    local store, err = journal.open(opts.journal, { readonly = sub == "list" or sub == "show", existing = true })
+    if store then return store end
+    if err.missing and sub == "list" then
+      io.write("no runs: ", err.message, "\n")
+      return nil, 0
+    end
+    say("luagent: %s%s", err.missing and ("runs " .. sub .. ": ") or "", err.missing and err.message or tostring(err))
+    return nil, err.missing and 2 or 1
   end
   local want = { list = 0, show = 1, resolve = 2, gc = 0 }
   if #pos ~= want[sub] then
@@ -182,8 +194,8 @@ function M.main(args, say, usage_error)
   if sub == "gc" then
     local days = tonumber(opts["older-than"])
     if not days or days < 0 then return usage_error("runs gc: --older-than wants a number of days >= 0") end
-    local store = open()
-    if not store then return 1 end
+    local store, failed = open()
+    if not store then return failed end
     local n, err = store:gc(days * 86400)
     store:close()
     if not n then say("luagent: %s", tostring(err)) return 1 end
@@ -203,8 +215,8 @@ function M.main(args, say, usage_error)
       how = { not_done = true }
     end
   end
-  local store = open()
-  if not store then return 1 end
+  local store, failed = open()
+  if not store then return failed end
   local code, err, missing
   if sub == "list" then
     code, err = list(store, terminal)
