@@ -18,6 +18,12 @@
 -- when the tool policy trusts this server's hints (trust_hints); the
 -- policy's overrides per tool name win (policies/README.md).
 --
+-- What a server sends is bounded: one message by max_message; the
+-- handshake as a whole by init_timeout and a re-list by request_timeout; a
+-- tool whose schema cannot be encoded is left out; any of these, and any
+-- error in the handshake or a re-list, is reported (nil, err to open(), or
+-- a tools_reload_failed event), never left hanging.
+--
 -- Servers are real processes or sockets: under the virtual clock the
 -- handshake's and pings' time limits may pass before a server had the
 -- real time to answer, so MCP sets want the real clock.
@@ -38,10 +44,13 @@ M.PROTOCOL = "2025-11-25"
 M.SUPPORTED = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true, ["2024-11-05"] = true }
 M.MAX_PAGES = 1000
 M.STABLE = 30 -- seconds up after which a restart's backoff starts over
+-- Tables within tables an inputSchema may nest: a request wraps the schema
+-- in a few more, and the encoder stops at 200 (a cycle's guard).
+M.MAX_SCHEMA_DEPTH = 64
 
 M.defaults = {
   init_timeout = 10,         -- seconds for the handshake and the first list
-  request_timeout = 30,      -- seconds for tools/list and other requests
+  request_timeout = 30,      -- seconds for a request, and for a whole re-list
   max_message = 4 * 1024 * 1024, -- bytes of one message from the server
   ping_interval = 30,        -- seconds between pings (false: none)
   ping_timeout = 10,         -- a ping not answered in this time restarts the server
@@ -143,6 +152,31 @@ local function fix_schema(s, depth)
   return s
 end
 
+-- Why the decoded inputSchema `s` cannot be offered, or nil: a number JSON
+-- cannot carry (1e999 decodes as infinity) would make every request that
+-- carries the tool fail to encode, and so would nesting past the encoder's
+-- bound. Walks at most MAX_SCHEMA_DEPTH levels.
+local function schema_problem(s, depth, path)
+  if depth > M.MAX_SCHEMA_DEPTH then
+    return "is nested more than " .. M.MAX_SCHEMA_DEPTH .. " levels deep"
+  end
+  for k, v in pairs(s) do
+    local at = path == "" and tostring(k) or (path .. "." .. tostring(k))
+    if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+      return "holds a number JSON cannot carry (1e999, NaN or Infinity) at " .. at
+    elseif type(v) == "table" then
+      local why = schema_problem(v, depth + 1, at)
+      if why then return why end
+    end
+  end
+end
+
+-- A short excerpt of a tools/list entry for messages (never raises).
+local function entry_excerpt(t)
+  local ok, text = pcall(json.encode, t, { nonfinite = "null" })
+  return ok and text:sub(1, 120) or tostring(t)
+end
+
 -- trusted(policy, label): whether the tool policy trusts the hints of the
 -- server called `label`.
 function M.trusted(policy, label)
@@ -175,7 +209,11 @@ end
 -- why it cannot be offered.
 function Set:make_tool(t)
   if type(t) ~= "table" or type(t.name) ~= "string" or t.name == "" then
-    return nil, "a tool without a name: " .. json.encode(t):sub(1, 120)
+    return nil, "a tool without a name: " .. entry_excerpt(t)
+  end
+  if type(t.inputSchema) == "table" then
+    local problem = schema_problem(t.inputSchema, 1, "")
+    if problem then return nil, "tool '" .. t.name .. "' is left out: its inputSchema " .. problem end
   end
   local name = (self.prefix or "") .. t.name:gsub("[^A-Za-z0-9_-]", "_")
   if #name > tools.MAX_NAME then name = name:sub(1, tools.MAX_NAME) end
@@ -188,15 +226,23 @@ function Set:make_tool(t)
     read_only = ro, idempotent = idem, timeout = self.timeout,
     run = function(args, ctx) return self:call(remote, args, ctx) end })
   if not tool then return nil, why end
-  tool.mcp = { server = self.label, name = remote, hints = hints, trusted = trust,
-    fingerprint = json.encode { description, params, ro, idem, remote } }
+  local encoded, fingerprint = pcall(json.encode, { description, params, ro, idem, remote })
+  if not encoded then return nil, "tool '" .. t.name .. "' is left out: " .. tostring(fingerprint) end
+  tool.mcp = { server = self.label, name = remote, hints = hints, trusted = trust, fingerprint = fingerprint }
   return tool
 end
 
--- list(session) -> {name = tool} | nil, err: every page of tools/list.
--- A tool that cannot be offered (or whose name another has) is reported
--- as a tools_reload_failed event and left out.
-function Set:list(session, timeout)
+-- Reports that a tool (`name`, when one) of the server's list is left out.
+function Set:report(message, name)
+  self:record { type = "tools_reload_failed", file = self.label, server = self.label, tool = name,
+    message = self.label .. ": " .. message }
+end
+
+-- list(session, deadline) -> {name = tool} | nil, err: every page of
+-- tools/list, all of them before `deadline` (core.now() time). A tool that
+-- cannot be offered (or whose name another has) is reported as a
+-- tools_reload_failed event and left out.
+function Set:list(session, deadline)
   local map, cursor, pages = {}, nil, 0
   local old = self.snap.tools
   repeat
@@ -204,8 +250,13 @@ function Set:list(session, timeout)
     if pages > M.MAX_PAGES then
       return nil, errors.new("protocol", self.label .. ": tools/list gave more than " .. M.MAX_PAGES .. " pages")
     end
+    local left = deadline - core.now()
+    if left <= 0 then
+      return nil, errors.new("timeout", string.format("%s did not list its tools in time (%d pages read)",
+        self.label, pages - 1), { which = "mcp" })
+    end
     local res, err = session:request("tools/list", cursor and { cursor = cursor } or json.object(),
-      { timeout = timeout or self.request_timeout })
+      { timeout = left })
     if not res then return nil, err end
     if type(res) ~= "table" or type(res.tools) ~= "table" then
       return nil, errors.new("protocol", self.label .. ": tools/list answered without a list of tools")
@@ -218,14 +269,26 @@ function Set:list(session, timeout)
         if prev and prev.mcp and prev.mcp.fingerprint == tool.mcp.fingerprint then tool = prev end
         map[tool.name] = tool
       else
-        self:record { type = "tools_reload_failed", file = self.label, server = self.label,
-          message = self.label .. ": " .. tostring(why) }
+        self:report(tostring(why), type(t) == "table" and type(t.name) == "string" and t.name or nil)
       end
     end
     cursor = res.nextCursor
     if cursor == json.null then cursor = nil end
   until cursor == nil
   return map
+end
+
+-- Wakes the tasks waiting in events_since for a re-list.
+function Set:wake_relist_waiters()
+  local ws = self.relist_waiters
+  self.relist_waiters = {}
+  for _, w in ipairs(ws) do w.notify() end
+end
+
+-- The text of a raised error, for a report.
+local function raised_text(err)
+  if errors.is(err) then return err.message end
+  return tostring(err)
 end
 
 -- Re-lists the tools after list_changed (coalesced: one at a time, once
@@ -239,20 +302,20 @@ function Set:relist()
         self.relist_again = false
         local session = self.session
         if self.state ~= "ready" or not session then break end
-        local map, lerr = self:list(session)
+        local map, lerr = self:list(session, core.now() + self.request_timeout)
         if map then
           dir.publish(self, map)
         else
-          self:record { type = "tools_reload_failed", file = self.label, server = self.label,
-            message = self.label .. ": re-listing the tools failed: " .. tostring(lerr) }
+          self:report("re-listing the tools failed: " .. tostring(lerr and lerr.message or lerr))
         end
       until not self.relist_again
     end)
     self.relisting = false
-    local ws = self.relist_waiters
-    self.relist_waiters = {}
-    for _, w in ipairs(ws) do w.notify() end
-    if not ok then error(err, 0) end
+    self:wake_relist_waiters()
+    if not ok then
+      if errors.is_cancel(err) then error(err, 0) end
+      self:report("re-listing the tools failed: " .. raised_text(err))
+    end
   end)
   task:set_daemon(true)
 end
@@ -350,8 +413,9 @@ function Set:on_request(method)
 end
 
 -- initialize, its version check, notifications/initialized, then the
--- first list. true | nil, err.
+-- first list, all within init_timeout. true | nil, err.
 function Set:handshake(session)
+  local deadline = core.now() + self.init_timeout
   local caps = json.object()
   if self.roots then caps = { roots = { listChanged = false } } end
   local res, err = session:request("initialize", {
@@ -380,7 +444,7 @@ function Set:handshake(session)
   self.instructions = type(res.instructions) == "string" and res.instructions or nil
   if self.transport.listen then self.transport:listen(res.protocolVersion) end
   session:notify("notifications/initialized")
-  local map, lerr = self:list(session, self.init_timeout)
+  local map, lerr = self:list(session, deadline)
   if not map then return nil, lerr end
   dir.publish(self, map)
   return true
@@ -434,7 +498,12 @@ function Set:cycle()
   t.on_stream = function() self:list_changed() end
   self.session = session
   local hs = core.spawn(function()
-    local hok, herr = self:handshake(session)
+    -- whatever goes wrong in it, the opener is woken with the reason
+    local ran, hok, herr = pcall(self.handshake, self, session)
+    if not ran then
+      if errors.is_cancel(hok) then error(hok, 0) end
+      hok, herr = nil, errors.new("protocol", self.label .. ": the handshake failed: " .. raised_text(hok))
+    end
     if hok then
       self.state, self.ready_at = "ready", core.now()
       if self.ping_interval then self.ping_task = self:pinger(session) end
@@ -449,9 +518,15 @@ function Set:cycle()
   local ok, why = pcall(t.run, t, function(line) return session:deliver(line) end)
   hs:cancel("connection ended")
   if self.ping_task then self.ping_task:cancel("connection ended") self.ping_task = nil end
-  if not ok then -- the set closed (or a bug): what this connection started ends here
-    session:fail(errors.new("tool_error", self.label .. ": the tool set is closed", { died = true }))
-    error(why, 0)
+  if not ok then
+    if errors.is_cancel(why) or self.closed then -- the set closed: what this connection started ends here
+      session:fail(errors.new("tool_error", self.label .. ": the tool set is closed", { died = true }))
+      error(why, 0)
+    end
+    -- anything else raised while reading ends this connection like a
+    -- failure (the opener is woken, a set that was open restarts it)
+    why = errors.new("protocol", self.label .. ": the connection failed: " .. raised_text(why))
+    t:kill()
   end
   why = self.cause or session.dead or why
   self.state, self.last_error = "down", why
