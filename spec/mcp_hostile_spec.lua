@@ -1,11 +1,13 @@
 -- MCP servers that misbehave on purpose (spec/fixtures/mcp/hostile_server.lua):
 -- a tools/list entry luagent cannot use (a schema holding 1e999, or nested
--- 100 levels). None may hang the opener or the agent, exhaust the host, or
--- drop anything silently. Real child processes and the real clock; every wait
+-- 100 levels), a server whose list "changes" each time it is read. None may
+-- hang the opener or the agent, exhaust the host, or drop anything
+-- silently. Real child processes and the real clock; every wait
 -- that would hang without the fix has a bound of its own, so the spec fails
 -- instead of hanging the suite.
 local luagent = require "luagent"
 local mcp = require "luagent.mcp"
+local mock = require "luagent.mock"
 local json = require "luagent.json"
 local helpers = require "helpers"
 
@@ -126,5 +128,35 @@ describe("a tools/list entry luagent cannot use", function()
     assert.is_nil(set)
     assert.equal("protocol", err.kind)
     assert.equal("hostile: the handshake failed: boom", err.message)
+  end)
+end)
+
+describe("list_changed during a re-list", function()
+  it("does not leave the agent's next turn waiting, even when every re-list is announced again", function()
+    local set = assert(open {
+      HOSTILE_ANNOUNCE = "1",
+      HOSTILE_LIST = file('{"tools":[' .. CHANGE_TOOL .. "]}"),
+      HOSTILE_RELIST = file('{"tools":[' .. CHANGE_TOOL .. "," .. OK_TOOL .. "]}"),
+    })
+    local saw_ok
+    srv = assert(mock.start { seed = 1, script = function(view, n)
+      if n == 1 then return { tools = { { id = "1", name = "change", arguments = {} } } } end
+      for _, t in ipairs(view.tools) do if t.name == "ok" then saw_ok = true end end
+      return { text = "done" }
+    end })
+    local a = luagent.agent { model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" },
+      tools = set }
+    local ok, evs, last = pcall(luagent.deadline, BOUND, helpers.drain, a)
+    assert(ok, "the agent did not finish within " .. BOUND .. " s: " .. tostring(evs))
+    assert.equal("stop", last.stop_reason)
+    assert.is_true(saw_ok, "the next turn did not get the re-listed tools")
+    -- the server announces a change during every re-list: luagent stops
+    -- after a few in a row, and says so
+    assert.is_true(eventually(function() return not set.relisting end), "the re-lists never stopped")
+    local r = reports(set)
+    assert.equal(1, #r)
+    assert.equal(string.format("hostile: the list changed again during each of %d re-lists in a row; "
+      .. "the last list is kept until the next notice", mcp.MAX_RELISTS), r[1].message)
+    set:close()
   end)
 end)

@@ -47,6 +47,10 @@ M.STABLE = 30 -- seconds up after which a restart's backoff starts over
 -- Tables within tables an inputSchema may nest: a request wraps the schema
 -- in a few more, and the encoder stops at 200 (a cycle's guard).
 M.MAX_SCHEMA_DEPTH = 64
+-- Re-lists back to back while list_changed keeps coming during each: past
+-- this the last list is kept until the next notice (a server announcing a
+-- change on every read would keep luagent listing for ever).
+M.MAX_RELISTS = 3
 
 M.defaults = {
   init_timeout = 10,         -- seconds for the handshake and the first list
@@ -291,26 +295,37 @@ local function raised_text(err)
   return tostring(err)
 end
 
--- Re-lists the tools after list_changed (coalesced: one at a time, once
--- more if another notice came meanwhile) and publishes what changed.
+-- Re-lists the tools after list_changed and publishes what changed: one
+-- re-list at a time; once more if another notice came meanwhile, at most
+-- MAX_RELISTS times in a row. Each round records the notices it covers
+-- (`listed`), so events_since waits for the round it needs, not for a
+-- server that keeps announcing.
 function Set:relist()
-  if self.relisting then self.relist_again = true return end
+  if self.relisting then return end
   self.relisting = true
   local task = core.spawn(function()
     local ok, err = pcall(function()
-      repeat
-        self.relist_again = false
+      for round = 1, M.MAX_RELISTS do
         local session = self.session
         if self.state ~= "ready" or not session then break end
+        local covers = self.notices
         local map, lerr = self:list(session, core.now() + self.request_timeout)
         if map then
           dir.publish(self, map)
         else
           self:report("re-listing the tools failed: " .. tostring(lerr and lerr.message or lerr))
         end
-      until not self.relist_again
+        self.listed = covers
+        self:wake_relist_waiters()
+        if self.notices == covers then break end
+        if round == M.MAX_RELISTS then
+          self:report(string.format("the list changed again during each of %d re-lists in a row; "
+            .. "the last list is kept until the next notice", M.MAX_RELISTS))
+        end
+      end
     end)
     self.relisting = false
+    self.listed = self.notices
     self:wake_relist_waiters()
     if not ok then
       if errors.is_cancel(err) then error(err, 0) end
@@ -322,14 +337,17 @@ end
 
 -- The server said its list changed: re-list now, or after the handshake.
 function Set:list_changed()
+  self.notices = self.notices + 1
   if self.state == "ready" then self:relist() else self.relist_pending = true end
 end
 
--- events_since(cursor) -> events, cursor: as a folder set's; a re-list
--- under way (a list_changed came) is waited for, so the turn that starts
--- next sees the list the server announced.
+-- events_since(cursor) -> events, cursor: as a folder set's; the re-list
+-- that covers the notices heard so far is waited for (each is bounded by
+-- request_timeout), so the turn that starts next sees the list the server
+-- announced; notices that come while it waits are not.
 function Set:events_since(cursor)
-  while self.relisting do
+  local wanted = self.notices
+  while self.relisting and self.listed < wanted do
     local s = queue.signal()
     self.relist_waiters[#self.relist_waiters + 1] = s
     s.wait()
@@ -587,6 +605,7 @@ function M.open(o)
     request_timeout = o.request_timeout or d.request_timeout,
     ping_interval = o.ping_interval == nil and d.ping_interval or o.ping_interval,
     ping_timeout = o.ping_timeout or d.ping_timeout, restart = restart,
+    notices = 0, listed = 0,
     snap = { version = 0, tools = {}, names = {} }, log = {}, seq = 0, waiters = {}, relist_waiters = {},
     state = "starting", restarts = 0, opened = false,
   }, Set)
