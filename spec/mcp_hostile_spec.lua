@@ -1,8 +1,8 @@
 -- MCP servers that misbehave on purpose (spec/fixtures/mcp/hostile_server.lua):
 -- a tools/list entry luagent cannot use (a schema holding 1e999, or nested
--- 100 levels), a server whose list "changes" each time it is read. None may
--- hang the opener or the agent, exhaust the host, or drop anything
--- silently. Real child processes and the real clock; every wait
+-- 100 levels), a server whose list "changes" each time it is read, one that
+-- offers too many tools. None may hang the opener or the agent, exhaust the
+-- host, or drop anything silently. Real child processes and the real clock; every wait
 -- that would hang without the fix has a bound of its own, so the spec fails
 -- instead of hanging the suite.
 local luagent = require "luagent"
@@ -157,6 +157,42 @@ describe("list_changed during a re-list", function()
     assert.equal(1, #r)
     assert.equal(string.format("hostile: the list changed again during each of %d re-lists in a row; "
       .. "the last list is kept until the next notice", mcp.MAX_RELISTS), r[1].message)
+    set:close()
+  end)
+end)
+
+describe("the tools taken from one server", function()
+  it("are at most 1,000 by default; the rest are reported, and no further page is read", function()
+    local set = assert(open { HOSTILE_TOOLS = "2500", HOSTILE_PAGE = "600" })
+    assert.equal(1000, #set:snapshot().names)
+    assert.equal(1000, mcp.defaults.max_tools)
+    assert.is_truthy(set:snapshot().tools.t1000)
+    assert.is_nil(set:snapshot().tools.t1001)
+    local r = reports(set)
+    assert.equal(1, #r)
+    assert.equal("hostile: more than 1000 tools (max_tools); the first 1000 are offered, these and any "
+      .. "on later pages are left out: t1001, t1002, t1003, t1004, t1005 and 195 more", r[1].message)
+    assert.equal("listed from 1 | listed from 601", set.transport:stderr_tail())
+    set:close()
+  end)
+
+  it("are capped by max_tools", function()
+    assert.has_error(function() luagent.tools.mcp { command = SERVER, max_tools = 0 } end,
+      "tools.mcp: max_tools must be a number > 0")
+    local set = assert(open({ HOSTILE_TOOLS = "8", HOSTILE_PAGE = "3" }, { max_tools = 5 }))
+    assert.same({ "t1", "t2", "t3", "t4", "t5" }, set:snapshot().names)
+    assert.equal("hostile: more than 5 tools (max_tools); the first 5 are offered, these and any "
+      .. "on later pages are left out: t6", reports(set)[1].message)
+    set:close()
+  end)
+
+  it("hold at most max_message bytes of definitions", function()
+    -- one tool a page, each message under max_message, together over it
+    local set = assert(open({ HOSTILE_TOOLS = "8", HOSTILE_PAGE = "1", HOSTILE_DESCRIPTION = "3000" },
+      { max_message = 10000 }))
+    assert.same({ "t1", "t2", "t3" }, set:snapshot().names)
+    assert.equal("hostile: the tools' definitions pass 10000 bytes (max_message); the first 3 are offered, "
+      .. "these and any on later pages are left out: t4", reports(set)[1].message)
     set:close()
   end)
 end)

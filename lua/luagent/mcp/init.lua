@@ -19,7 +19,8 @@
 -- policy's overrides per tool name win (policies/README.md).
 --
 -- What a server sends is bounded: one message by max_message; the
--- handshake as a whole by init_timeout and a re-list by request_timeout; a
+-- handshake as a whole by init_timeout and a re-list by request_timeout;
+-- the tools taken by max_tools and by max_message bytes of definitions; a
 -- tool whose schema cannot be encoded is left out; any of these, and any
 -- error in the handshake or a re-list, is reported (nil, err to open(), or
 -- a tools_reload_failed event), never left hanging.
@@ -55,7 +56,9 @@ M.MAX_RELISTS = 3
 M.defaults = {
   init_timeout = 10,         -- seconds for the handshake and the first list
   request_timeout = 30,      -- seconds for a request, and for a whole re-list
-  max_message = 4 * 1024 * 1024, -- bytes of one message from the server
+  max_message = 4 * 1024 * 1024, -- bytes of one message from the server; also the bound of the
+                             -- tools' definitions taken
+  max_tools = 1000,          -- tools taken from one server (every model request carries them all)
   ping_interval = 30,        -- seconds between pings (false: none)
   ping_timeout = 10,         -- a ping not answered in this time restarts the server
   restart = { strategy = "exponential", base = 0.2, max = 30, jitter = 0.2 },
@@ -75,7 +78,7 @@ Set.version = dir.Set.version
 local OPTIONS = { command = true, env = true, cwd = true, url = true, headers = true, name = true,
   prefix = true, timeout = true, policy = true, tool_policy = true, roots = true, restart = true,
   init_timeout = true, request_timeout = true, max_message = true, ping_interval = true,
-  ping_timeout = true }
+  ping_timeout = true, max_tools = true }
 
 local function positive(v) return type(v) == "number" and v > 0 and v < math.huge end
 
@@ -103,7 +106,7 @@ local function check_options(o)
     if o[k] ~= nil and type(o[k]) ~= "string" then bad(k .. " must be a string") end
   end
   if o.prefix and not o.prefix:match("^[A-Za-z0-9_-]*$") then bad("prefix must match [A-Za-z0-9_-]*") end
-  for _, k in ipairs({ "timeout", "init_timeout", "request_timeout", "max_message", "ping_timeout" }) do
+  for _, k in ipairs({ "timeout", "init_timeout", "request_timeout", "max_message", "ping_timeout", "max_tools" }) do
     if o[k] ~= nil and not positive(o[k]) then bad(k .. " must be a number > 0") end
   end
   if o.ping_interval ~= nil and o.ping_interval ~= false and not positive(o.ping_interval) then
@@ -242,12 +245,27 @@ function Set:report(message, name)
     message = self.label .. ": " .. message }
 end
 
+-- Reports that a cap stopped the listing at entry `i` of the page `entries`.
+function Set:report_cap(cap, offered, entries, i)
+  local names = {}
+  for j = i, #entries do
+    local t = entries[j]
+    names[#names + 1] = type(t) == "table" and type(t.name) == "string" and t.name or "?"
+  end
+  local shown = table.concat(names, ", ", 1, math.min(5, #names))
+  if #names > 5 then shown = string.format("%s and %d more", shown, #names - 5) end
+  self:report(string.format("%s; the first %d are offered, these and any on later pages are left out: %s",
+    cap, offered, shown))
+end
+
 -- list(session, deadline) -> {name = tool} | nil, err: every page of
 -- tools/list, all of them before `deadline` (core.now() time). A tool that
 -- cannot be offered (or whose name another has) is reported as a
--- tools_reload_failed event and left out.
+-- tools_reload_failed event and left out; past max_tools tools, or
+-- max_message bytes of their definitions (what every model request
+-- carries), the rest are reported and no further page is asked for.
 function Set:list(session, deadline)
-  local map, cursor, pages = {}, nil, 0
+  local map, cursor, pages, count, bytes = {}, nil, 0, 0, 0
   local old = self.snap.tools
   repeat
     pages = pages + 1
@@ -265,13 +283,24 @@ function Set:list(session, deadline)
     if type(res) ~= "table" or type(res.tools) ~= "table" then
       return nil, errors.new("protocol", self.label .. ": tools/list answered without a list of tools")
     end
-    for _, t in ipairs(res.tools) do
+    for i, t in ipairs(res.tools) do
+      if count >= self.max_tools then
+        self:report_cap(string.format("more than %d tools (max_tools)", self.max_tools), count, res.tools, i)
+        return map
+      end
       local tool, why = self:make_tool(t)
       if tool and map[tool.name] then tool, why = nil, "tool name '" .. tool.name .. "' is given twice" end
       if tool then
+        bytes = bytes + #tool.mcp.fingerprint
+        if bytes > self.max_message then
+          self:report_cap(string.format("the tools' definitions pass %d bytes (max_message)", self.max_message),
+            count, res.tools, i)
+          return map
+        end
         local prev = old[tool.name]
         if prev and prev.mcp and prev.mcp.fingerprint == tool.mcp.fingerprint then tool = prev end
         map[tool.name] = tool
+        count = count + 1
       else
         self:report(tostring(why), type(t) == "table" and type(t.name) == "string" and t.name or nil)
       end
@@ -605,7 +634,7 @@ function M.open(o)
     request_timeout = o.request_timeout or d.request_timeout,
     ping_interval = o.ping_interval == nil and d.ping_interval or o.ping_interval,
     ping_timeout = o.ping_timeout or d.ping_timeout, restart = restart,
-    notices = 0, listed = 0,
+    max_tools = o.max_tools or d.max_tools, max_message = max_message, notices = 0, listed = 0,
     snap = { version = 0, tools = {}, names = {} }, log = {}, seq = 0, waiters = {}, relist_waiters = {},
     state = "starting", restarts = 0, opened = false,
   }, Set)
