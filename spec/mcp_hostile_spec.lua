@@ -1,8 +1,9 @@
 -- MCP servers that misbehave on purpose (spec/fixtures/mcp/hostile_server.lua):
 -- a tools/list entry luagent cannot use (a schema holding 1e999, or nested
 -- 100 levels), a server whose list "changes" each time it is read, one that
--- offers too many tools. None may hang the opener or the agent, exhaust the
--- host, or drop anything silently. Real child processes and the real clock; every wait
+-- offers too many tools, one that floods requests and never reads its
+-- stdin. None may hang the opener or the agent, exhaust the host, or drop
+-- anything silently. Real child processes and the real clock; every wait
 -- that would hang without the fix has a bound of its own, so the spec fails
 -- instead of hanging the suite.
 local luagent = require "luagent"
@@ -194,5 +195,31 @@ describe("the tools taken from one server", function()
     assert.equal("hostile: the tools' definitions pass 10000 bytes (max_message); the first 3 are offered, "
       .. "these and any on later pages are left out: t4", reports(set)[1].message)
     set:close()
+  end)
+end)
+
+describe("a server that floods requests and never reads its stdin", function()
+  it("is dropped as misbehaving once max_message bytes of replies wait for it, and reported by name", function()
+    local set = assert(open({ HOSTILE_LIST = file('{"tools":[{"name":"flood"}]}') },
+      { max_message = 10000, name = "flood" }))
+    local ok, r, err = pcall(luagent.deadline, BOUND, set.call, set, "flood", {}, {})
+    assert(ok, "the call did not end within " .. BOUND .. " s: " .. tostring(r))
+    assert.is_nil(r)
+    assert.is_true(err.died) -- the call may have run: it got no answer
+    assert.is_true(eventually(function() return set:status().state == "down" end), "the server was not dropped")
+    err = set:status().last_error
+    assert.equal("protocol", err.kind)
+    assert.equal("flood does not read its stdin: more than 10000 bytes wait for it (max_message); "
+      .. "the connection is dropped", err.message)
+    assert.is_true(eventually(function() return #reports(set) > 0 end), "the restart was not reported")
+    assert.matches("^flood: flood does not read its stdin: .*; restarting in 30 s$", reports(set)[1].message)
+    set:close()
+  end)
+
+  it("fails open() with that error when it floods from the start", function()
+    local set, err = open({ HOSTILE_FLOOD = "200000" }, { max_message = 10000, name = "flood" })
+    assert.is_nil(set)
+    assert.equal("flood does not read its stdin: more than 10000 bytes wait for it (max_message); "
+      .. "the connection is dropped", err.message)
   end)
 end)

@@ -57,7 +57,7 @@ M.defaults = {
   init_timeout = 10,         -- seconds for the handshake and the first list
   request_timeout = 30,      -- seconds for a request, and for a whole re-list
   max_message = 4 * 1024 * 1024, -- bytes of one message from the server; also the bound of the
-                             -- tools' definitions taken
+                             -- tools' definitions taken, and of what waits unread for a stdio server
   max_tools = 1000,          -- tools taken from one server (every model request carries them all)
   ping_interval = 30,        -- seconds between pings (false: none)
   ping_timeout = 10,         -- a ping not answered in this time restarts the server
