@@ -379,6 +379,11 @@ int lg_process_write(lg_process *p, const char *data, size_t len) {
 
 void lg_process_close_stdin(lg_process *p) { close_stdin(p); }
 
+size_t lg_process_stdin_queued(const lg_process *p) {
+  if (!p->stream || !p->in_open) return 0;
+  return uv_stream_get_write_queue_size((const uv_stream_t *)&p->in);
+}
+
 const char *lg_process_peek(const lg_process *p, size_t *len, int *eof, int *full) {
   *len = p->out.len;
   *eof = p->out.eof;

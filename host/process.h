@@ -67,6 +67,11 @@ void lg_process_kill(lg_process *p, double grace);
  * UV_EPIPE once stdin is closed (or the child exited), or a libuv code. */
 int lg_process_write(lg_process *p, const char *data, size_t len);
 
+/* Stream mode: the bytes written that wait for the child to read them
+ * (queued here, past what the pipe itself holds); 0 once stdin is closed.
+ * A peer that never reads makes this grow: the owner bounds it. */
+size_t lg_process_stdin_queued(const lg_process *p);
+
 /* Stream mode: closes the child's stdin (it reads end of file). Idempotent. */
 void lg_process_close_stdin(lg_process *p);
 

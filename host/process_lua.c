@@ -5,7 +5,7 @@
  * grace period). Collecting or closing a running process kills its group,
  * and what the child leaves in its group when it exits is killed then.
  * With opts.stream the process is a long-lived peer: write() and
- * close_stdin() feed its stdin, read_line() suspends for the next line of
+ * close_stdin() feed its stdin (queued() says how much waits unread), read_line() suspends for the next line of
  * its stdout (cancelling a read only stops the read), stderr() shows the
  * latest bytes of its stderr. core.environment() lists this process's
  * environment (children get what lua/luagent/child_env.lua allows). */
@@ -184,6 +184,16 @@ static int l_proc_write(lua_State *L) {
   lg_process_info_get(u->p, &in);
   return lg_error_fail(L, rc == UV_EPIPE ? LG_ERR_EOF : LG_ERR_PROCESS, "write to process %d: %s",
                        in.pid, rc == UV_EPIPE ? "its stdin is closed" : uv_strerror(rc));
+}
+
+/* proc:queued() -> the bytes written to stdin that the child has not read
+ * yet, beyond what the pipe holds (0 once stdin is closed). Stream mode:
+ * write() never waits, so its caller bounds what a child that does not
+ * read may make it hold. */
+static int l_proc_queued(lua_State *L) {
+  proc_ud *u = check_open(L, "queued");
+  lua_pushinteger(L, (lua_Integer)lg_process_stdin_queued(u->p));
+  return 1;
 }
 
 /* proc:close_stdin(): the child reads end of file. Stream mode. */
@@ -400,7 +410,7 @@ void lg_process_register(lua_State *L) {
   static const luaL_Reg methods[] = {{"wait", l_proc_wait},         {"kill", l_proc_kill},
                                      {"pid", l_proc_pid},           {"finished", l_proc_finished},
                                      {"close", l_proc_close},       {"write", l_proc_write},
-                                     {"close_stdin", l_proc_close_stdin},
+                                     {"close_stdin", l_proc_close_stdin}, {"queued", l_proc_queued},
                                      {"read_line", l_proc_read_line}, {"stderr", l_proc_stderr},
                                      {NULL, NULL}};
   lg_class_new(L, PROC_MT, methods, l_proc_close, l_proc_close);

@@ -217,6 +217,23 @@ describe("a stream process (a long-lived peer)", function()
     p:close()
   end)
 
+  it("says how many written bytes wait for a child that does not read them", function()
+    local block = ("x"):rep(64 * 1024)
+    local idle = assert(core.process_spawn({ "sleep", "30" }, { stream = true }))
+    assert.equal(0, idle:queued())
+    for _ = 1, 8 do assert.is_true(idle:write(block)) end
+    -- the pipe holds some (64 KiB on Linux); the rest waits here
+    assert.is_true(idle:queued() >= 256 * 1024, tostring(idle:queued()))
+    idle:close_stdin()
+    assert.equal(0, idle:queued())
+    idle:close()
+
+    local reader = assert(core.process_spawn({ "sh", "-c", "cat >/dev/null" }, { stream = true }))
+    for _ = 1, 8 do assert.is_true(reader:write(block)) end
+    assert.is_true(eventually(function() return reader:queued() == 0 end, 10)) -- read: none waits
+    reader:close()
+  end)
+
   it("keeps the latest bytes of stderr and sets the child's environment", function()
     local p = assert(core.process_spawn({ "sh", "-c",
       'for i in 1 2 3 4 5 6 7 8 9; do echo "line $i of stderr" >&2; done; echo "$LG_A|${HOME-unset}"; read -r x' },

@@ -86,6 +86,10 @@ local function list(opts)
     out("%-" .. width .. "s  %-21s  %s\n", n, #flags > 0 and table.concat(flags, " ") or "-",
       hint_words(t.mcp.hints))
   end
+  -- what the list held that is not offered (a tool luagent cannot use, a cap)
+  for _, ev in ipairs(set:events_since(nil)) do
+    if ev.type == "tools_reload_failed" then say("luagent mcp: %s", ev.message) end
+  end
   set:close()
   return 0
 end

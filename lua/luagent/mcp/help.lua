@@ -11,6 +11,8 @@ and the hints the server declares, then stops the server.
 
 Hints become flags only when the tool policy trusts the server
 (trust_hints); its overrides per tool name win (policies/README.md).
+A tool of the list luagent leaves out (a schema it cannot use, past the
+cap of 1,000 tools) is reported on stderr.
 
 options:
   --url URL         a Streamable HTTP server instead of a command

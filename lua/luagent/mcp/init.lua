@@ -26,6 +26,13 @@
 -- tools_reload_failed) are scrubbed, and its tools' results and errors
 -- are, as every tool's (lua/luagent/tools.lua).
 --
+-- What a server sends is bounded: one message by max_message; the
+-- handshake as a whole by init_timeout and a re-list by request_timeout;
+-- the tools taken by max_tools and by max_message bytes of definitions; a
+-- tool whose schema cannot be encoded is left out; any of these, and any
+-- error in the handshake or a re-list, is reported (nil, err to open(), or
+-- a tools_reload_failed event), never left hanging.
+--
 -- Servers are real processes or sockets: under the virtual clock the
 -- handshake's and pings' time limits may pass before a server had the
 -- real time to answer, so MCP sets want the real clock.
@@ -48,11 +55,20 @@ M.PROTOCOL = "2025-11-25"
 M.SUPPORTED = { ["2025-11-25"] = true, ["2025-06-18"] = true, ["2025-03-26"] = true, ["2024-11-05"] = true }
 M.MAX_PAGES = 1000
 M.STABLE = 30 -- seconds up after which a restart's backoff starts over
+-- Tables within tables an inputSchema may nest: a request wraps the schema
+-- in a few more, and the encoder stops at 200 (a cycle's guard).
+M.MAX_SCHEMA_DEPTH = 64
+-- Re-lists back to back while list_changed keeps coming during each: past
+-- this the last list is kept until the next notice (a server announcing a
+-- change on every read would keep luagent listing for ever).
+M.MAX_RELISTS = 3
 
 M.defaults = {
   init_timeout = 10,         -- seconds for the handshake and the first list
-  request_timeout = 30,      -- seconds for tools/list and other requests
-  max_message = 4 * 1024 * 1024, -- bytes of one message from the server
+  request_timeout = 30,      -- seconds for a request, and for a whole re-list
+  max_message = 4 * 1024 * 1024, -- bytes of one message from the server; also the bound of the
+                             -- tools' definitions taken, and of what waits unread for a stdio server
+  max_tools = 1000,          -- tools taken from one server (every model request carries them all)
   ping_interval = 30,        -- seconds between pings (false: none)
   ping_timeout = 10,         -- a ping not answered in this time restarts the server
   restart = { strategy = "exponential", base = 0.2, max = 30, jitter = 0.2 },
@@ -72,7 +88,7 @@ Set.version = dir.Set.version
 local OPTIONS = { command = true, env = true, cwd = true, url = true, headers = true, name = true,
   prefix = true, timeout = true, policy = true, tool_policy = true, roots = true, restart = true,
   init_timeout = true, request_timeout = true, max_message = true, ping_interval = true,
-  ping_timeout = true }
+  ping_timeout = true, max_tools = true }
 
 local function positive(v) return type(v) == "number" and v > 0 and v < math.huge end
 
@@ -101,7 +117,7 @@ local function check_options(o)
     if o[k] ~= nil and type(o[k]) ~= "string" then bad(k .. " must be a string") end
   end
   if o.prefix and not o.prefix:match("^[A-Za-z0-9_-]*$") then bad("prefix must match [A-Za-z0-9_-]*") end
-  for _, k in ipairs({ "timeout", "init_timeout", "request_timeout", "max_message", "ping_timeout" }) do
+  for _, k in ipairs({ "timeout", "init_timeout", "request_timeout", "max_message", "ping_timeout", "max_tools" }) do
     if o[k] ~= nil and not positive(o[k]) then bad(k .. " must be a number > 0") end
   end
   if o.ping_interval ~= nil and o.ping_interval ~= false and not positive(o.ping_interval) then
@@ -154,6 +170,31 @@ local function fix_schema(s, depth)
   return s
 end
 
+-- Why the decoded inputSchema `s` cannot be offered, or nil: a number JSON
+-- cannot carry (1e999 decodes as infinity) would make every request that
+-- carries the tool fail to encode, and so would nesting past the encoder's
+-- bound. Walks at most MAX_SCHEMA_DEPTH levels.
+local function schema_problem(s, depth, path)
+  if depth > M.MAX_SCHEMA_DEPTH then
+    return "is nested more than " .. M.MAX_SCHEMA_DEPTH .. " levels deep"
+  end
+  for k, v in pairs(s) do
+    local at = path == "" and tostring(k) or (path .. "." .. tostring(k))
+    if type(v) == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+      return "holds a number JSON cannot carry (1e999, NaN or Infinity) at " .. at
+    elseif type(v) == "table" then
+      local why = schema_problem(v, depth + 1, at)
+      if why then return why end
+    end
+  end
+end
+
+-- A short excerpt of a tools/list entry for messages (never raises).
+local function entry_excerpt(t)
+  local ok, text = pcall(json.encode, t, { nonfinite = "null" })
+  return ok and text:sub(1, 120) or tostring(t)
+end
+
 -- trusted(policy, label): whether the tool policy trusts the hints of the
 -- server called `label`.
 function M.trusted(policy, label)
@@ -188,7 +229,11 @@ function Set:make_tool(t)
   -- its description and schema go with every model request: scrubbed
   secrets.scrub(t)
   if type(t) ~= "table" or type(t.name) ~= "string" or t.name == "" then
-    return nil, "a tool without a name: " .. json.encode(t):sub(1, 120)
+    return nil, "a tool without a name: " .. entry_excerpt(t)
+  end
+  if type(t.inputSchema) == "table" then
+    local problem = schema_problem(t.inputSchema, 1, "")
+    if problem then return nil, "tool '" .. t.name .. "' is left out: its inputSchema " .. problem end
   end
   local name = (self.prefix or "") .. t.name:gsub("[^A-Za-z0-9_-]", "_")
   if #name > tools.MAX_NAME then name = name:sub(1, tools.MAX_NAME) end
@@ -201,38 +246,76 @@ function Set:make_tool(t)
     read_only = ro, idempotent = idem, timeout = self.timeout,
     run = function(args, ctx) return self:call(remote, args, ctx) end })
   if not tool then return nil, why end
-  tool.mcp = { server = self.label, name = remote, hints = hints, trusted = trust,
-    fingerprint = json.encode { description, params, ro, idem, remote } }
+  local encoded, fingerprint = pcall(json.encode, { description, params, ro, idem, remote })
+  if not encoded then return nil, "tool '" .. t.name .. "' is left out: " .. tostring(fingerprint) end
+  tool.mcp = { server = self.label, name = remote, hints = hints, trusted = trust, fingerprint = fingerprint }
   return tool
 end
 
--- list(session) -> {name = tool} | nil, err: every page of tools/list.
--- A tool that cannot be offered (or whose name another has) is reported
--- as a tools_reload_failed event and left out.
-function Set:list(session, timeout)
-  local map, cursor, pages = {}, nil, 0
+-- Reports that a tool (`name`, when one) of the server's list is left out.
+function Set:report(message, name)
+  self:record { type = "tools_reload_failed", file = self.label, server = self.label, tool = name,
+    message = self.label .. ": " .. message }
+end
+
+-- Reports that a cap stopped the listing at entry `i` of the page `entries`.
+function Set:report_cap(cap, offered, entries, i)
+  local names = {}
+  for j = i, #entries do
+    local t = entries[j]
+    names[#names + 1] = type(t) == "table" and type(t.name) == "string" and t.name or "?"
+  end
+  local shown = table.concat(names, ", ", 1, math.min(5, #names))
+  if #names > 5 then shown = string.format("%s and %d more", shown, #names - 5) end
+  self:report(string.format("%s; the first %d are offered, these and any on later pages are left out: %s",
+    cap, offered, shown))
+end
+
+-- list(session, deadline) -> {name = tool} | nil, err: every page of
+-- tools/list, all of them before `deadline` (core.now() time). A tool that
+-- cannot be offered (or whose name another has) is reported as a
+-- tools_reload_failed event and left out; past max_tools tools, or
+-- max_message bytes of their definitions (what every model request
+-- carries), the rest are reported and no further page is asked for.
+function Set:list(session, deadline)
+  local map, cursor, pages, count, bytes = {}, nil, 0, 0, 0
   local old = self.snap.tools
   repeat
     pages = pages + 1
     if pages > M.MAX_PAGES then
       return nil, errors.new("protocol", self.label .. ": tools/list gave more than " .. M.MAX_PAGES .. " pages")
     end
+    local left = deadline - core.now()
+    if left <= 0 then
+      return nil, errors.new("timeout", string.format("%s did not list its tools in time (%d pages read)",
+        self.label, pages - 1), { which = "mcp" })
+    end
     local res, err = session:request("tools/list", cursor and { cursor = cursor } or json.object(),
-      { timeout = timeout or self.request_timeout })
+      { timeout = left })
     if not res then return nil, err end
     if type(res) ~= "table" or type(res.tools) ~= "table" then
       return nil, errors.new("protocol", self.label .. ": tools/list answered without a list of tools")
     end
-    for _, t in ipairs(res.tools) do
+    for i, t in ipairs(res.tools) do
+      if count >= self.max_tools then
+        self:report_cap(string.format("more than %d tools (max_tools)", self.max_tools), count, res.tools, i)
+        return map
+      end
       local tool, why = self:make_tool(t)
       if tool and map[tool.name] then tool, why = nil, "tool name '" .. tool.name .. "' is given twice" end
       if tool then
+        bytes = bytes + #tool.mcp.fingerprint
+        if bytes > self.max_message then
+          self:report_cap(string.format("the tools' definitions pass %d bytes (max_message)", self.max_message),
+            count, res.tools, i)
+          return map
+        end
         local prev = old[tool.name]
         if prev and prev.mcp and prev.mcp.fingerprint == tool.mcp.fingerprint then tool = prev end
         map[tool.name] = tool
+        count = count + 1
       else
-        self:record { type = "tools_reload_failed", file = self.label, server = self.label,
-          message = self.label .. ": " .. tostring(why) }
+        self:report(tostring(why), type(t) == "table" and type(t.name) == "string" and t.name or nil)
       end
     end
     cursor = res.nextCursor
@@ -241,45 +324,72 @@ function Set:list(session, timeout)
   return map
 end
 
--- Re-lists the tools after list_changed (coalesced: one at a time, once
--- more if another notice came meanwhile) and publishes what changed.
+-- Wakes the tasks waiting in events_since for a re-list.
+function Set:wake_relist_waiters()
+  local ws = self.relist_waiters
+  self.relist_waiters = {}
+  for _, w in ipairs(ws) do w.notify() end
+end
+
+-- The text of a raised error, for a report.
+local function raised_text(err)
+  if errors.is(err) then return err.message end
+  return tostring(err)
+end
+
+-- Re-lists the tools after list_changed and publishes what changed: one
+-- re-list at a time; once more if another notice came meanwhile, at most
+-- MAX_RELISTS times in a row. Each round records the notices it covers
+-- (`listed`), so events_since waits for the round it needs, not for a
+-- server that keeps announcing.
 function Set:relist()
-  if self.relisting then self.relist_again = true return end
+  if self.relisting then return end
   self.relisting = true
   local task = core.spawn(function()
     local ok, err = pcall(function()
-      repeat
-        self.relist_again = false
+      for round = 1, M.MAX_RELISTS do
         local session = self.session
         if self.state ~= "ready" or not session then break end
-        local map, lerr = self:list(session)
+        local covers = self.notices
+        local map, lerr = self:list(session, core.now() + self.request_timeout)
         if map then
           dir.publish(self, map)
         else
-          self:record { type = "tools_reload_failed", file = self.label, server = self.label,
-            message = self.label .. ": re-listing the tools failed: " .. tostring(lerr) }
+          self:report("re-listing the tools failed: " .. tostring(lerr and lerr.message or lerr))
         end
-      until not self.relist_again
+        self.listed = covers
+        self:wake_relist_waiters()
+        if self.notices == covers then break end
+        if round == M.MAX_RELISTS then
+          self:report(string.format("the list changed again during each of %d re-lists in a row; "
+            .. "the last list is kept until the next notice", M.MAX_RELISTS))
+        end
+      end
     end)
     self.relisting = false
-    local ws = self.relist_waiters
-    self.relist_waiters = {}
-    for _, w in ipairs(ws) do w.notify() end
-    if not ok then error(err, 0) end
+    self.listed = self.notices
+    self:wake_relist_waiters()
+    if not ok then
+      if errors.is_cancel(err) then error(err, 0) end
+      self:report("re-listing the tools failed: " .. raised_text(err))
+    end
   end)
   task:set_daemon(true)
 end
 
 -- The server said its list changed: re-list now, or after the handshake.
 function Set:list_changed()
+  self.notices = self.notices + 1
   if self.state == "ready" then self:relist() else self.relist_pending = true end
 end
 
--- events_since(cursor) -> events, cursor: as a folder set's; a re-list
--- under way (a list_changed came) is waited for, so the turn that starts
--- next sees the list the server announced.
+-- events_since(cursor) -> events, cursor: as a folder set's; the re-list
+-- that covers the notices heard so far is waited for (each is bounded by
+-- request_timeout), so the turn that starts next sees the list the server
+-- announced; notices that come while it waits are not.
 function Set:events_since(cursor)
-  while self.relisting do
+  local wanted = self.notices
+  while self.relisting and self.listed < wanted do
     local s = queue.signal()
     self.relist_waiters[#self.relist_waiters + 1] = s
     s.wait()
@@ -364,8 +474,9 @@ function Set:on_request(method)
 end
 
 -- initialize, its version check, notifications/initialized, then the
--- first list. true | nil, err.
+-- first list, all within init_timeout. true | nil, err.
 function Set:handshake(session)
+  local deadline = core.now() + self.init_timeout
   local caps = json.object()
   if self.roots then caps = { roots = { listChanged = false } } end
   local res, err = session:request("initialize", {
@@ -394,7 +505,7 @@ function Set:handshake(session)
   self.instructions = type(res.instructions) == "string" and res.instructions or nil
   if self.transport.listen then self.transport:listen(res.protocolVersion) end
   session:notify("notifications/initialized")
-  local map, lerr = self:list(session, self.init_timeout)
+  local map, lerr = self:list(session, deadline)
   if not map then return nil, lerr end
   dir.publish(self, map)
   return true
@@ -448,7 +559,12 @@ function Set:cycle()
   t.on_stream = function() self:list_changed() end
   self.session = session
   local hs = core.spawn(function()
-    local hok, herr = self:handshake(session)
+    -- whatever goes wrong in it, the opener is woken with the reason
+    local ran, hok, herr = pcall(self.handshake, self, session)
+    if not ran then
+      if errors.is_cancel(hok) then error(hok, 0) end
+      hok, herr = nil, errors.new("protocol", self.label .. ": the handshake failed: " .. raised_text(hok))
+    end
     if hok then
       self.state, self.ready_at = "ready", core.now()
       if self.ping_interval then self.ping_task = self:pinger(session) end
@@ -463,9 +579,15 @@ function Set:cycle()
   local ok, why = pcall(t.run, t, function(line) return session:deliver(line) end)
   hs:cancel("connection ended")
   if self.ping_task then self.ping_task:cancel("connection ended") self.ping_task = nil end
-  if not ok then -- the set closed (or a bug): what this connection started ends here
-    session:fail(errors.new("tool_error", self.label .. ": the tool set is closed", { died = true }))
-    error(why, 0)
+  if not ok then
+    if errors.is_cancel(why) or self.closed then -- the set closed: what this connection started ends here
+      session:fail(errors.new("tool_error", self.label .. ": the tool set is closed", { died = true }))
+      error(why, 0)
+    end
+    -- anything else raised while reading ends this connection like a
+    -- failure (the opener is woken, a set that was open restarts it)
+    why = errors.new("protocol", self.label .. ": the connection failed: " .. raised_text(why))
+    t:kill()
   end
   -- what the server said or echoed may hold a key: the set reports it scrubbed
   why = secrets.scrub(self.cause or session.dead or why)
@@ -531,6 +653,7 @@ function M.open(o)
     request_timeout = o.request_timeout or d.request_timeout,
     ping_interval = o.ping_interval == nil and d.ping_interval or o.ping_interval,
     ping_timeout = o.ping_timeout or d.ping_timeout, restart = restart,
+    max_tools = o.max_tools or d.max_tools, max_message = max_message, notices = 0, listed = 0,
     snap = { version = 0, tools = {}, names = {} }, log = {}, seq = 0, waiters = {}, relist_waiters = {},
     state = "starting", restarts = 0, opened = false,
   }, Set)

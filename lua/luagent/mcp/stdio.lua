@@ -1,9 +1,12 @@
 -- The stdio transport of MCP: the server is a child process (its own
 -- process group) speaking newline-delimited JSON-RPC on stdin/stdout; what
 -- it writes to stderr is kept (its latest bytes) to explain its failures.
--- A line longer than max_message ends the connection with a clear error.
--- The server gets the reduced environment of every child, as the MCP SDKs
--- give theirs (lua/luagent/child_env.lua), plus the set's `env`.
+-- A line longer than max_message ends the connection with a clear error;
+-- so does a server that leaves more than max_message bytes of what luagent
+-- wrote unread (one that floods requests and never reads its stdin would
+-- make the replies queue without bound). The server gets the reduced
+-- environment of every child, as the MCP SDKs give theirs
+-- (lua/luagent/child_env.lua), plus the set's `env`.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local child_env = require "luagent.child_env"
@@ -21,6 +24,7 @@ end
 
 -- start() -> true | nil, err: spawns the server.
 function Stdio:start()
+  self.overflow = nil
   local proc, err = core.process_spawn(self.command, { stream = true, cwd = self.cwd,
     env = child_env.build(self.env), inherit_env = false, max_output = self.max_message, grace = 1 })
   if not proc then return nil, err end
@@ -30,7 +34,16 @@ end
 
 -- send(text) -> true | nil, err: one message, as one line.
 function Stdio:send(text)
+  if self.overflow then return nil, self.overflow end
   if not self.proc then return nil, errors.new("eof", self.name .. " is not running") end
+  local waiting = self.proc:queued()
+  if waiting > self.max_message then -- it does not read: stop it, run() reports why
+    self.overflow = errors.new("protocol", string.format(
+      "%s does not read its stdin: more than %d bytes wait for it (max_message); the connection is dropped",
+      self.name, self.max_message), { queued = waiting })
+    self.proc:kill(0)
+    return nil, self.overflow
+  end
   return self.proc:write(text .. "\n")
 end
 
@@ -48,6 +61,7 @@ end
 function Stdio:run(deliver)
   local proc = self.proc
   while true do
+    if self.overflow then return self.overflow end -- stopped for not reading (send)
     local line, err = proc:read_line()
     if not line then
       if err then
