@@ -507,11 +507,11 @@ function M.load(path)
     if msg:sub(1, #path + 1) ~= path .. ":" then msg = path .. ": " .. msg end
     return nil, errors.new("usage", msg, { file = path, line = tonumber(msg:match(":(%d+):")) })
   end
-  local text, rerr = sandbox.read_file(path)
+  -- bounded as tool files are: a regular file of at most max_bytes, opened
+  -- without waiting (a FIFO or a device named like a policy cannot hold
+  -- the loop, nor a huge file its memory)
+  local text, rerr = sandbox.read_file(path, M.limits.max_bytes)
   if not text then return fail(rerr) end
-  if #text > M.limits.max_bytes then
-    return fail(("the file is %d bytes; a policy may have at most %d"):format(#text, M.limits.max_bytes))
-  end
   local chunk, perr = load(text, "@" .. path, "t", sandbox.env())
   if not chunk then return fail(perr) end
   local ok, result = M.run_limited(chunk, { instructions = M.limits.load,
