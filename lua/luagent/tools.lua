@@ -12,6 +12,7 @@
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local json = require "luagent.json"
+local sandbox = require "luagent.sandbox"
 local schema = require "luagent.tools.schema"
 
 local M = {}
@@ -152,25 +153,6 @@ end
 
 local function fmt(s) return (string.format("%.3g", s)) end
 
--- Stops Lua code that computes without ever waiting: a count hook on the
--- running coroutine raises tool_timeout once `seconds` of CPU time passed
--- (process CPU time never runs ahead of wall time on one thread, so this is
--- a wall-time bound that holds even when the loop cannot run). Once fired,
--- every further instruction raises again, so a pcall in the tool cannot
--- swallow it. Kept in one function: the sandbox of user hooks may take over.
-function M.guard_stuck(seconds, what)
-  local start, err = os.clock(), nil
-  local function hook()
-    if err or os.clock() - start >= seconds then
-      err = err or errors.new("tool_timeout", what .. " timed out after " .. fmt(seconds) .. " s",
-        { seconds = seconds, stuck = true })
-      debug.sethook(hook, "", 1)
-      error(err, 0)
-    end
-  end
-  debug.sethook(hook, "", 10000)
-end
-
 -- Cuts `text` to `cap` bytes (on a UTF-8 boundary) with a note saying how
 -- much was left out; `total` is the full size when text is already a prefix.
 function M.bound(text, cap, total)
@@ -193,41 +175,89 @@ local function transient(err)
   return TRANSIENT[err.kind] or false
 end
 
--- A tool's result as text: strings as they are, tables as JSON.
+-- A tool's result as text: strings as they are, nil as nothing, anything
+-- else as JSON (raises for what JSON cannot carry: NaN, a table that
+-- refers to itself, a function).
 local function as_text(v)
   if v == nil then return "" end
   if type(v) == "string" then return v end
-  if type(v) == "table" then return json.encode(v) end
-  return tostring(v)
+  return json.encode(v)
 end
 
--- An error value (raised or returned by a tool) as a tool_error record.
-local function tool_error(name, e)
-  if errors.is(e) then return e end
+-- Whether v is a record errors.new made (its metatable, read past any
+-- __metatable field), so its fields can be read raw.
+local function is_record(v)
+  return type(v) == "table" and debug.getmetatable(v) == errors.metatable
+end
+
+-- An error value a tool raised or returned, made plain inside its box:
+-- {kind=, message=, fields=} for a record (a table with a kind luagent
+-- knows: its fields as a plain, bounded copy), else {message=}.
+local function error_fields(e)
   local msg = tostring(type(e) == "table" and e.message or e)
-  -- a raised string comes back from the task with its traceback: the model
-  -- gets the message alone
+  -- a raised string may carry a traceback: the model gets the message alone
   msg = msg:gsub("\nstack traceback:\n.*$", "")
-  return errors.new("tool_error", name .. " failed: " .. msg)
+  if errors.is(e) and e.kind ~= "cancelled" then
+    return { kind = e.kind, message = msg, fields = sandbox.plain(e) }
+  end
+  return { message = msg }
 end
 
--- One attempt of a Lua tool: runs as a child task under a deadline and the
--- stuck-code guard. Returns text | nil, err.
-local function lua_attempt(tool, args, ctx, timeout)
-  local luagent = require "luagent"
-  local ok, res, e = pcall(luagent.deadline, timeout, function()
-    M.guard_stuck(timeout, tool.name)
-    return tool.run(args, ctx)
-  end)
-  if not ok then
-    if errors.is(res) and res.kind == "timeout" and res.which == "deadline" then
-      return nil, errors.new("tool_timeout", tool.name .. " timed out after " .. fmt(timeout) .. " s", { seconds = timeout })
-    end
-    if errors.is_cancel(res) then error(res, 0) end
-    return nil, tool_error(tool.name, res)
+-- What runs in a Lua tool's box: the call of `fn` (run or check), then its
+-- outcome made plain there too, so that metamethods, NaN and cycles meet
+-- the tool's bounds: "text", text | "none" (it returned nothing: a check
+-- saying the call did not happen) | "error", error_fields | "unsendable",
+-- why. A cancellation is raised again: it must reach the task's top.
+local function inside(fn, args, ctx)
+  local res = table.pack(pcall(fn, args, ctx))
+  if not res[1] then
+    local e = res[2]
+    if is_record(e) and rawget(e, "kind") == "cancelled" then error(e, 0) end
+    return "error", error_fields(e)
   end
-  if res == nil and e ~= nil then return nil, tool_error(tool.name, e) end
-  return as_text(res)
+  if res[2] == nil then
+    if res[3] ~= nil then return "error", error_fields(res[3]) end
+    return "none"
+  end
+  local ok, text = pcall(as_text, res[2])
+  if not ok then return "unsendable", tostring(text) end
+  return "text", text
+end
+
+local function tool_timeout(name, seconds, stuck)
+  return errors.new("tool_timeout", name .. " timed out after " .. fmt(seconds) .. " s",
+    { seconds = seconds, stuck = stuck })
+end
+
+-- Runs fn(args, ctx) (a tool's run or check, named `name` in messages) in
+-- the sandbox as a task (sandbox.run): its timeout the wall bound, the
+-- policy's grace and max_memory. Returns text | nil (nothing returned) |
+-- nil, err; raises a cancellation of the caller.
+local function run_bounded(name, fn, args, ctx, timeout, policy)
+  local ok, how, v = sandbox.run(inside, { fn, args, ctx, n = 3 }, { wall = timeout,
+    grace = policy.grace or 2, memory = policy.max_memory or 0 })
+  if ok then
+    if how == "text" then return v end
+    if how == "none" then return nil end
+    if how == "unsendable" then
+      return nil, errors.new("tool_error", name .. " returned a result that cannot be sent to the model: " .. v)
+    end
+    if v.kind then return nil, errors.new(v.kind, v.message, v.fields) end
+    return nil, errors.new("tool_error", name .. " failed: " .. v.message)
+  end
+  local stop = v
+  if stop == "deadline" then return nil, tool_timeout(name, timeout) end
+  if stop == "time" then return nil, tool_timeout(name, timeout, true) end
+  if stop then return nil, errors.new("tool_error", name .. " failed: " .. how) end
+  -- only a cancellation from elsewhere (the tool's own task) gets here
+  return nil, errors.new("tool_error", name .. " failed: " .. tostring(errors.is(how) and how.message or how))
+end
+
+-- One attempt of a Lua tool, in the sandbox. Returns text | nil, err.
+local function lua_attempt(tool, args, ctx, timeout, policy)
+  local text, err = run_bounded(tool.name, tool.run, args, ctx, timeout, policy)
+  if err then return nil, err end
+  return text or ""
 end
 
 -- One attempt of a command tool: a child process in its own group, the
@@ -265,27 +295,15 @@ end
 -- check_outcome(tool, call, opts) -> text | nil | nil, err: asks the tool's
 -- check(args, ctx) whether a call whose outcome is unknown (a durable run
 -- stopped while it ran) happened: its result as text if it did, nil if it
--- did not, nil and a tool_error when the check failed. Same bounds as an
--- attempt (timeout, stuck-code guard); opts as for execute.
+-- did not, nil and an error record when the check failed. Same bounds as
+-- an attempt (the sandbox, the timeout); opts as for execute.
 function M.check_outcome(tool, call, opts)
-  local timeout = tool.timeout or (opts.policy and opts.policy.timeout) or 30
+  local policy = opts.policy or {}
+  local timeout = tool.timeout or policy.timeout or 30
   local ctx = { call_id = call.id, agent = opts.agent, tool = tool.name, attempt = 0, checking = true,
     idempotency_key = opts.idempotency_key, raw_arguments = call.raw_arguments,
     progress = function() end, cancelled = function() return false end }
-  local luagent = require "luagent"
-  local ok, res, e = pcall(luagent.deadline, timeout, function()
-    M.guard_stuck(timeout, tool.name .. " check")
-    return tool.check(call.arguments or {}, ctx)
-  end)
-  if not ok then
-    if errors.is_cancel(res) then error(res, 0) end
-    return nil, tool_error(tool.name .. " check", res)
-  end
-  if res == nil then
-    if e ~= nil then return nil, tool_error(tool.name .. " check", e) end
-    return nil
-  end
-  return as_text(res)
+  return run_bounded(tool.name .. " check", tool.check, call.arguments or {}, ctx, timeout, policy)
 end
 
 -- The record that stops a run when an unflagged tool may have acted.
