@@ -31,9 +31,9 @@
  *     the net growth; past the limit allocations fail (a Lua memory error)
  *     and the box is stopped;
  *   - metamethods that would run later, outside the bounds (__index,
- *     __pairs, __gc): sandboxed code gets no setmetatable, and the host
- *     reads what it returns with rawget/next only, or inside the box
- *     (lua/luagent/sandbox.lua).
+ *     __pairs, __gc): sandboxed code gets no setmetatable (a tool file one
+ *     that refuses __gc), and the host reads what it returns with
+ *     rawget/next only, or inside the box (lua/luagent/sandbox.lua).
  *
  * A box runs one coroutine at a time: a call of box:resume (policy files
  * and hooks, which may not wait), or each resume of a task the scheduler

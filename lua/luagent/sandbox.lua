@@ -3,11 +3,11 @@
 -- bound in wall time, memory and instructions, and one that passes a bound
 -- is stopped and reported with file:line. host/sandbox.c does the bounding
 -- and says why it is done in the host's own state; this module adds what
--- user code may see (env), what it is given (plain, bounded copies:
--- plain), the call that may not wait (call: policy files, hooks, tool
--- files) and the task that may (run: Lua tools); and it reads the files
--- user code comes in (read_file: policy and tool files, and cassettes
--- alike).
+-- user code may see (env, tool_env), what it is given (plain, bounded
+-- copies: plain), the call that may not wait (call: policy files, hooks,
+-- tool files) and the task that may (run: Lua tools); and it reads the
+-- files user code comes in (read_file: policy and tool files, and
+-- cassettes alike).
 --
 --   local ok, a, b = sandbox.call(fn, { x, y }, { wall = 0.1, memory = 32 * 2^20,
 --                                                 instructions = 1e5 })
@@ -60,6 +60,55 @@ function M.env(extra)
   }
   env._G = env
   for k, v in pairs(extra or {}) do env[k] = v end
+  return env
+end
+
+-- What a tool file's environment leaves out of the host's globals, and the
+-- modules its require refuses (M.tool_env).
+local TOOL_HIDDEN = { debug = true }
+local TOOL_REFUSED = { debug = true, _G = true }
+
+-- A fresh environment for a tool file (lua/luagent/tools/dir.lua). A tool
+-- does real work, so it sees the host's globals (io, os, require, ...), as
+-- they are when the file loads; globals it sets stay its own. Left out is
+-- what would carry its code past its bounds: debug (debug.sethook() takes
+-- the count hook away; require "debug" and require "_G" are refused too),
+-- and setmetatable refuses a metatable with __gc (a finalizer runs at some
+-- later collection, where no hook runs: outside every bound); load,
+-- loadfile and dofile give a chunk this environment unless told another.
+-- This keeps a careless file within its bounds; it is no wall against one
+-- that hunts for the debug library (package.loaded holds it): tool files
+-- are code the operator put there.
+function M.tool_env()
+  local env = {}
+  for k, v in next, _G do
+    if not TOOL_HIDDEN[k] then env[k] = v end
+  end
+  env._G = env
+  function env.require(name)
+    if TOOL_REFUSED[name] then
+      error("require: a tool file may not load '" .. name .. "' (it reaches past the file's bounds)", 2)
+    end
+    return require(name)
+  end
+  function env.setmetatable(t, mt)
+    if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+      error("setmetatable: a tool file may not set a __gc (a finalizer runs outside every bound)", 2)
+    end
+    return setmetatable(t, mt)
+  end
+  function env.load(chunk, name, mode, ...)
+    if select("#", ...) == 0 then return load(chunk, name, mode, env) end
+    return load(chunk, name, mode, ...)
+  end
+  function env.loadfile(path, mode, ...)
+    if select("#", ...) == 0 then return loadfile(path, mode, env) end
+    return loadfile(path, mode, ...)
+  end
+  function env.dofile(path)
+    local chunk = assert(loadfile(path, "bt", env))
+    return chunk()
+  end
   return env
 end
 

@@ -31,14 +31,58 @@ local FIELDS = { name = true, description = true, params = true, read_only = tru
 -- Definitions
 ------------------------------------------------------------------------------
 
+-- How deep a tool's params may nest.
+M.MAX_PARAMS_DEPTH = 64
+
+-- A copy of a tool's params read with next only, so that no metamethod of
+-- the definition's tables runs, now or whenever the schema is used; JSON
+-- array marks (json.array) are kept. A table met twice is copied once.
+-- nil and why for a table that holds itself or nests too deep.
+local function raw_copy(v, depth, path, done)
+  if type(v) ~= "table" then return v end
+  if done[v] then return done[v] end
+  if path[v] then return nil, "params hold themselves (a cycle)" end
+  if depth > M.MAX_PARAMS_DEPTH then return nil, "params nest deeper than " .. M.MAX_PARAMS_DEPTH .. " levels" end
+  path[v] = true
+  local c = {}
+  for k, x in next, v do
+    local cx, why = raw_copy(x, depth + 1, path, done)
+    if why then return nil, why end
+    c[k] = cx
+  end
+  path[v] = nil
+  if debug.getmetatable(v) == json.array_mt then setmetatable(c, json.array_mt) end
+  done[v] = c
+  return c
+end
+
+-- A value as a definition's message names it: a string quoted, nil, a
+-- number or a boolean as it is, else its type (tostring would run a
+-- __tostring of the definition's).
+local function shown(v)
+  local tv = type(v)
+  if tv == "string" then return ("%q"):format(v) end
+  if v == nil or tv == "number" or tv == "boolean" then return tostring(v) end
+  return "a " .. tv
+end
+
 -- check(t [, source]) -> tool | nil, message (with the offending field).
 -- The tool is a checked copy carrying the metatable Tool; `source` (a file)
--- is kept as tool.source.
+-- is kept as tool.source. The definition is read raw (next, rawget), so a
+-- metatable of its tables never runs (a tool file's may loop) and is not
+-- kept.
 function M.check(t, source)
-  if getmetatable(t) == Tool then return t end
   if type(t) ~= "table" then return nil, "a tool must be a table (got " .. type(t) .. ")", nil end
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  if debug.getmetatable(t) == Tool then return t end
+  local f, keys = {}, {}
+  for k, v in next, t do
+    if type(k) ~= "string" then
+      return nil, "unknown field " .. shown(k) .. " (a tool has name, description, params, read_only, "
+        .. "idempotent, timeout, check and run or command)", nil
+    end
+    f[k] = v
+    keys[#keys + 1] = k
+  end
   table.sort(keys)
   for _, k in ipairs(keys) do
     if not FIELDS[k] then
@@ -46,46 +90,50 @@ function M.check(t, source)
         .. "idempotent, timeout, check and run or command)", k
     end
   end
-  local name = t.name
+  local name = f.name
   if type(name) ~= "string" or #name < 1 or #name > M.MAX_NAME or not name:match(M.NAME_PATTERN) then
-    return nil, "name must match [A-Za-z0-9_-]{1,64} (got " .. (type(name) == "string" and ("%q"):format(name) or tostring(name)) .. ")", "name"
+    return nil, "name must match [A-Za-z0-9_-]{1,64} (got " .. shown(name) .. ")", "name"
   end
   local function bad(field, msg) return nil, "tool '" .. name .. "': " .. msg, field end
-  if type(t.description) ~= "string" or t.description == "" then
+  if type(f.description) ~= "string" or f.description == "" then
     return bad("description", "description must be a non-empty string")
   end
-  local params = t.params
-  if params == nil then params = { type = "object", properties = {} } end
+  local params, perr = { type = "object", properties = {} }, nil
+  if f.params ~= nil then params, perr = raw_copy(f.params, 1, {}, {}) end
+  if not params then return bad("params", perr) end
   local ok, why = schema.valid(params)
   if not ok then return bad("params", why) end
-  for _, f in ipairs({ "read_only", "idempotent" }) do
-    if t[f] ~= nil and type(t[f]) ~= "boolean" then return bad(f, f .. " must be true or false") end
+  for _, k in ipairs({ "read_only", "idempotent" }) do
+    if f[k] ~= nil and type(f[k]) ~= "boolean" then return bad(k, k .. " must be true or false") end
   end
-  if t.timeout ~= nil and not (type(t.timeout) == "number" and t.timeout > 0 and t.timeout < math.huge) then
+  if f.timeout ~= nil and not (type(f.timeout) == "number" and f.timeout > 0 and f.timeout < math.huge) then
     return bad("timeout", "timeout must be a number of seconds > 0")
   end
-  if (t.run == nil) == (t.command == nil) then
-    return bad(t.run and "run" or "command", "needs exactly one of run (a function) and command (an argv list)")
+  if (f.run == nil) == (f.command == nil) then
+    return bad(f.run and "run" or "command", "needs exactly one of run (a function) and command (an argv list)")
   end
-  if t.check ~= nil and type(t.check) ~= "function" then
+  if f.check ~= nil and type(f.check) ~= "function" then
     return bad("check", "check must be a function(args, ctx) returning the result if the call happened, else nil")
   end
   local command
-  if t.run ~= nil and type(t.run) ~= "function" then return bad("run", "run must be a function") end
-  if t.command ~= nil then
-    if type(t.command) ~= "table" or type(t.command[1]) ~= "string" then
+  if f.run ~= nil and type(f.run) ~= "function" then return bad("run", "run must be a function") end
+  if f.command ~= nil then
+    if type(f.command) ~= "table" or type(rawget(f.command, 1)) ~= "string" then
       return bad("command", "command must be a list of strings (argv, no shell)")
     end
     command = {}
-    for i, a in ipairs(t.command) do
+    local i = 1
+    while rawget(f.command, i) ~= nil do
+      local a = rawget(f.command, i)
       if type(a) ~= "string" then return bad("command", "command[" .. i .. "] must be a string") end
       command[i] = a
+      i = i + 1
     end
   end
   return setmetatable({
-    name = name, description = t.description, params = params,
-    read_only = t.read_only or false, idempotent = t.idempotent or false,
-    timeout = t.timeout, run = t.run, command = command, source = source, check = t.check,
+    name = name, description = f.description, params = params,
+    read_only = f.read_only or false, idempotent = f.idempotent or false,
+    timeout = f.timeout, run = f.run, command = command, source = source, check = f.check,
   }, Tool)
 end
 
