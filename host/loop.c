@@ -8,7 +8,11 @@
  * the suspension point, so pcall handlers and <close> variables run.
  *
  * The clock is monotonic, or virtual: then it jumps to the next timer as soon
- * as nothing else can make progress, so specs never sleep real seconds. */
+ * as nothing else can make progress, so specs never sleep real seconds.
+ *
+ * A task may run under a sandbox box (host/sandbox.c: a Lua tool): every
+ * resume of it is armed with the box, and the tasks it spawns share it
+ * (a daemon does not: it outlives the call that started it). */
 #include "loop.h"
 #include "core.h"
 #include "errors.h"
@@ -50,6 +54,8 @@ struct lg_task {
   lua_KContext kctx;
   lg_task *next_ready;
   struct joiner *joiners;      /* tasks waiting in join() for this one */
+  int box_ref;          /* registry ref to the sandbox box it runs under */
+  int stopped;          /* T_DONE: ended by its box's stop (not reported) */
 };
 
 struct joiner {
@@ -305,6 +311,15 @@ static void drop_wait(lg_wait *w) {
 int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k) {
   lg_loop *loop = lg_loop_get(L);
   lg_task *t = task_of(L);
+  if (t && t->box_ref != LUA_NOREF) {
+    /* a task its box stopped may not wait: it is to end at once */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->box_ref);
+    if (lg_sandbox_stopped(L, -1)) {
+      drop_wait(w);
+      return lg_sandbox_raise(L, -1);
+    }
+    lua_pop(L, 1);
+  }
   if (t && t->cancel_pending) {
     drop_wait(w);
     return raise_cancelled(L, t);
@@ -317,9 +332,10 @@ int lg_task_suspend(lua_State *L, lg_wait *w, lua_KContext ctx, lua_KFunction k)
     t->kctx = ctx;
     return lua_yieldk(L, 0, 0, resume_k);
   }
-  if (lg_sandbox_running(L)) {
-    /* Sandboxed code runs to completion: a wait would let other tasks run
-     * inside its bounds. */
+  if (!t && lg_sandbox_running(L)) {
+    /* Sandboxed code that is no task (a hook, or a coroutine of a tool's
+     * own) runs to completion: a wait would run the scheduler, and other
+     * tasks, inside its bounds. */
     drop_wait(w);
     return luaL_error(L, "sandboxed code may not wait (it runs to completion)");
   }
@@ -374,7 +390,19 @@ static void finish_task(lua_State *L, lg_task *t, int status, int nres) {
     t->ok = 0;
   }
   t->result_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_resetthread(co); /* runs pending <close> variables */
+  if (t->box_ref != LUA_NOREF) {
+    /* its pending <close> variables run under its box too */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->box_ref);
+    int armed = lg_sandbox_arm(L, -1, co) == 0;
+    lua_resetthread(co);
+    if (armed) lg_sandbox_disarm(L, -1);
+    t->stopped = status != LUA_OK && lg_sandbox_stopped(L, -1);
+    lua_pop(L, 1);
+    luaL_unref(L, LUA_REGISTRYINDEX, t->box_ref);
+    t->box_ref = LUA_NOREF;
+  } else {
+    lua_resetthread(co); /* runs pending <close> variables */
+  }
   set_task_of(L, co, NULL);
   t->state = T_DONE;
   luaL_unref(L, LUA_REGISTRYINDEX, t->co_ref);
@@ -417,10 +445,26 @@ static void resume_task(lua_State *L, lg_task *t) {
       return;
     }
   }
+  int box = 0;
+  if (t->box_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->box_ref);
+    box = lua_gettop(L);
+    if (lg_sandbox_arm(L, box, t->co) != 0) {
+      /* its box runs already (it cannot: a box's tasks run one at a time) */
+      lua_pop(L, 1);
+      lua_pushliteral(t->co, "sandbox: the task's box is running already");
+      finish_task(L, t, LUA_ERRRUN, 0);
+      return;
+    }
+  }
   t->state = T_RUNNING;
   lua_State *outer = loop_running_swap(t->loop, t->co);
   int status = lua_resume(t->co, L, nargs, &nres);
   loop_running_swap(t->loop, outer);
+  if (box) {
+    lg_sandbox_disarm(L, box);
+    lua_pop(L, 1);
+  }
   if (status == LUA_YIELD) {
     lua_pop(t->co, nres);
     if (t->state == T_RUNNING) push_ready(t); /* plain coroutine.yield() */
@@ -494,7 +538,7 @@ static int l_spawn(lua_State *L) {
   lg_task *t = lua_newuserdatauv(L, sizeof *t, 0);
   memset(t, 0, sizeof *t);
   t->loop = loop;
-  t->co_ref = t->self_ref = t->result_ref = t->cancel_reason_ref = LUA_NOREF;
+  t->co_ref = t->self_ref = t->result_ref = t->cancel_reason_ref = t->box_ref = LUA_NOREF;
   t->state = T_DONE; /* safe for __gc until it is queued */
   t->ok = 1;
   luaL_setmetatable(L, TASK_MT);
@@ -508,6 +552,11 @@ static int l_spawn(lua_State *L) {
   lua_xmove(L, co, nargs + 1);
   t->nargs = nargs;
   t->ok = 0;
+  lg_task *parent = task_of(L);
+  if (parent && parent->box_ref != LUA_NOREF) { /* a tool's helpers share its bounds */
+    lua_rawgeti(L, LUA_REGISTRYINDEX, parent->box_ref);
+    t->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
   loop->live++;
   push_ready(t);
   return 1;
@@ -615,6 +664,28 @@ static int l_task_set_daemon(lua_State *L) {
   int on = lua_toboolean(L, 2);
   if (t->state != T_DONE && on != t->daemon) t->loop->live_daemons += on ? 1 : -1;
   t->daemon = on;
+  if (on && t->state != T_RUNNING) { /* a daemon is not part of the call that started it */
+    luaL_unref(L, LUA_REGISTRYINDEX, t->box_ref);
+    t->box_ref = LUA_NOREF;
+  }
+  lua_settop(L, 1);
+  return 1;
+}
+
+/* task:set_sandbox(box | nil) -> task: the task runs under `box` (a
+ * core.sandbox) from its next resume on, or under none. Not for the
+ * running task. */
+static int l_task_set_sandbox(lua_State *L) {
+  lg_task *t = check_task(L, 1);
+  int none = lua_isnoneornil(L, 2);
+  luaL_argexpected(L, none || lg_sandbox_is_box(L, 2), 2, "sandbox or nil");
+  if (t->state == T_RUNNING) return luaL_error(L, "set_sandbox: the task is running");
+  luaL_unref(L, LUA_REGISTRYINDEX, t->box_ref);
+  t->box_ref = LUA_NOREF;
+  if (!none && t->state != T_DONE) {
+    lua_pushvalue(L, 2);
+    t->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
   lua_settop(L, 1);
   return 1;
 }
@@ -622,7 +693,7 @@ static int l_task_set_daemon(lua_State *L) {
 /* A failed task nobody joined reports its error when collected. */
 static int l_task_gc(lua_State *L) {
   lg_task *t = lua_touserdata(L, 1);
-  if (t->state == T_DONE && !t->ok && !t->observed && t->result_ref != LUA_NOREF) {
+  if (t->state == T_DONE && !t->ok && !t->observed && !t->stopped && t->result_ref != LUA_NOREF) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, t->result_ref);
     lua_getfield(L, -1, "err");
     int cancelled = 0;
@@ -706,6 +777,7 @@ static int no_live_tasks(void *arg) {
 static int l_run(lua_State *L) {
   lg_loop *loop = lg_loop_get(L);
   if (task_of(L)) return luaL_error(L, "run: called from inside a task");
+  if (lg_sandbox_running(L)) return luaL_error(L, "run: called from sandboxed code");
   if (run_until(loop, L, no_live_tasks, loop) != 0) {
     lua_pushboolean(L, 0);
     lua_pushinteger(L, loop->live - loop->live_daemons);
@@ -874,7 +946,7 @@ void lg_loop_register(lua_State *L) {
   static const luaL_Reg task_methods[] = {
       {"join", l_task_join},     {"cancel", l_task_cancel},
       {"status", l_task_status}, {"set_daemon", l_task_set_daemon},
-      {NULL, NULL}};
+      {"set_sandbox", l_task_set_sandbox}, {NULL, NULL}};
   lg_class_new(L, TASK_MT, task_methods, NULL, l_task_gc);
   lg_class_new(L, SLEEP_MT, NULL, NULL, l_sleep_gc);
   lg_class_new(L, JOIN_MT, NULL, NULL, l_join_gc);

@@ -1,5 +1,5 @@
-/* Running user Lua (policy files, hooks; Lua tools next) under bounds that
- * hold in wall time and memory, in the host's own Lua state.
+/* Running user Lua (policy files, hooks, Lua tools) under bounds that hold
+ * in wall time and memory, in the host's own Lua state.
  *
  * Why not a Lua state of its own on a worker thread: a hook is a closure of
  * its policy file, so that file would have to live in the worker's state and
@@ -8,22 +8,41 @@
  * for hours). Here the bound is exact instead, because every way user code
  * can spend time or memory is covered:
  *   - Lua instructions: a count hook checks the instruction budget and the
- *     wall-clock deadline every HOOK_EVERY instructions; once stopped it
- *     raises at every instruction, so pcall cannot swallow the stop;
+ *     wall-clock deadline; once stopped it raises at every instruction, so
+ *     pcall cannot swallow the stop. The interval between two checks is
+ *     bounded in time, not only in instructions: it starts at one
+ *     instruction at each resume and adapts (box_pace) so that checks come
+ *     about every CHECK_GAP of wall time, at most HOOK_EVERY instructions
+ *     apart, so slow instructions (C calls on big strings) do not make the
+ *     stop late; and the clock is the wall clock, not the CPU time a loaded
+ *     machine hands out slowly (a count hook makes Lua trap every
+ *     instruction whatever its interval: a longer one saves only the
+ *     checks);
  *   - long C calls: the only library functions whose time is not linear in
  *     what they allocate are the pattern functions (backtracking) and
  *     string.rep of an empty string; sandboxed code gets find, match,
  *     gmatch and gsub from host/pattern.c, which checks the same deadline
  *     every few thousand steps, and so do string.rep (which loops without
- *     allocating on an empty string) and table.move (2^40 nils);
+ *     allocating on an empty string) and table.move (2^40 nils). While a
+ *     box runs, the host's own string and table libraries hold them too
+ *     (SWAPS), so string methods (s:find(...)) and host functions the user
+ *     code calls are bounded;
  *   - memory: while a box runs, the state's allocator is wrapped and counts
  *     the net growth; past the limit allocations fail (a Lua memory error)
  *     and the box is stopped;
  *   - metamethods that would run later, outside the bounds (__index,
- *     __pairs, __gc): sandboxed code gets no setmetatable, and the host
- *     reads what it returns with rawget/next only (lua/luagent/sandbox.lua).
- * The allocator is swapped only for the length of one resume and restored
- * before anything else runs, so no state outlives the call. */
+ *     __pairs, __gc): sandboxed code gets no setmetatable (a tool file one
+ *     that refuses __gc), and the host reads what it returns with
+ *     rawget/next only, or inside the box (lua/luagent/sandbox.lua).
+ *
+ * A box runs one coroutine at a time: a call of box:resume (policy files
+ * and hooks, which may not wait), or each resume of a task the scheduler
+ * runs under it (host/loop.c: Lua tools, which may wait, and the tasks
+ * they start). Its wall bound counts from its creation over all its
+ * resumes. Boxes nest (a tool whose code calls a policy hook): the inner
+ * one wraps the outer one's allocator. The allocator, the hook and the
+ * swapped functions are put back when a resume ends, before anything else
+ * runs, so no state outlives it. */
 #include "sandbox.h"
 
 #include <lauxlib.h>
@@ -34,34 +53,50 @@
 #include "pattern.h"
 
 #define BOX_MT "luagent.Sandbox"
-#define HOOK_EVERY 1000 /* instructions between two checks of the bounds */
+#define SWAPS_KEY "luagent.Sandbox.swaps"
+#define HOOK_EVERY 10000  /* instructions between two checks, at most */
+#define CHECK_GAP 1000000 /* nanoseconds between two checks the hook aims at */
+
+/* The functions of the host's libraries a running box replaces by the
+ * bounded ones of the same name (registered below). */
+static const struct {
+  const char *lib, *name;
+} SWAPS[] = {{"string", "find"}, {"string", "match"}, {"string", "gmatch"},
+             {"string", "gsub"}, {"string", "rep"},   {"table", "move"}};
+#define NSWAPS ((int)(sizeof SWAPS / sizeof SWAPS[0]))
 
 enum { RUN_OK, STOP_TIME, STOP_MEMORY, STOP_INSTRUCTIONS };
 
 typedef struct {
-  double wall;              /* seconds one resume may run; <= 0: no bound */
+  double wall;              /* the wall bound in seconds (messages); <= 0: none */
+  uint64_t deadline;        /* uv_hrtime() at which it ends; 0: no bound */
   size_t memory;            /* net bytes one resume may add; 0: no bound */
   lua_Integer instructions; /* over the box's life; 0: no bound */
   lua_Integer counted;      /* instructions so far */
+  int stop;                 /* RUN_OK or why it was stopped (for good) */
+  char why[200];            /* "file:line: time limit (0.1 s) exceeded" */
   /* while armed (one resume) */
-  lua_Alloc base_f;         /* the state's allocator, wrapped */
+  int armed;
+  lua_Alloc base_f;         /* the state's allocator (or an outer box's), wrapped */
   void *base_ud;
   long long used;           /* net bytes since arming (may go negative) */
-  uint64_t deadline;        /* uv_hrtime() nanoseconds */
+  uint64_t last_check;      /* uv_hrtime() of the last check */
   lua_State *co;
-  int stop;                 /* RUN_OK or why it was stopped */
-  char why[200];            /* "file:line: time limit (0.1 s) exceeded" */
 } lg_box;
 
 /* ------------------------------------------------------------- bounds */
 
 static void box_hook(lua_State *L, lua_Debug *ar);
 
-/* The box whose resume is running in L's state, or NULL. */
+/* The innermost box whose resume is running in L's state, or NULL. */
 static lg_box *armed_box(lua_State *L);
 
+static const char *stop_name(int stop) {
+  return stop == STOP_TIME ? "time" : stop == STOP_MEMORY ? "memory" : "instructions";
+}
+
 /* Writes why the box stopped into b->why, with the position of the Lua
- * code running in L (the first frame with a line). */
+ * code running in L (the first frame with a line; none when L is NULL). */
 static void box_describe(lg_box *b, lua_State *L) {
   char what[120];
   if (b->stop == STOP_TIME)
@@ -82,15 +117,16 @@ static void box_describe(lg_box *b, lua_State *L) {
   snprintf(b->why, sizeof b->why, "%s", what);
 }
 
-/* Stops the box (the first reason stays) and makes the count hook fire at
- * every instruction, so the stop is raised again wherever it is caught.
- * L is the running code, or NULL inside the allocator (described later). */
+/* Stops the box for good (the first reason stays) and, if it runs, makes
+ * the count hook fire at every instruction, so the stop is raised again
+ * wherever it is caught. L is the running code, or NULL (inside the
+ * allocator, or from outside: described when it is raised). */
 static void box_stop(lg_box *b, lua_State *L, int why) {
   if (b->stop) return;
   b->stop = why;
   b->why[0] = '\0';
   if (L) box_describe(b, L);
-  lua_sethook(b->co, box_hook, LUA_MASKCOUNT, 1);
+  if (b->co) lua_sethook(b->co, box_hook, LUA_MASKCOUNT, 1);
 }
 
 /* Raises the box's stop message (a string without further position). */
@@ -102,8 +138,26 @@ static int box_raise(lua_State *L, lg_box *b) {
 
 /* Whether the box ran past its deadline (and stops it if so). */
 static int box_late(lg_box *b, lua_State *L) {
-  if (!b->stop && b->wall > 0 && uv_hrtime() >= b->deadline) box_stop(b, L, STOP_TIME);
+  if (!b->stop && b->deadline && uv_hrtime() >= b->deadline) box_stop(b, L, STOP_TIME);
   return b->stop != RUN_OK;
+}
+
+/* Adapts L's hook interval to the time the last one took: fewer
+ * instructions when they were slow, up to HOOK_EVERY while they are fast,
+ * and never past the instruction budget. */
+static void box_pace(lg_box *b, lua_State *L, uint64_t now) {
+  uint64_t gap = now - b->last_check;
+  b->last_check = now;
+  int n = lua_gethookcount(L), next = n;
+  if (gap > CHECK_GAP) {
+    uint64_t scaled = (uint64_t)n * CHECK_GAP / gap;
+    next = scaled < 1 ? 1 : (int)scaled;
+  } else if (gap < CHECK_GAP / 2 && n < HOOK_EVERY) {
+    next = n * 2 > HOOK_EVERY ? HOOK_EVERY : n * 2;
+  }
+  if (b->instructions > 0 && b->instructions - b->counted < next)
+    next = (int)(b->instructions - b->counted) + 1;
+  if (next != n) lua_sethook(L, box_hook, LUA_MASKCOUNT, next);
 }
 
 /* The count hook: instruction budget and deadline. */
@@ -112,9 +166,14 @@ static void box_hook(lua_State *L, lua_Debug *ar) {
   lg_box *b = armed_box(L);
   if (!b) return;
   if (!b->stop) {
-    b->counted += HOOK_EVERY;
-    if (b->instructions > 0 && b->counted > b->instructions) box_stop(b, L, STOP_INSTRUCTIONS);
-    else box_late(b, L);
+    b->counted += lua_gethookcount(L);
+    if (b->instructions > 0 && b->counted > b->instructions) {
+      box_stop(b, L, STOP_INSTRUCTIONS);
+    } else {
+      uint64_t now = uv_hrtime();
+      if (b->deadline && now >= b->deadline) box_stop(b, L, STOP_TIME);
+      else box_pace(b, L, now);
+    }
   }
   if (b->stop) box_raise(L, b);
 }
@@ -140,16 +199,91 @@ static lg_box *armed_box(lua_State *L) {
 
 int lg_sandbox_running(lua_State *L) { return armed_box(L) != NULL; }
 
+/* Puts the bounded functions into the host's libraries (in) or what they
+ * replaced back (out); the replaced ones are kept in the box's user value. */
+static void swap_functions(lua_State *L, int box, int in) {
+  if (lua_getfield(L, LUA_REGISTRYINDEX, SWAPS_KEY) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_getiuservalue(L, box, 1);
+  int swaps = lua_gettop(L) - 1, saved = lua_gettop(L);
+  for (int i = 1; i <= NSWAPS; i++) {
+    if (lua_rawgeti(L, swaps, i) != LUA_TTABLE) { /* that library is absent */
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_rawgeti(L, -1, 1); /* the library */
+    lua_pushstring(L, SWAPS[i - 1].name);
+    if (in) {
+      lua_pushvalue(L, -1);
+      lua_rawget(L, -3);
+      lua_rawseti(L, saved, i);
+      lua_rawgeti(L, -3, 2); /* the bounded function */
+    } else {
+      lua_rawgeti(L, saved, i);
+      lua_pushboolean(L, 0);
+      lua_rawseti(L, saved, i);
+    }
+    lua_rawset(L, -3);
+    lua_pop(L, 2);
+  }
+  lua_pop(L, 2);
+}
+
+int lg_sandbox_is_box(lua_State *L, int idx) { return luaL_testudata(L, idx, BOX_MT) != NULL; }
+
+int lg_sandbox_arm(lua_State *L, int idx, lua_State *co) {
+  idx = lua_absindex(L, idx);
+  lg_box *b = luaL_checkudata(L, idx, BOX_MT);
+  if (b->armed) return -1;
+  swap_functions(L, idx, 1);
+  b->armed = 1;
+  b->used = 0;
+  b->co = co;
+  b->last_check = uv_hrtime();
+  b->base_f = lua_getallocf(L, &b->base_ud);
+  lua_setallocf(L, box_alloc, b);
+  lua_sethook(co, box_hook, LUA_MASKCOUNT, 1); /* the first check at once */
+  return 0;
+}
+
+void lg_sandbox_disarm(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  lg_box *b = luaL_checkudata(L, idx, BOX_MT);
+  if (!b->armed) return;
+  lua_setallocf(L, b->base_f, b->base_ud);
+  if (lua_gethook(b->co) == box_hook) lua_sethook(b->co, NULL, 0, 0);
+  b->co = NULL;
+  b->armed = 0;
+  swap_functions(L, idx, 0);
+}
+
+int lg_sandbox_stopped(lua_State *L, int idx) {
+  lg_box *b = luaL_checkudata(L, idx, BOX_MT);
+  return b->stop != RUN_OK;
+}
+
+int lg_sandbox_raise(lua_State *L, int idx) {
+  return box_raise(L, luaL_checkudata(L, idx, BOX_MT));
+}
+
 /* ---------------------------------------------------------------- box */
 
 /* sandbox{wall=, memory=, instructions=} -> a box: bounds for running user
- * code; wall in seconds per resume, memory in bytes per resume,
- * instructions over the box's life. Absent or 0: no bound. */
+ * code; wall in seconds from now over all its resumes, memory in bytes per
+ * resume, instructions over the box's life. Absent or 0: no bound. */
 static int l_sandbox(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
-  lg_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  lg_box *b = lua_newuserdatauv(L, sizeof *b, 1);
   memset(b, 0, sizeof *b);
   luaL_setmetatable(L, BOX_MT);
+  lua_createtable(L, NSWAPS, 0); /* the functions a resume replaced */
+  for (int i = 1; i <= NSWAPS; i++) {
+    lua_pushboolean(L, 0);
+    lua_rawseti(L, -2, i);
+  }
+  lua_setiuservalue(L, -2, 1);
   lua_getfield(L, 1, "wall");
   b->wall = luaL_optnumber(L, -1, 0);
   lua_getfield(L, 1, "memory");
@@ -161,33 +295,27 @@ static int l_sandbox(lua_State *L) {
     return luaL_error(L, "sandbox: wall, memory and instructions must be numbers from 0 to 1e9");
   b->memory = (size_t)mem;
   b->instructions = (lua_Integer)ins;
+  if (b->wall > 0) b->deadline = uv_hrtime() + (uint64_t)(b->wall * 1e9);
   return 1;
 }
 
 /* box:resume(co, ...) -> like coroutine.resume, within the box's bounds:
  * true, results (or the yielded values: co is then suspended), or false,
  * the error value, and when a bound stopped it, why ("file:line: time
- * limit (0.1 s) exceeded"). Not re-entrant: one box runs at a time. */
+ * limit (0.1 s) exceeded"). Not re-entrant: a box runs one resume at a
+ * time (another box may run inside it). */
 static int l_box_resume(lua_State *L) {
   lg_box *b = luaL_checkudata(L, 1, BOX_MT);
   lua_State *co = lua_tothread(L, 2);
   luaL_argexpected(L, co != NULL, 2, "coroutine");
-  if (armed_box(L)) return luaL_error(L, "sandbox: resume inside a running sandbox");
+  if (b->armed) return luaL_error(L, "sandbox: resume of a box that is running");
   int nargs = lua_gettop(L) - 2;
   if (!lua_checkstack(co, nargs + LUA_MINSTACK)) return luaL_error(L, "sandbox: too many arguments");
   lua_xmove(L, co, nargs);
-  b->stop = RUN_OK;
-  b->used = 0;
-  b->co = co;
-  b->deadline = uv_hrtime() + (uint64_t)(b->wall * 1e9);
-  b->base_f = lua_getallocf(L, &b->base_ud);
-  lua_setallocf(L, box_alloc, b);
-  lua_sethook(co, box_hook, LUA_MASKCOUNT, HOOK_EVERY);
+  lg_sandbox_arm(L, 1, co);
   int nres = 0;
   int status = lua_resume(co, L, 0 + nargs, &nres);
-  lua_setallocf(L, b->base_f, b->base_ud);
-  lua_sethook(co, NULL, 0, 0);
-  b->co = NULL;
+  lg_sandbox_disarm(L, 1);
   if (status == LUA_OK || status == LUA_YIELD) {
     if (!lua_checkstack(L, nres + 1)) return luaL_error(L, "sandbox: too many results");
     lua_pushboolean(L, 1);
@@ -203,6 +331,37 @@ static int l_box_resume(lua_State *L) {
     lua_pushnil(L);
   }
   return 3;
+}
+
+/* box:deadline(seconds): the wall bound ends `seconds` from now (a task
+ * cancelled at its timeout gets its grace so). */
+static int l_box_deadline(lua_State *L) {
+  lg_box *b = luaL_checkudata(L, 1, BOX_MT);
+  lua_Number s = luaL_checknumber(L, 2);
+  if (!(s >= 0 && s < 1e9)) return luaL_error(L, "deadline: seconds must be a number from 0 to 1e9");
+  b->deadline = uv_hrtime() + (uint64_t)(s * 1e9);
+  return 0;
+}
+
+/* box:stop(): stops the box for good, as its wall bound would: code it
+ * runs raises at every instruction and may not wait. */
+static int l_box_stop(lua_State *L) {
+  box_stop(luaL_checkudata(L, 1, BOX_MT), NULL, STOP_TIME);
+  return 0;
+}
+
+/* box:stopped() -> false, or why ("time" | "memory" | "instructions") and
+ * the message ("file:line: time limit (0.5 s) exceeded"). */
+static int l_box_stopped(lua_State *L) {
+  lg_box *b = luaL_checkudata(L, 1, BOX_MT);
+  if (!b->stop) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  if (!b->why[0]) box_describe(b, NULL);
+  lua_pushstring(L, stop_name(b->stop));
+  lua_pushstring(L, b->why);
+  return 2;
 }
 
 /* box:stats() -> {instructions=, memory=} used so far (memory: the net
@@ -511,9 +670,31 @@ static int l_move(lua_State *L) {
   return 1;
 }
 
+/* Records in the registry, for each of SWAPS, {library, bounded function}
+ * (the library as package.loaded holds it: the table string methods use). */
+static void register_swaps(lua_State *L, int bounded_string, int bounded_table) {
+  lua_createtable(L, NSWAPS, 0);
+  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  for (int i = 0; i < NSWAPS; i++) {
+    if (lua_getfield(L, -1, SWAPS[i].lib) != LUA_TTABLE) {
+      lua_pop(L, 1);
+      continue;
+    }
+    lua_createtable(L, 2, 0);
+    lua_insert(L, -2);
+    lua_rawseti(L, -2, 1);
+    lua_getfield(L, strcmp(SWAPS[i].lib, "string") == 0 ? bounded_string : bounded_table, SWAPS[i].name);
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, -3, i + 1);
+  }
+  lua_pop(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, SWAPS_KEY);
+}
+
 void lg_sandbox_register(lua_State *L) {
   static const luaL_Reg box_methods[] = {
-      {"resume", l_box_resume}, {"stats", l_box_stats}, {NULL, NULL}};
+      {"resume", l_box_resume}, {"deadline", l_box_deadline}, {"stop", l_box_stop},
+      {"stopped", l_box_stopped}, {"stats", l_box_stats}, {NULL, NULL}};
   lg_class_new(L, BOX_MT, box_methods, NULL, NULL);
   lua_pushcfunction(L, l_sandbox);
   lua_setfield(L, -2, "sandbox");
@@ -521,9 +702,10 @@ void lg_sandbox_register(lua_State *L) {
       {"find", l_find}, {"match", l_match}, {"gmatch", l_gmatch}, {"gsub", l_gsub},
       {"rep", l_rep},   {NULL, NULL}};
   luaL_newlib(L, patterns);
-  lua_setfield(L, -2, "bounded_string");
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, l_move);
   lua_setfield(L, -2, "move");
-  lua_setfield(L, -2, "bounded_table");
+  register_swaps(L, lua_gettop(L) - 1, lua_gettop(L));
+  lua_setfield(L, -3, "bounded_table");
+  lua_setfield(L, -2, "bounded_string");
 }

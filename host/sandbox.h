@@ -1,5 +1,5 @@
-/* Bounds for running user Lua: wall time, memory and instructions per call,
- * and pattern functions that honour them (host/sandbox.c says why). */
+/* Bounds for running user Lua: wall time, memory and instructions, and
+ * pattern functions that honour them (host/sandbox.c says why). */
 #ifndef LG_SANDBOX_H
 #define LG_SANDBOX_H
 
@@ -9,7 +9,22 @@
  * core.bounded_table into the table on top of the stack. */
 void lg_sandbox_register(lua_State *L);
 
-/* Whether sandboxed code is running in L's state (a box is resumed). */
+/* Whether sandboxed code is running in L's state (a box is armed). */
 int lg_sandbox_running(lua_State *L);
+
+/* Whether the value at idx is a box (core.sandbox). */
+int lg_sandbox_is_box(lua_State *L, int idx);
+
+/* Arms the box at idx for one resume of co (host/loop.c resumes a task
+ * under its box so): its allocator, hook and bounded functions hold until
+ * lg_sandbox_disarm, which the caller must call before anything else runs.
+ * 0, or -1 when that box is armed already. */
+int lg_sandbox_arm(lua_State *L, int idx, lua_State *co);
+void lg_sandbox_disarm(lua_State *L, int idx);
+
+/* Whether the box at idx was stopped (for good); lg_sandbox_raise raises
+ * its stop message in L. */
+int lg_sandbox_stopped(lua_State *L, int idx);
+int lg_sandbox_raise(lua_State *L, int idx);
 
 #endif

@@ -53,6 +53,24 @@ describe("sandbox.call", function()
     end
   end)
 
+  it("checks its wall bound at an interval bounded in time: slow instructions do not make the stop late", function()
+    -- a few instructions per turn of the loop, each some milliseconds (a
+    -- 16 MiB string upper-cased): an interval of a thousand instructions
+    -- would come more than a second late
+    local was_virtual = core.clock_is_virtual()
+    if was_virtual then core.clock_real() end
+    local t0 = core.now()
+    local ok, msg = sandbox.call(function()
+      local big = ("x"):rep(16 * 1024 * 1024)
+      while true do local _ = big:upper() end
+    end, {}, { wall = 0.1, memory = 2 ^ 30, instructions = 0 })
+    local took = core.now() - t0
+    if was_virtual then core.clock_virtual() end
+    assert.is_false(ok)
+    assert.matches(HERE .. "time limit %(0%.1 s%) exceeded$", msg)
+    assert.is_true(took < 0.5, "took " .. took)
+  end)
+
   it("stops a huge allocation at the memory bound, and the memory is not kept", function()
     local before = collectgarbage("count")
     local ok, msg = sandbox.call(function() return ("x"):rep(1536 * 1024 * 1024) end, {}, { memory = 2 ^ 24 })

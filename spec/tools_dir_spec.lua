@@ -154,6 +154,49 @@ describe("tools.dir", function()
     assert.equal("fixed", set:snapshot().tools.t.run())
   end)
 
+  it("reads what a file returns raw, gives it no debug and no finalizer, and its own path as ...; on a reload too", function()
+    -- each hostile part spins for 2 s of CPU time and then goes on, so code
+    -- that runs it outside the load's bounds ends, and is seen to take long
+    local spin = "local function spin() local t0 = os.clock() while os.clock() - t0 < 2 do end end\n"
+    local function tool(name) return 'name = "' .. name .. '", description = "D", run = function() return "ok" end' end
+    local files = {
+      index = spin .. "return setmetatable({ " .. tool("index") .. " }, { __index = function() spin() end })\n",
+      pairs = spin .. "return setmetatable({ " .. tool("pairs") .. " }, { __pairs = function(t) spin() return next, t end })\n",
+      len = spin .. "return setmetatable({ { " .. tool("len") .. " } }, { __len = function() spin() return 1 end })\n",
+      tostring = spin .. 'return { name = setmetatable({}, { __tostring = function() spin() return "n" end }), '
+        .. 'description = "D", run = print }\n',
+      gc = spin .. "setmetatable({}, { __gc = spin })\nreturn { " .. tool("gc") .. " }\n",
+      hook = spin .. "debug.sethook()\nspin()\nreturn { " .. tool("hook") .. " }\n",
+      require = spin .. 'require("debug").sethook()\nspin()\nreturn { ' .. tool("require") .. " }\n",
+      path = "local path = ...\nreturn { name = 'path', description = path, run = function() return path end }\n",
+    }
+    for name, text in pairs(files) do write(dir .. "/" .. name .. ".lua", text) end
+    local t0 = luagent.now()
+    local set = assert(tools.dir(dir, { watch = false }))
+    collectgarbage()
+    collectgarbage()
+    local took = luagent.now() - t0
+    assert.is_true(took < 1.5, "loading took " .. took)
+    assert.same({ "index", "len", "pairs", "path" }, set:snapshot().names)
+    assert.equal(dir .. "/path.lua", set:snapshot().tools.path.description)
+    assert.equal(tools.Tool, getmetatable(set:snapshot().tools.index))
+    local failed = {}
+    for _, e in ipairs(set:events_since(nil)) do
+      if e.type == "tools_reload_failed" then failed[e.file:match("([^/]+)%.lua$")] = e.message end
+    end
+    assert.matches("tostring.lua:2: name must match %[A%-Za%-z0%-9_%-%]{1,64} %(got a table%)", failed.tostring)
+    assert.matches("gc.lua:2: setmetatable: a tool file may not set a __gc", failed.gc)
+    assert.matches("hook.lua:2: .*global 'debug'", failed.hook)
+    assert.matches("require.lua:2: require: a tool file may not load 'debug'", failed.require)
+    -- a reload that brings a hostile version keeps the previous tool
+    write(dir .. "/path.lua", files.hook)
+    t0 = luagent.now()
+    assert.equal(1, set:rescan())
+    took = luagent.now() - t0
+    assert.is_true(took < 1.5, "the reload took " .. took)
+    assert.equal(dir .. "/path.lua", set:snapshot().tools.path.description)
+  end)
+
   it("refuses a folder that cannot be read", function()
     local set, err = tools.dir(dir .. "/missing")
     assert.is_nil(set)

@@ -138,7 +138,7 @@ describe("the policy's tool section", function()
   it("defaults every field", function()
     local p = assert(policy.new {})
     assert.same({ max_retries = 2, timeout = 60, grace = 2, max_result_bytes = 65536,
-      trust_hints = false, overrides = {},
+      max_memory = 256 * 1024 * 1024, trust_hints = false, overrides = {},
       backoff = { strategy = "full_jitter", base = 0.5, max = 10, multiplier = 2, jitter = 0 } }, p.tool)
   end)
 
@@ -155,5 +155,152 @@ describe("the policy's tool section", function()
     assert.matches("unknown field 'tool.retries'", err2.message)
     local _, err3 = policy.check_tool_section({ timeout = "long" })
     assert.matches("timeout must be a number > 0", err3.message)
+  end)
+end)
+
+-- A Lua tool runs in the sandbox of policy hooks (lua/luagent/sandbox.lua,
+-- host/sandbox.c): the bounded matcher, a wall-time bound its count hook
+-- checks on the wall clock at an interval bounded in time, a memory bound,
+-- and a cancellation at its timeout that a pcall loop cannot outlive. What
+-- it returns or raises is read inside those bounds.
+describe("a Lua tool's bounds", function()
+  local core = require "luagent.core"
+  local luagent = require "luagent"
+
+  local was_virtual
+  before_each(function()
+    was_virtual = core.clock_is_virtual()
+    if was_virtual then core.clock_real() end
+  end)
+  after_each(function()
+    if core.clock_is_virtual() then core.clock_real() end
+    if was_virtual then core.clock_virtual() end
+  end)
+
+  -- One call of a read_only tool made of `t` (name and description added)
+  -- under the tool section `section` (no retries unless it says), with
+  -- `args`: the outcome and the seconds it took on the loop's clock.
+  local function call(t, section, args)
+    t.name, t.description = t.name or "t", "a tool under test"
+    if t.read_only == nil then t.read_only = true end
+    section = section or {}
+    section.max_retries = section.max_retries or 0
+    local tool = tools.new(t)
+    local p = assert(policy.check_tool_section(section))
+    local t0 = core.now()
+    local o = tools.execute(tool, { id = "1", name = tool.name, arguments = args or {} }, { policy = p })
+    return o, core.now() - t0
+  end
+
+  -- Spins for `s` seconds of CPU time, then returns: bounded, so that code
+  -- that runs it outside every limit ends (and is seen to take that long).
+  local function spin(s)
+    local t0 = os.clock()
+    while os.clock() - t0 < s do end
+  end
+
+  it("stops a backtracking pattern the model chose at the timeout; other tasks are late by no more", function()
+    local late = 0
+    local ticker = core.spawn(function()
+      while true do
+        local t0 = core.now()
+        core.sleep(0.02)
+        late = math.max(late, core.now() - t0 - 0.02)
+      end
+    end)
+    local o, took = call({ timeout = 0.2,
+      params = { type = "object", properties = { pattern = { type = "string" } } },
+      run = function(args) return ("a"):rep(34):find(args.pattern) and "found" or "no match" end },
+      nil, { pattern = ("a*"):rep(8) .. "b" }) -- about 3 s in Lua's own matcher
+    ticker:cancel()
+    pcall(ticker.join, ticker)
+    assert.equal("tool_timeout", o.error and o.error.kind)
+    assert.equal("t timed out after 0.2 s", o.content)
+    assert.is_true(took < 1, "took " .. took)
+    assert.is_true(late < 1, "the ticker was late by " .. late)
+  end)
+
+  it("stops a tool whose instructions are slow within twice its timeout (the hook's interval is bounded in time)", function()
+    -- each turn of the loop is a few instructions of some milliseconds each
+    -- (a 4 MiB string upper-cased): an interval of thousands of
+    -- instructions would come seconds late
+    local o, took = call({ timeout = 0.3, run = function()
+      local big = ("x"):rep(4 * 1024 * 1024)
+      while true do local _ = big:upper() end
+    end })
+    assert.equal("tool_timeout", o.error and o.error.kind)
+    assert.is_true(took < 0.6, "took " .. took)
+  end)
+
+  it("stops a tool that catches its cancellation in a pcall loop once the grace has passed", function()
+    core.clock_virtual()
+    local o, took = call({ timeout = 1, run = function()
+      for _ = 1, 1000 do pcall(luagent.sleep, 10) end
+      return "survived"
+    end }, { grace = 0.5 })
+    assert.equal("tool_timeout", o.error and o.error.kind)
+    assert.equal("t timed out after 1 s", o.content)
+    assert.is_true(took >= 1.5 and took < 2, "took " .. took) -- the timeout, then the grace
+  end)
+
+  it("bounds the tasks a tool spawns with it, and lets it call a policy hook (a sandbox in its sandbox)", function()
+    local helper
+    local o = call({ timeout = 0.2, run = function()
+      helper = luagent.spawn(function() while true do end end)
+      local ok, v = policy.run_limited(function(x) return x .. "!" end, 1000, "hook")
+      return tostring(ok) .. " " .. v
+    end })
+    assert.equal("true hook!", o.content)
+    pcall(helper.join, helper)
+    assert.equal("failed", helper:status()) -- stopped at the tool's timeout
+  end)
+
+  it("answers a result that cannot be sent (NaN, a table that refers to itself) with an error result", function()
+    local looped = {}
+    looped.self = looped
+    for _, v in ipairs { 0 / 0, { x = 0 / 0 }, looped, print } do
+      local o = call({ run = function() return v end })
+      assert.is_true(o.is_error)
+      assert.equal("tool_error", o.error.kind)
+      assert.matches("^t returned a result that cannot be sent to the model: ", o.content)
+    end
+  end)
+
+  it("reads what a tool returns or raises within its bounds: a metamethod that runs on is stopped", function()
+    local hostile = {
+      function() return setmetatable({}, { __pairs = function(t) spin(3) return next, t end }) end,
+      function() return setmetatable({ 1, 2 }, { __len = function() spin(3) return 2 end }) end,
+      function() error(setmetatable({}, { __index = function() spin(3) end })) end,
+      function() return nil, setmetatable({}, { __tostring = function() spin(3) return "x" end }) end,
+    }
+    for i, run in ipairs(hostile) do
+      local o, took = call({ timeout = 0.2, run = run })
+      assert.is_true(o.is_error, "case " .. i)
+      assert.equal("tool_timeout", o.error.kind, "case " .. i)
+      assert.is_true(took < 1.5, "case " .. i .. " took " .. took)
+    end
+  end)
+
+  it("keeps the fields of an error record a tool returns, as a plain copy", function()
+    local errors = require "luagent.errors"
+    local o = call({ run = function()
+      return nil, errors.new("http", "upstream said 503", { status = 503, retryable = false, body = "busy" })
+    end })
+    assert.equal("http", o.error.kind)
+    assert.equal("upstream said 503", o.error.message)
+    assert.equal(503, o.error.status)
+    assert.equal("busy", o.error.body)
+    assert.equal("http: upstream said 503", tostring(o.error))
+  end)
+
+  it("runs a durable call's check under the same bounds: a result it cannot send is an error", function()
+    local looped = {}
+    looped.self = looped
+    local tool = tools.new { name = "c", description = "checked", run = print,
+      check = function() return looped end }
+    local text, err = tools.check_outcome(tool, { id = "1", arguments = {} }, { policy = policy.new({}).tool })
+    assert.is_nil(text)
+    assert.equal("tool_error", err.kind)
+    assert.matches("^c check returned a result that cannot be sent to the model: ", err.message)
   end)
 end)

@@ -1,5 +1,5 @@
 -- crash_list: the crash reports waiting for triage (read-only).
-local data = debug.getinfo(1, "S").source:match("^@(.*)/tools/[^/]*$") .. "/data"
+local data = (...):match("^(.*)/tools/[^/]*$") .. "/data" -- a tool file gets its path as ...
 
 return {
   name = "crash_list",

@@ -1,5 +1,5 @@
 -- crash_show: one crash report in full (read-only).
-local data = debug.getinfo(1, "S").source:match("^@(.*)/tools/[^/]*$") .. "/data"
+local data = (...):match("^(.*)/tools/[^/]*$") .. "/data" -- a tool file gets its path as ...
 
 return {
   name = "crash_show",

@@ -1,7 +1,7 @@
 -- grep: a command tool. The arguments arrive as JSON on stdin; the child
 -- runs in its own process group (killed whole on timeout), no shell is
 -- involved in starting it, and its stdout is the result.
-local data = debug.getinfo(1, "S").source:match("^@(.*)/tools/[^/]*$") .. "/data"
+local data = (...):match("^(.*)/tools/[^/]*$") .. "/data" -- a tool file gets its path as ...
 
 -- Reads {"pattern": "..."} from stdin and greps the data folder for it as
 -- fixed text, case-insensitively; exit 0 with "no match" when none.

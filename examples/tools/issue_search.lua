@@ -1,5 +1,5 @@
 -- issue_search: the known issues whose line mentions every word (read-only).
-local data = debug.getinfo(1, "S").source:match("^@(.*)/tools/[^/]*$") .. "/data"
+local data = (...):match("^(.*)/tools/[^/]*$") .. "/data" -- a tool file gets its path as ...
 
 return {
   name = "issue_search",

@@ -45,13 +45,15 @@ M.defaults = {
   budget = { max = 20 },
   cooldown = {},
   -- tool calls (lua/luagent/tools.lua): retries of read_only / idempotent
-  -- tools, the default timeout, the bound on a result's size
+  -- tools, the default timeout, the bound on a result's size, and on what a
+  -- Lua tool may allocate between two waits
   tool = {
     max_retries = 2,
     backoff = { strategy = "full_jitter", base = 0.5, max = 10 },
     timeout = 60,
     grace = 2,
     max_result_bytes = 64 * 1024,
+    max_memory = 256 * 1024 * 1024,
     -- MCP tool annotations (lua/luagent/mcp/): whose hints become flags
     trust_hints = false,
   },
@@ -229,7 +231,7 @@ local SHARED_FIELDS = {
 }
 local TOOL_FIELDS = {
   max_retries = check.count, backoff = check.table, timeout = check.positive,
-  grace = check.seconds, max_result_bytes = check.count,
+  grace = check.seconds, max_result_bytes = check.count, max_memory = check.bytes,
   trust_hints = check.trust, overrides = check.overrides,
 }
 local BACKOFF_FIELDS = {
@@ -369,6 +371,7 @@ function M.tool_section(t)
     timeout = pick(t.timeout, d.timeout),
     grace = pick(t.grace, d.grace),
     max_result_bytes = pick(t.max_result_bytes, d.max_result_bytes),
+    max_memory = pick(t.max_memory, d.max_memory),
     trust_hints = pick(t.trust_hints, d.trust_hints),
     overrides = t.overrides or {},
   }

@@ -1,16 +1,19 @@
--- Running user Lua (policy files and hooks; Lua tools next) so that it can
--- neither freeze the host nor exhaust its memory: every call gets a bound in
--- wall time, memory and instructions, and one that passes a bound is
--- stopped and reported with file:line. host/sandbox.c does the bounding and
--- says why it is done in the host's own state; this module adds what user
--- code may see (env), what it is given (plain, bounded copies: plain) and
--- the call itself (call); and it reads the files user code comes in
--- (read_file: policy and tool files, and cassettes alike).
+-- Running user Lua (policy files and hooks, tool files, Lua tools) so that
+-- it can neither freeze the host nor exhaust its memory: every call gets a
+-- bound in wall time, memory and instructions, and one that passes a bound
+-- is stopped and reported with file:line. host/sandbox.c does the bounding
+-- and says why it is done in the host's own state; this module adds what
+-- user code may see (env, tool_env), what it is given (plain, bounded
+-- copies: plain), the call that may not wait (call: policy files, hooks,
+-- tool files) and the task that may (run: Lua tools); and it reads the
+-- files user code comes in (read_file: policy and tool files, and
+-- cassettes alike).
 --
 --   local ok, a, b = sandbox.call(fn, { x, y }, { wall = 0.1, memory = 32 * 2^20,
 --                                                 instructions = 1e5 })
 --   -- ok false: a is "file:line: message"
 local core = require "luagent.core"
+local errors = require "luagent.errors"
 
 local M = {}
 
@@ -57,6 +60,55 @@ function M.env(extra)
   }
   env._G = env
   for k, v in pairs(extra or {}) do env[k] = v end
+  return env
+end
+
+-- What a tool file's environment leaves out of the host's globals, and the
+-- modules its require refuses (M.tool_env).
+local TOOL_HIDDEN = { debug = true }
+local TOOL_REFUSED = { debug = true, _G = true }
+
+-- A fresh environment for a tool file (lua/luagent/tools/dir.lua). A tool
+-- does real work, so it sees the host's globals (io, os, require, ...), as
+-- they are when the file loads; globals it sets stay its own. Left out is
+-- what would carry its code past its bounds: debug (debug.sethook() takes
+-- the count hook away; require "debug" and require "_G" are refused too),
+-- and setmetatable refuses a metatable with __gc (a finalizer runs at some
+-- later collection, where no hook runs: outside every bound); load,
+-- loadfile and dofile give a chunk this environment unless told another.
+-- This keeps a careless file within its bounds; it is no wall against one
+-- that hunts for the debug library (package.loaded holds it): tool files
+-- are code the operator put there.
+function M.tool_env()
+  local env = {}
+  for k, v in next, _G do
+    if not TOOL_HIDDEN[k] then env[k] = v end
+  end
+  env._G = env
+  function env.require(name)
+    if TOOL_REFUSED[name] then
+      error("require: a tool file may not load '" .. name .. "' (it reaches past the file's bounds)", 2)
+    end
+    return require(name)
+  end
+  function env.setmetatable(t, mt)
+    if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+      error("setmetatable: a tool file may not set a __gc (a finalizer runs outside every bound)", 2)
+    end
+    return setmetatable(t, mt)
+  end
+  function env.load(chunk, name, mode, ...)
+    if select("#", ...) == 0 then return load(chunk, name, mode, env) end
+    return load(chunk, name, mode, ...)
+  end
+  function env.loadfile(path, mode, ...)
+    if select("#", ...) == 0 then return loadfile(path, mode, env) end
+    return loadfile(path, mode, ...)
+  end
+  function env.dofile(path)
+    local chunk = assert(loadfile(path, "bt", env))
+    return chunk()
+  end
   return env
 end
 
@@ -113,27 +165,6 @@ local function error_message(co, e)
   return msg
 end
 
--- The functions swapped into the host's own string and table libraries
--- while a sandboxed call runs, so that string methods (s:match(...)) and
--- host functions the user code calls are bounded too.
-local SWAP = {
-  { string, "find" }, { string, "match" }, { string, "gmatch" }, { string, "gsub" },
-  { string, "rep" }, { table, "move" },
-}
-local BOUNDED = {}
-for i, s in ipairs(SWAP) do BOUNDED[i] = (s[1] == string and STRING or TABLE)[s[2]] end
-
--- Puts `fns` (a list in SWAP's order) into the libraries; returns the
--- functions they replace.
-local function swap(fns)
-  local old = {}
-  for i, s in ipairs(SWAP) do
-    old[i] = s[1][s[2]]
-    s[1][s[2]] = fns[i]
-  end
-  return old
-end
-
 -- Calls fn(table.unpack(args)) within `limits` ({wall=, memory=,
 -- instructions=}; a field left out takes M.defaults'; who= names the code
 -- in messages, "user code" by default). Returns true and
@@ -141,7 +172,8 @@ end
 -- position is known: an error, a bound passed (it is stopped at once and
 -- pcall cannot catch that), or an attempt to wait (fn may not yield). The
 -- host's string and table libraries hold the bounded functions while fn
--- runs (SWAP).
+-- runs (host/sandbox.c). A call may run inside another's bounds (a tool
+-- whose code calls a policy hook).
 function M.call(fn, args, limits)
   limits = limits or {}
   local d = M.defaults
@@ -151,10 +183,8 @@ function M.call(fn, args, limits)
   }
   local co = coroutine.create(fn)
   args = args or {}
-  local host = swap(BOUNDED)
   local res = table.pack(pcall(box.resume, box, co, table.unpack(args, 1, args.n or #args)))
-  swap(host)
-  if not res[1] then error(res[2], 0) end -- misuse: a call inside a sandboxed call
+  if not res[1] then error(res[2], 0) end -- misuse: too many arguments
   res = table.pack(table.unpack(res, 2, res.n))
   if not res[1] then
     local msg = res[3] or error_message(co, res[2])
@@ -167,6 +197,77 @@ function M.call(fn, args, limits)
     return false, where .. (limits.who or "user code") .. " may not wait (it yielded)"
   end
   return true, table.unpack(res, 2, res.n)
+end
+
+-- Whether a task has ended (done or failed).
+local function ended(task)
+  local st = task:status()
+  return st == "done" or st == "failed"
+end
+
+-- The watchdog of a task M.run started: at `wall` on the loop's clock (or
+-- when woken early: the caller was cancelled) the task is cancelled and its
+-- box's wall bound set to `grace` from now; if it still runs `grace` later,
+-- the box is stopped and the task woken to meet the stop. It waits for the
+-- task's end, so no timer of it outlives the task.
+local function watch(task, box, wall, grace, reason)
+  pcall(core.sleep, wall)
+  if ended(task) then return end
+  box:deadline(grace)
+  task:cancel(reason)
+  local stopper = core.spawn(function()
+    core.sleep(grace)
+    box:stop()
+    task:cancel(reason)
+  end)
+  pcall(task.join, task)
+  stopper:cancel()
+end
+
+-- run(fn, args, limits) -> true, fn's results | false, err, stop. Runs
+-- fn(table.unpack(args)) as a task of its own, which may wait (Lua tools),
+-- under a box: limits = {wall=, memory=, instructions=, grace=}: wall, in
+-- seconds, is required; memory bounds the net growth of each stretch
+-- between two waits; grace is 2 s unless given. The wall bound holds on
+-- the wall clock while the task computes (the count hook, the bounded
+-- matcher), and on the loop's clock while it waits: then the task is
+-- cancelled, as a command's process group gets SIGTERM, so its handlers
+-- run; if it still runs `grace` seconds later (it caught the cancellation,
+-- or computes on), its box is stopped: every instruction raises and no
+-- wait is allowed. Tasks it spawns share its box (daemons do not).
+--
+-- fn's results and what it raises are read as they are (the caller hands
+-- a fn that makes them plain inside the box: tools.lua). ok false: `stop`
+-- says why: "deadline" (it ended on the cancellation; err is a `timeout`
+-- record, which = "deadline"), "time", "memory" or "instructions" (its box
+-- stopped it; err is "file:line: ... limit ... exceeded"), or nil (err is
+-- what fn raised). A cancellation of the caller cancels the task (which is
+-- stopped past the grace) and is raised.
+function M.run(fn, args, limits)
+  local wall, grace = limits.wall, limits.grace or 2
+  if type(wall) ~= "number" or not (wall > 0) then error("sandbox.run: limits.wall must be seconds > 0", 2) end
+  local box = core.sandbox { wall = wall, memory = limits.memory or 0, instructions = limits.instructions or 0 }
+  local task = core.spawn(fn, table.unpack(args, 1, args.n or #args))
+  task:set_sandbox(box)
+  local expired = {}
+  local watchdog = core.spawn(watch, task, box, wall, grace, expired)
+  watchdog:set_sandbox(nil) -- the host's: it must outlive a stopped caller's box
+  local res = table.pack(pcall(task.join, task))
+  if not ended(task) then -- the caller was cancelled while it waited
+    task:cancel()
+    watchdog:cancel()
+    error(res[2], 0)
+  end
+  watchdog:cancel()
+  if res[1] then return true, table.unpack(res, 2, res.n) end
+  local stop, why = box:stopped()
+  if stop then return false, why, stop end
+  local err = res[2]
+  if errors.is_cancel(err) and err.reason == expired then
+    return false, errors.new("timeout", string.format("deadline of %g s exceeded", wall),
+      { which = "deadline", seconds = wall }), "deadline"
+  end
+  return false, err
 end
 
 -- read_file(path [, max_bytes]) -> the whole file at `path`, bytes as they

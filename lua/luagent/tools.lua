@@ -20,6 +20,7 @@ local errors = require "luagent.errors"
 local json = require "luagent.json"
 local secrets = require "luagent.secrets"
 local child_env = require "luagent.child_env"
+local sandbox = require "luagent.sandbox"
 local schema = require "luagent.tools.schema"
 
 local M = {}
@@ -38,14 +39,58 @@ local FIELDS = { name = true, description = true, params = true, read_only = tru
 -- Definitions
 ------------------------------------------------------------------------------
 
+-- How deep a tool's params may nest.
+M.MAX_PARAMS_DEPTH = 64
+
+-- A copy of a tool's params read with next only, so that no metamethod of
+-- the definition's tables runs, now or whenever the schema is used; JSON
+-- array marks (json.array) are kept. A table met twice is copied once.
+-- nil and why for a table that holds itself or nests too deep.
+local function raw_copy(v, depth, path, done)
+  if type(v) ~= "table" then return v end
+  if done[v] then return done[v] end
+  if path[v] then return nil, "params hold themselves (a cycle)" end
+  if depth > M.MAX_PARAMS_DEPTH then return nil, "params nest deeper than " .. M.MAX_PARAMS_DEPTH .. " levels" end
+  path[v] = true
+  local c = {}
+  for k, x in next, v do
+    local cx, why = raw_copy(x, depth + 1, path, done)
+    if why then return nil, why end
+    c[k] = cx
+  end
+  path[v] = nil
+  if debug.getmetatable(v) == json.array_mt then setmetatable(c, json.array_mt) end
+  done[v] = c
+  return c
+end
+
+-- A value as a definition's message names it: a string quoted, nil, a
+-- number or a boolean as it is, else its type (tostring would run a
+-- __tostring of the definition's).
+local function shown(v)
+  local tv = type(v)
+  if tv == "string" then return ("%q"):format(v) end
+  if v == nil or tv == "number" or tv == "boolean" then return tostring(v) end
+  return "a " .. tv
+end
+
 -- check(t [, source]) -> tool | nil, message (with the offending field).
 -- The tool is a checked copy carrying the metatable Tool; `source` (a file)
--- is kept as tool.source.
+-- is kept as tool.source. The definition is read raw (next, rawget), so a
+-- metatable of its tables never runs (a tool file's may loop) and is not
+-- kept.
 function M.check(t, source)
-  if getmetatable(t) == Tool then return t end
   if type(t) ~= "table" then return nil, "a tool must be a table (got " .. type(t) .. ")", nil end
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  if debug.getmetatable(t) == Tool then return t end
+  local f, keys = {}, {}
+  for k, v in next, t do
+    if type(k) ~= "string" then
+      return nil, "unknown field " .. shown(k) .. " (a tool has name, description, params, read_only, "
+        .. "idempotent, timeout, check and run or command)", nil
+    end
+    f[k] = v
+    keys[#keys + 1] = k
+  end
   table.sort(keys)
   for _, k in ipairs(keys) do
     if not FIELDS[k] then
@@ -53,52 +98,56 @@ function M.check(t, source)
         .. "idempotent, timeout, check and run or command (with env))", k
     end
   end
-  local name = t.name
+  local name = f.name
   if type(name) ~= "string" or #name < 1 or #name > M.MAX_NAME or not name:match(M.NAME_PATTERN) then
-    return nil, "name must match [A-Za-z0-9_-]{1,64} (got " .. (type(name) == "string" and ("%q"):format(name) or tostring(name)) .. ")", "name"
+    return nil, "name must match [A-Za-z0-9_-]{1,64} (got " .. shown(name) .. ")", "name"
   end
   local function bad(field, msg) return nil, "tool '" .. name .. "': " .. msg, field end
-  if type(t.description) ~= "string" or t.description == "" then
+  if type(f.description) ~= "string" or f.description == "" then
     return bad("description", "description must be a non-empty string")
   end
-  local params = t.params
-  if params == nil then params = { type = "object", properties = {} } end
+  local params, perr = { type = "object", properties = {} }, nil
+  if f.params ~= nil then params, perr = raw_copy(f.params, 1, {}, {}) end
+  if not params then return bad("params", perr) end
   local ok, why = schema.valid(params)
   if not ok then return bad("params", why) end
-  for _, f in ipairs({ "read_only", "idempotent" }) do
-    if t[f] ~= nil and type(t[f]) ~= "boolean" then return bad(f, f .. " must be true or false") end
+  for _, k in ipairs({ "read_only", "idempotent" }) do
+    if f[k] ~= nil and type(f[k]) ~= "boolean" then return bad(k, k .. " must be true or false") end
   end
-  if t.timeout ~= nil and not (type(t.timeout) == "number" and t.timeout > 0 and t.timeout < math.huge) then
+  if f.timeout ~= nil and not (type(f.timeout) == "number" and f.timeout > 0 and f.timeout < math.huge) then
     return bad("timeout", "timeout must be a number of seconds > 0")
   end
-  if (t.run == nil) == (t.command == nil) then
-    return bad(t.run and "run" or "command", "needs exactly one of run (a function) and command (an argv list)")
+  if (f.run == nil) == (f.command == nil) then
+    return bad(f.run and "run" or "command", "needs exactly one of run (a function) and command (an argv list)")
   end
-  if t.check ~= nil and type(t.check) ~= "function" then
+  if f.check ~= nil and type(f.check) ~= "function" then
     return bad("check", "check must be a function(args, ctx) returning the result if the call happened, else nil")
   end
   local command
-  if t.run ~= nil and type(t.run) ~= "function" then return bad("run", "run must be a function") end
-  if t.command ~= nil then
-    if type(t.command) ~= "table" or type(t.command[1]) ~= "string" then
+  if f.run ~= nil and type(f.run) ~= "function" then return bad("run", "run must be a function") end
+  if f.command ~= nil then
+    if type(f.command) ~= "table" or type(rawget(f.command, 1)) ~= "string" then
       return bad("command", "command must be a list of strings (argv, no shell)")
     end
     command = {}
-    for i, a in ipairs(t.command) do
+    local i = 1
+    while rawget(f.command, i) ~= nil do
+      local a = rawget(f.command, i)
       if type(a) ~= "string" then return bad("command", "command[" .. i .. "] must be a string") end
       command[i] = a
+      i = i + 1
     end
   end
-  if t.env ~= nil and t.command == nil then
+  if f.env ~= nil and f.command == nil then
     return bad("env", "env is for a command tool (its child's environment)")
   end
-  local env, why_env = child_env.own(t.env)
-  if t.env ~= nil and not env then return bad("env", why_env) end
+  local env, why_env = child_env.own(f.env)
+  if f.env ~= nil and not env then return bad("env", why_env) end
   return setmetatable({
-    name = name, description = t.description, params = params,
-    read_only = t.read_only or false, idempotent = t.idempotent or false,
-    timeout = t.timeout, run = t.run, command = command, env = env, source = source,
-    check = t.check,
+    name = name, description = f.description, params = params,
+    read_only = f.read_only or false, idempotent = f.idempotent or false,
+    timeout = f.timeout, run = f.run, command = command, env = env, source = source,
+    check = f.check,
   }, Tool)
 end
 
@@ -166,25 +215,6 @@ end
 
 local function fmt(s) return (string.format("%.3g", s)) end
 
--- Stops Lua code that computes without ever waiting: a count hook on the
--- running coroutine raises tool_timeout once `seconds` of CPU time passed
--- (process CPU time never runs ahead of wall time on one thread, so this is
--- a wall-time bound that holds even when the loop cannot run). Once fired,
--- every further instruction raises again, so a pcall in the tool cannot
--- swallow it. Kept in one function: the sandbox of user hooks may take over.
-function M.guard_stuck(seconds, what)
-  local start, err = os.clock(), nil
-  local function hook()
-    if err or os.clock() - start >= seconds then
-      err = err or errors.new("tool_timeout", what .. " timed out after " .. fmt(seconds) .. " s",
-        { seconds = seconds, stuck = true })
-      debug.sethook(hook, "", 1)
-      error(err, 0)
-    end
-  end
-  debug.sethook(hook, "", 10000)
-end
-
 -- Cuts `text` to `cap` bytes (on a UTF-8 boundary) with a note saying how
 -- much was left out; `total` is the full size when text is already a prefix.
 function M.bound(text, cap, total)
@@ -207,41 +237,89 @@ local function transient(err)
   return TRANSIENT[err.kind] or false
 end
 
--- A tool's result as text: strings as they are, tables as JSON.
+-- A tool's result as text: strings as they are, nil as nothing, anything
+-- else as JSON (raises for what JSON cannot carry: NaN, a table that
+-- refers to itself, a function).
 local function as_text(v)
   if v == nil then return "" end
   if type(v) == "string" then return v end
-  if type(v) == "table" then return json.encode(v) end
-  return tostring(v)
+  return json.encode(v)
 end
 
--- An error value (raised or returned by a tool) as a tool_error record.
-local function tool_error(name, e)
-  if errors.is(e) then return e end
+-- Whether v is a record errors.new made (its metatable, read past any
+-- __metatable field), so its fields can be read raw.
+local function is_record(v)
+  return type(v) == "table" and debug.getmetatable(v) == errors.metatable
+end
+
+-- An error value a tool raised or returned, made plain inside its box:
+-- {kind=, message=, fields=} for a record (a table with a kind luagent
+-- knows: its fields as a plain, bounded copy), else {message=}.
+local function error_fields(e)
   local msg = tostring(type(e) == "table" and e.message or e)
-  -- a raised string comes back from the task with its traceback: the model
-  -- gets the message alone
+  -- a raised string may carry a traceback: the model gets the message alone
   msg = msg:gsub("\nstack traceback:\n.*$", "")
-  return errors.new("tool_error", name .. " failed: " .. msg)
+  if errors.is(e) and e.kind ~= "cancelled" then
+    return { kind = e.kind, message = msg, fields = sandbox.plain(e) }
+  end
+  return { message = msg }
 end
 
--- One attempt of a Lua tool: runs as a child task under a deadline and the
--- stuck-code guard. Returns text | nil, err.
-local function lua_attempt(tool, args, ctx, timeout)
-  local luagent = require "luagent"
-  local ok, res, e = pcall(luagent.deadline, timeout, function()
-    M.guard_stuck(timeout, tool.name)
-    return tool.run(args, ctx)
-  end)
-  if not ok then
-    if errors.is(res) and res.kind == "timeout" and res.which == "deadline" then
-      return nil, errors.new("tool_timeout", tool.name .. " timed out after " .. fmt(timeout) .. " s", { seconds = timeout })
-    end
-    if errors.is_cancel(res) then error(res, 0) end
-    return nil, tool_error(tool.name, res)
+-- What runs in a Lua tool's box: the call of `fn` (run or check), then its
+-- outcome made plain there too, so that metamethods, NaN and cycles meet
+-- the tool's bounds: "text", text | "none" (it returned nothing: a check
+-- saying the call did not happen) | "error", error_fields | "unsendable",
+-- why. A cancellation is raised again: it must reach the task's top.
+local function inside(fn, args, ctx)
+  local res = table.pack(pcall(fn, args, ctx))
+  if not res[1] then
+    local e = res[2]
+    if is_record(e) and rawget(e, "kind") == "cancelled" then error(e, 0) end
+    return "error", error_fields(e)
   end
-  if res == nil and e ~= nil then return nil, tool_error(tool.name, e) end
-  return as_text(res)
+  if res[2] == nil then
+    if res[3] ~= nil then return "error", error_fields(res[3]) end
+    return "none"
+  end
+  local ok, text = pcall(as_text, res[2])
+  if not ok then return "unsendable", tostring(text) end
+  return "text", text
+end
+
+local function tool_timeout(name, seconds, stuck)
+  return errors.new("tool_timeout", name .. " timed out after " .. fmt(seconds) .. " s",
+    { seconds = seconds, stuck = stuck })
+end
+
+-- Runs fn(args, ctx) (a tool's run or check, named `name` in messages) in
+-- the sandbox as a task (sandbox.run): its timeout the wall bound, the
+-- policy's grace and max_memory. Returns text | nil (nothing returned) |
+-- nil, err; raises a cancellation of the caller.
+local function run_bounded(name, fn, args, ctx, timeout, policy)
+  local ok, how, v = sandbox.run(inside, { fn, args, ctx, n = 3 }, { wall = timeout,
+    grace = policy.grace or 2, memory = policy.max_memory or 0 })
+  if ok then
+    if how == "text" then return v end
+    if how == "none" then return nil end
+    if how == "unsendable" then
+      return nil, errors.new("tool_error", name .. " returned a result that cannot be sent to the model: " .. v)
+    end
+    if v.kind then return nil, errors.new(v.kind, v.message, v.fields) end
+    return nil, errors.new("tool_error", name .. " failed: " .. v.message)
+  end
+  local stop = v
+  if stop == "deadline" then return nil, tool_timeout(name, timeout) end
+  if stop == "time" then return nil, tool_timeout(name, timeout, true) end
+  if stop then return nil, errors.new("tool_error", name .. " failed: " .. how) end
+  -- only a cancellation from elsewhere (the tool's own task) gets here
+  return nil, errors.new("tool_error", name .. " failed: " .. tostring(errors.is(how) and how.message or how))
+end
+
+-- One attempt of a Lua tool, in the sandbox. Returns text | nil, err.
+local function lua_attempt(tool, args, ctx, timeout, policy)
+  local text, err = run_bounded(tool.name, tool.run, args, ctx, timeout, policy)
+  if err then return nil, err end
+  return text or ""
 end
 
 -- A captured stream that was cut (`dropped` bytes past the cap) without its
@@ -301,31 +379,20 @@ end
 
 -- One run of a tool's check (see check_outcome): text | nil | nil, err.
 local function check_attempt(tool, call, opts)
-  local timeout = tool.timeout or (opts.policy and opts.policy.timeout) or 30
+  local policy = opts.policy or {}
+  local timeout = tool.timeout or policy.timeout or 30
   local ctx = { call_id = call.id, agent = opts.agent, tool = tool.name, attempt = 0, checking = true,
     idempotency_key = opts.idempotency_key, raw_arguments = call.raw_arguments,
     progress = function() end, cancelled = function() return false end }
-  local luagent = require "luagent"
-  local ok, res, e = pcall(luagent.deadline, timeout, function()
-    M.guard_stuck(timeout, tool.name .. " check")
-    return tool.check(call.arguments or {}, ctx)
-  end)
-  if not ok then
-    if errors.is_cancel(res) then error(res, 0) end
-    return nil, tool_error(tool.name .. " check", res)
-  end
-  if res == nil then
-    if e ~= nil then return nil, tool_error(tool.name .. " check", e) end
-    return nil
-  end
-  return as_text(res)
+  return run_bounded(tool.name .. " check", tool.check, call.arguments or {}, ctx, timeout, policy)
 end
 
 -- check_outcome(tool, call, opts) -> text | nil | nil, err: asks the tool's
 -- check(args, ctx) whether a call whose outcome is unknown (a durable run
 -- stopped while it ran) happened: its result as text if it did, nil if it
--- did not, nil and a tool_error when the check failed. Same bounds as an
--- attempt (timeout, stuck-code guard), scrubbed as one; opts as for execute.
+-- did not, nil and an error record when the check failed. Same bounds as
+-- an attempt (the sandbox, the timeout), scrubbed as one; opts as for
+-- execute.
 function M.check_outcome(tool, call, opts)
   local text, err = scrubbed(check_attempt(tool, call, opts))
   return text, err

@@ -2,7 +2,10 @@
 -- list of tools. The folder is watched; after a burst of changes (debounced)
 -- it is rescanned whole, since editors save by writing a temporary file and
 -- renaming it. Each file loads as policies do: text only, its own
--- environment (globals it sets stay its own), under an instruction limit.
+-- environment (sandbox.tool_env: the host's globals but debug, globals it
+-- sets stay its own), under the load bounds of a policy file, called with
+-- its own path as `...`; what it returns is read raw (next, rawget), so no
+-- metamethod of its tables runs, and no metatable is kept.
 -- A file that fails keeps its previous tools and is reported; a removed
 -- file's tools go. Each good rescan publishes a new snapshot, which agents
 -- take between turns: an agent never sees half a folder.
@@ -48,6 +51,20 @@ local function line_of(text, field, tool_name)
   return n > 0 and n or nil
 end
 
+-- The tools a file returned: the table itself when it is one tool (it has
+-- name, run or command), else its list part; read raw.
+local function tool_list(result)
+  if rawget(result, "name") ~= nil or rawget(result, "run") ~= nil or rawget(result, "command") ~= nil then
+    return { result }
+  end
+  local list, i = {}, 1
+  while rawget(result, i) ~= nil do
+    list[i] = rawget(result, i)
+    i = i + 1
+  end
+  return list
+end
+
 -- Loads one tool file. Returns the list of checked tools, or nil and
 -- {line=, message="file:line: what"}.
 function M.load_file(path, text)
@@ -56,22 +73,21 @@ function M.load_file(path, text)
     if not msg:find(path, 1, true) then msg = path .. (line and (":" .. line) or "") .. ": " .. msg end
     return nil, { line = line, message = msg }
   end
-  -- globals the file sets stay in its own table; reads fall back to the
-  -- host's (so a tool can use io, os, require)
-  local env = setmetatable({}, { __index = _G })
-  local chunk, perr = load(text, "@" .. path, "t", env)
+  local chunk, perr = load(text, "@" .. path, "t", sandbox.tool_env())
   if not chunk then return fail(perr) end
-  local ok, result = policies.run_limited(chunk, policies.limits.load)
+  local limits = policies.limits
+  local ok, result = sandbox.call(chunk, { path }, { instructions = limits.load, wall = limits.load_wall,
+    memory = limits.memory, who = "a tool file" })
   if not ok then return fail(result) end
   if type(result) ~= "table" then
     return fail("a tool file must return a tool or a list of tools (it returned " .. type(result) .. ")")
   end
-  local list = (result.name ~= nil or result.run ~= nil or result.command ~= nil) and { result } or result
+  local list = tool_list(result)
   if #list == 0 then return fail("a tool file must return a tool or a list of tools (got an empty table)") end
   local out, seen = {}, {}
   for i, t in ipairs(list) do
     local tool, why, field = tools.check(t, path)
-    local name = type(t) == "table" and type(t.name) == "string" and t.name or nil
+    local name = type(t) == "table" and type(rawget(t, "name")) == "string" and rawget(t, "name") or nil
     if not tool then
       return fail((#list > 1 and ("tools[" .. i .. "]: ") or "") .. why, line_of(text, field, name))
     end
