@@ -18,9 +18,9 @@
 -- when the tool policy trusts this server's hints (trust_hints); the
 -- policy's overrides per tool name win (policies/README.md).
 --
--- Servers are real processes or sockets: under the virtual clock the
--- handshake's and pings' time limits may pass before a server had the
--- real time to answer, so MCP sets want the real clock.
+-- Servers are real processes or sockets: under the virtual clock, time
+-- runs as on the real clock while a set reads its server (host/loop.c), so
+-- an open MCP set gains nothing from it; MCP sets want the real clock.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local json = require "luagent.json"
