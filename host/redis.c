@@ -39,6 +39,7 @@
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <string.h>
 #include <uv.h>
@@ -325,10 +326,12 @@ static uint64_t head_deadline(const rconn *rc) {
   return from + rc->head->wait_ms;
 }
 
-/* The timer fired: the connect, or the oldest command, may be late. A
- * command's replies may already wait in the socket (the loop was busy), so
- * pending bytes are written and read first; only a connection that is
- * still silent is torn down, failing every command in flight as a
+/* The timer fired: the connect, or the oldest command, may be late. The
+ * loop may have been busy (a loaded machine, a long task) and libuv runs
+ * due timers before it polls: a connect may have completed and a
+ * command's replies may wait in the socket. So a finished connect is
+ * completed, pending bytes are written and read first; only a connection
+ * that is still silent is torn down, failing every command in flight as a
  * timeout. */
 static void on_timeout(uv_timer_t *t) {
   rconn *rc = t->data;
@@ -344,6 +347,13 @@ static void on_timeout(uv_timer_t *t) {
     snprintf(msg, sizeof msg, "redis: connect: %s", strerror(soerr));
     conn_down(rc, soerr == ECONNREFUSED ? LG_ERR_REFUSED : LG_ERR_TRANSPORT, msg, 0);
     return;
+  }
+  if (rc->connecting && rc->ac) {
+    struct pollfd pfd = {.fd = rc->ac->c.fd, .events = POLLOUT};
+    if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLOUT)) {
+      redisAsyncHandleWrite(rc->ac); /* hiredis finishes the connect: on_connect */
+      if (!rc->connecting) return;
+    }
   }
   if (!rc->connecting && rc->ac) {
     size_t before = sdslen(rc->ac->c.obuf);

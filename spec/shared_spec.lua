@@ -175,6 +175,20 @@ describe("core.redis_connect", function()
     assert.matches("command: connection is closed", perr)
   end)
 
+  it("takes a connect that completed while the loop was busy for a connection, not a timeout", function()
+    -- libuv runs due timers before it polls: after a busy stretch the
+    -- connect's timeout fires before the poll that would see it connected
+    local connecting = luagent.spawn(function() return core.redis_connect("127.0.0.1", redis.port, 0.1) end)
+    luagent.spawn(function()
+      local t0 = os.clock()
+      while os.clock() - t0 < 0.3 do end -- busy, past the timeout, after the connect began
+    end)
+    local conn, err = connecting:join()
+    assert.is_not_nil(conn, tostring(err))
+    assert.equal("PONG", conn:command(1, "PING"))
+    conn:close()
+  end)
+
   it("times out a silent server, fails refused connects, and lets a cancelled command go", function()
     local r = assert(core.redis_connect("127.0.0.1", redis.port, 1))
     local t0 = core.now()
