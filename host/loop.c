@@ -17,10 +17,10 @@
  *   callback (libuv runs a finished write's callback one pass later; a
  *   segment between two sockets of the process is in the receiving socket
  *   when the sending call returns, as Linux runs loopback in the sender's
- *   context). Exact, no guess on timing: a transfer is the loop's own when
- *   the address curl connects to is a listener of this loop (host/tcp.c
- *   registers them, lg_loop_serves; host/addr.c says which addresses reach
- *   which);
+ *   context unless its softirq budget is spent). No guess on timing: a
+ *   transfer is the loop's own when the address curl connects to is a
+ *   listener of this loop (host/tcp.c registers them, lg_loop_serves;
+ *   host/addr.c says which addresses reach which);
  * - real work (lg_loop_real: a transfer or connection to any other peer, a
  *   Redis connect or command, a child process that runs or is waited on):
  *   its end comes from outside, in real time, so while some is in flight
