@@ -10,13 +10,18 @@
  * real time), `first_byte` (until the response headers), `idle` (longest
  * silence between body bytes) and `total` (the whole request). The last three
  * run on the loop's clock, so they follow the virtual clock in simulations.
- * One task at a time may wait on a request (in read or event). */
+ * One task at a time may wait on a request (in read or event).
+ *
+ * For the virtual clock (loop.c's header) a transfer is held while curl
+ * resolves the host name, then real work unless the address it connects
+ * to is a listener of this loop (the mock provider, the specs' servers). */
 #include "http.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <uv.h>
 
 #include "core.h"
 #include "curl_api.h"
@@ -106,6 +111,7 @@ typedef struct request {
   lg_wait wait;
   int waiting;          /* a task waits on `wait` */
   int resolving;        /* holds the virtual clock until connected (lg_loop_hold) */
+  int outside;          /* the peer is not this loop's own server: real work */
 } request;
 
 /* ------------------------------------------------------------- buffers */
@@ -193,9 +199,27 @@ static void resolved(request *r) {
   lg_loop_hold(r->ctx->loop, -1);
 }
 
+/* Notes whom the transfer talks to, each time curl picks its peer (a new
+ * connection, or a pooled one reused): a peer outside the process is real
+ * work for the virtual clock, this loop's own server is not. */
+static void peer_is(request *r, const struct sockaddr *peer) {
+  int outside = !lg_loop_serves(r->ctx->loop, peer);
+  if (outside == r->outside) return;
+  r->outside = outside;
+  lg_loop_real(r->ctx->loop, outside ? 1 : -1);
+}
+
+/* The transfer no longer waits on its peer. Idempotent. */
+static void peer_done(request *r) {
+  if (!r->outside) return;
+  r->outside = 0;
+  lg_loop_real(r->ctx->loop, -1);
+}
+
 /* Takes the easy handle out of the multi (aborting it if still running). */
 static void detach(request *r) {
   resolved(r);
+  peer_done(r);
   if (r->in_multi) {
     CURLFN(multi_remove_handle)(r->ctx->multi, r->easy);
     r->in_multi = 0;
@@ -275,18 +299,21 @@ static void total_fired(lg_timer *t) {
 static curl_socket_t on_open_socket(void *ud, curlsocktype purpose, struct curl_sockaddr *a) {
   (void)purpose;
   resolved(ud);
+  peer_is(ud, &a->addr); /* curl's address storage holds any family */
   return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
 }
 
 /* CURLOPT_PREREQFUNCTION: connected (or a pooled connection was reused,
  * which opens no socket): the request is about to be sent. */
 static int on_prereq(void *ud, char *ip, char *local_ip, int port, int local_port) {
-  (void)ip;
   (void)local_ip;
-  (void)port;
   (void)local_port;
   request *r = ud;
   resolved(r);
+  struct sockaddr_storage peer;
+  if (uv_ip4_addr(ip, port, (struct sockaddr_in *)&peer) == 0 ||
+      uv_ip6_addr(ip, port, (struct sockaddr_in6 *)&peer) == 0)
+    peer_is(r, (struct sockaddr *)&peer);
   if (r->phase < P_HEADERS) r->phase = P_HEADERS;
   return CURL_PREREQFUNC_OK;
 }
@@ -377,6 +404,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   if (status < 0) flags = CURL_CSELECT_IN | CURL_CSELECT_OUT;
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
+  lg_loop_activity(s->ctx->loop); /* curl moves bytes: the loop is not idle */
   CURLFN(multi_socket_action)(s->ctx->multi, s->fd, flags, &running);
   check_done(s->ctx);
 }
@@ -384,6 +412,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 static void on_curl_timer(uv_timer_t *h) {
   http_ctx *ctx = h->data;
   int running;
+  lg_loop_activity(ctx->loop);
   CURLFN(multi_socket_action)(ctx->multi, CURL_SOCKET_TIMEOUT, 0, &running);
   check_done(ctx);
 }

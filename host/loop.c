@@ -7,13 +7,37 @@
  * Cancellation ends a wait through its cancel hook and raises `cancelled` at
  * the suspension point, so pcall handlers and <close> variables run.
  *
- * The clock is monotonic, or virtual: then it jumps to the next timer as soon
- * as nothing else can make progress, so specs never sleep real seconds.
+ * The virtual clock. The clock is monotonic, or virtual (specs, `luagent
+ * run --virtual-clock`), so that waits on timers take no real time. What is
+ * in flight decides how virtual time moves:
+ * - the loop's own work (tasks, timers, and the sockets between this loop
+ *   and its own listeners: the mock provider, the specs' servers): time
+ *   jumps to the next timer once the loop is idle, that is no task ready,
+ *   no timer due, and two passes of the I/O loop in a row that ran no
+ *   callback (libuv runs a finished write's callback one pass later; a
+ *   segment between two sockets of the process is in the receiving socket
+ *   when the sending call returns, as Linux runs loopback in the sender's
+ *   context unless its softirq budget is spent). No guess on timing: a
+ *   transfer is the loop's own when the address curl connects to is a
+ *   listener of this loop (host/tcp.c registers them, lg_loop_serves;
+ *   host/addr.c says which addresses reach which);
+ * - real work (lg_loop_real: a transfer or connection to any other peer, a
+ *   Redis connect or command, a child process that runs or is waited on):
+ *   its end comes from outside, in real time, so while some is in flight
+ *   time does not jump. The loop waits for real events as on the real
+ *   clock, and virtual time moves on by the real time it waited: a reply
+ *   that takes 200 ms costs 200 ms, and a timeout that guards real work
+ *   fires after as many real seconds as on the real clock;
+ * - held work (lg_loop_hold: a name lookup in curl's resolver thread, a
+ *   journal transaction in the SQLite writer's): the host's own work off
+ *   the loop, which always ends and whose time a simulation should not
+ *   see: time stands until it is done.
  *
  * A task may run under a sandbox box (host/sandbox.c: a Lua tool): every
  * resume of it is armed with the box, and the tasks it spawns share it
  * (a daemon does not: it outlives the call that started it). */
 #include "loop.h"
+#include "addr.h"
 #include "core.h"
 #include "errors.h"
 #include "sandbox.h"
@@ -82,9 +106,11 @@ struct lg_loop {
   int live;               /* tasks not yet done */
   int live_daemons;
   int busy;
-  int held;               /* lg_loop_hold: the virtual clock may not jump */
+  int real;               /* lg_loop_real: virtual time follows real time */
+  int held;               /* lg_loop_hold: virtual time stands */
   unsigned long activity;
   lg_closer *closers;     /* lg_loop_closer_add: called when the loop closes */
+  lg_listener *listeners; /* this loop's own TCP listeners */
   int closed;
 };
 
@@ -99,6 +125,8 @@ double lg_loop_now(lg_loop *loop) {
 uv_loop_t *lg_loop_uv(lg_loop *loop) { return &loop->uv; }
 
 void lg_loop_busy(lg_loop *loop, int delta) { loop->busy += delta; }
+
+void lg_loop_real(lg_loop *loop, int delta) { loop->real += delta; }
 
 void lg_loop_activity(lg_loop *loop) { loop->activity++; }
 
@@ -120,6 +148,30 @@ void lg_loop_closer_remove(lg_loop *loop, lg_closer *c) {
   else loop->closers = c->next;
   if (c->next) c->next->prev = c->prev;
   c->prev = c->next = NULL;
+}
+
+void lg_loop_listener_add(lg_loop *loop, lg_listener *l) {
+  if (l->listed) return;
+  l->prev = NULL;
+  l->next = loop->listeners;
+  if (l->next) l->next->prev = l;
+  loop->listeners = l;
+  l->listed = 1;
+}
+
+void lg_loop_listener_remove(lg_loop *loop, lg_listener *l) {
+  if (!l->listed) return;
+  if (l->prev) l->prev->next = l->next;
+  else loop->listeners = l->next;
+  if (l->next) l->next->prev = l->prev;
+  l->prev = l->next = NULL;
+  l->listed = 0;
+}
+
+int lg_loop_serves(lg_loop *loop, const struct sockaddr *peer) {
+  for (lg_listener *l = loop->listeners; l; l = l->next)
+    if (lg_addr_reaches((const struct sockaddr *)&l->addr, peer)) return 1;
+  return 0;
 }
 
 int lg_loop_timer_start(lg_loop *loop, lg_timer *t, double seconds) {
@@ -149,6 +201,29 @@ static int fire_due_timers(lg_loop *loop) {
 }
 
 static void wake_cb(uv_timer_t *h) { (void)h; }
+
+/* The longest the virtual clock waits for real events at once when no
+ * timer is nearer; it then looks again. This bounds nothing but a wait no
+ * handle would end: the next event ends a wait at once. */
+#define REAL_WAIT_MAX 1.0
+
+/* Virtual mode, real or held work in flight: waits for the next real
+ * event, as the real clock would, at most until the next timer is due
+ * counted in real seconds, and moves virtual time on by the real time
+ * waited; while work is held, time stands (the wait is then only bounded). */
+static void wait_for_real(lg_loop *loop) {
+  int stand = loop->held > 0;
+  double wait = REAL_WAIT_MAX;
+  lg_timer *t = lg_timerheap_peek(&loop->timers);
+  if (!stand && t && t->due - loop->vnow < wait) wait = t->due - loop->vnow;
+  uint64_t ms = wait > 0 ? (uint64_t)ceil(wait * 1000.0) : 0;
+  double start = real_now();
+  uv_update_time(&loop->uv);
+  uv_timer_start(&loop->wake, wake_cb, ms, 0);
+  uv_run(&loop->uv, UV_RUN_ONCE);
+  uv_timer_stop(&loop->wake);
+  if (!stand) loop->vnow += real_now() - start;
+}
 
 /* Real mode: arms the libuv timer for the earliest lg_timer. */
 static void arm_wake(lg_loop *loop) {
@@ -499,23 +574,24 @@ static int run_until(lg_loop *loop, lua_State *L, int (*done)(void *), void *arg
     }
     if (fire_due_timers(loop)) continue;
     int have_timers = lg_timerheap_peek(&loop->timers) != NULL;
-    if (!have_timers && !uv_loop_alive(&loop->uv) && loop->busy == 0) return -1;
+    if (!have_timers && !uv_loop_alive(&loop->uv) && loop->busy == 0 && loop->real == 0 &&
+        loop->held == 0)
+      return -1;
     if (loop->is_virtual) {
+      /* the rule is in the header: jump only when idle with nothing real
+       * or held in flight */
       unsigned long before = loop->activity;
       uv_run(&loop->uv, UV_RUN_NOWAIT);
       if (loop->ready_head || loop->activity != before) continue;
-      if (loop->busy > 0) {
-        /* Real I/O in flight: give it a moment before time jumps. */
-        uv_update_time(&loop->uv);
-        uv_timer_start(&loop->wake, wake_cb, 2, 0);
-        uv_run(&loop->uv, UV_RUN_ONCE);
-        uv_timer_stop(&loop->wake);
-        if (loop->ready_head || loop->activity != before) continue;
-        if (loop->held > 0) continue; /* real work pending: time stands */
+      if (loop->real > 0 || loop->held > 0) {
+        wait_for_real(loop);
+        continue;
       }
-      if (have_timers) {
-        double due = lg_timerheap_peek(&loop->timers)->due;
-        if (due > loop->vnow) loop->vnow = due;
+      uv_run(&loop->uv, UV_RUN_NOWAIT); /* the callbacks libuv deferred */
+      if (loop->ready_head || loop->activity != before) continue;
+      lg_timer *next = lg_timerheap_peek(&loop->timers);
+      if (next) {
+        if (next->due > loop->vnow) loop->vnow = next->due;
         continue;
       }
       uv_run(&loop->uv, UV_RUN_ONCE);
@@ -817,10 +893,12 @@ static int l_clock_is_virtual(lua_State *L) {
   return 1;
 }
 
-/* stats() -> {tasks=, daemons=, timers=, busy=}: for specs and diagnostics. */
+/* stats() -> {tasks=, daemons=, timers=, busy=, real=, held=}: for specs
+ * and diagnostics (busy: operations in flight; real, held: the work the
+ * virtual clock waits for, see the header). */
 static int l_stats(lua_State *L) {
   lg_loop *loop = lg_loop_get(L);
-  lua_createtable(L, 0, 4);
+  lua_createtable(L, 0, 6);
   lua_pushinteger(L, loop->live);
   lua_setfield(L, -2, "tasks");
   lua_pushinteger(L, loop->live_daemons);
@@ -829,6 +907,10 @@ static int l_stats(lua_State *L) {
   lua_setfield(L, -2, "timers");
   lua_pushinteger(L, loop->busy);
   lua_setfield(L, -2, "busy");
+  lua_pushinteger(L, loop->real);
+  lua_setfield(L, -2, "real");
+  lua_pushinteger(L, loop->held);
+  lua_setfield(L, -2, "held");
   return 1;
 }
 

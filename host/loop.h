@@ -6,6 +6,7 @@
 #define LG_LOOP_H
 
 #include <lua.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #include "timerheap.h"
@@ -33,16 +34,24 @@ double lg_loop_now(lg_loop *loop);
 int lg_loop_timer_start(lg_loop *loop, lg_timer *t, double seconds);
 void lg_loop_timer_stop(lg_loop *loop, lg_timer *t);
 
-/* In-flight operations that make real progress without any timer (HTTP
- * transfers, child processes). While some are in flight the virtual clock
- * waits for real I/O to settle before it jumps to the next timer. */
+/* In-flight operations that make progress without any timer (HTTP
+ * transfers, connects, writes, child processes, Redis commands, journal
+ * writes): while some are in flight, a loop with no timer and no active
+ * handle is not deadlocked. */
 void lg_loop_busy(lg_loop *loop, int delta);
-/* Tells the virtual clock that real I/O happened (called by I/O callbacks). */
+/* In-flight work whose end comes from outside the loop: a transfer or a
+ * connection to a peer that is not a listener of this loop, a Redis
+ * connect or command, a child process that runs or is waited on. While
+ * some is in flight the virtual clock does not jump: it follows real time
+ * (the rule is in loop.c's header). */
+void lg_loop_real(lg_loop *loop, int delta);
+/* Tells the virtual clock that something happened (called by I/O
+ * callbacks): the loop is not idle yet. */
 void lg_loop_activity(lg_loop *loop);
-/* In-flight work the virtual clock must never overtake, however long it
- * takes in real time (a transfer resolving its host name: the resolver
- * thread reports nothing until it is done). While some is held the clock
- * does not jump. */
+/* In-flight work of the host's own on another thread, which always ends
+ * and which the virtual clock must never overtake, however long it takes
+ * in real time (a name lookup in curl's resolver thread, a journal
+ * transaction): while some is held, virtual time stands. */
 void lg_loop_hold(lg_loop *loop, int delta);
 
 /* Work whose owner let go while only an event can close its handles (a
@@ -58,6 +67,21 @@ struct lg_closer {
 };
 void lg_loop_closer_add(lg_loop *loop, lg_closer *c);
 void lg_loop_closer_remove(lg_loop *loop, lg_closer *c);
+
+/* A TCP listener of this loop, registered by host/tcp.c while it listens:
+ * a connection to its address is served by this loop's own tasks (the
+ * mock provider, the specs' servers), so it is not real work. */
+typedef struct lg_listener lg_listener;
+struct lg_listener {
+  struct sockaddr_storage addr;  /* the bound address */
+  lg_listener *prev, *next;
+  int listed;
+};
+void lg_loop_listener_add(lg_loop *loop, lg_listener *l);
+/* Harmless when `l` is not listed. */
+void lg_loop_listener_remove(lg_loop *loop, lg_listener *l);
+/* True when a TCP connection to `peer` reaches a listener of this loop. */
+int lg_loop_serves(lg_loop *loop, const struct sockaddr *peer);
 
 /* Suspends the calling Lua code until `w` is woken, then calls `k`. Inside a
  * task this yields to the scheduler; elsewhere (top-level code, a foreign

@@ -9,8 +9,10 @@
  * Every child is started detached (setsid), so it leads a new process group
  * whose id is its pid; a kill goes to the whole group (-pid), grandchildren
  * included, and so does the SIGKILL that ends what is left of the group
- * when the child exits. While a child runs it counts as busy for the
- * virtual clock.
+ * when the child exits. While a child runs it counts as busy, and, unless
+ * it is a stream child, as real work for the virtual clock until it exits
+ * (a stream child, a server of ours that may idle for the whole run, is
+ * real work only while a task waits on it: process_lua.c).
  *
  * Stream mode keeps stdin open (each write a malloc'd request freed by its
  * callback) and hands stdout out as it comes: the owner peeks and takes;
@@ -48,6 +50,7 @@ struct lg_process {
   int open;             /* libuv handles not yet closed */
   int pid, exited, term_signal, killed, finished, released;
   int stream, in_open;  /* stream mode; stdin still takes writes */
+  int real;             /* counted as real work until it exits (not stream mode) */
   int discard;          /* stream mode, killed: stdout is read and dropped */
   long long exit_status;
   void (*done)(void *arg);
@@ -142,6 +145,11 @@ static void drain_fire(lg_timer *t) {
  * the group may still hold them). */
 static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
   lg_process *p = h->data;
+  lg_loop_activity(p->loop);
+  if (p->real) {
+    p->real = 0;
+    lg_loop_real(p->loop, -1);
+  }
   p->exited = 1;
   p->exit_status = (long long)status;
   p->term_signal = sig;
@@ -308,6 +316,10 @@ int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) 
   }
   p->pid = p->proc.pid;
   lg_loop_busy(loop, 1);
+  if (!o->stream) {
+    p->real = 1;
+    lg_loop_real(loop, 1);
+  }
   uv_read_start((uv_stream_t *)&p->out.pipe, on_alloc, on_read);
   uv_read_start((uv_stream_t *)&p->err.pipe, on_alloc, on_read);
   if (o->stream) {

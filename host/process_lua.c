@@ -29,18 +29,32 @@ extern char **environ;
 
 typedef struct {
   lg_process *p;  /* NULL once closed */
+  lg_loop *loop;
   lg_wait w;
   int waiting;    /* a task waits in wait() */
   lg_wait rw;
   int reading;    /* a task waits in read_line() */
+  int stream;     /* opts.stream */
+  int real;       /* counted as real work for the virtual clock */
   double grace;   /* seconds between SIGTERM and SIGKILL */
 } proc_ud;
+
+/* Call after `waiting` or `reading` changed: a stream child is real work
+ * for the virtual clock while a task waits on it (a one-shot child is,
+ * while it runs: process.c). */
+static void note_waits(proc_ud *u) {
+  int real = u->stream && (u->waiting || u->reading);
+  if (real == u->real) return;
+  u->real = real;
+  lg_loop_real(u->loop, real ? 1 : -1);
+}
 
 /* `done` of the process: wakes the task waiting in wait(), if any. */
 static void proc_done(void *arg) {
   proc_ud *u = arg;
   if (!u->waiting) return;
   u->waiting = 0;
+  note_waits(u);
   lg_task_wake(&u->w);
 }
 
@@ -49,6 +63,7 @@ static void proc_data(void *arg) {
   proc_ud *u = arg;
   if (!u->reading) return;
   u->reading = 0;
+  note_waits(u);
   lg_task_wake(&u->rw);
 }
 
@@ -56,6 +71,7 @@ static void proc_data(void *arg) {
 static void read_cancel(lg_wait *w) {
   proc_ud *u = (proc_ud *)((char *)w - offsetof(proc_ud, rw));
   u->reading = 0;
+  note_waits(u);
 }
 
 /* Cancel hook of wait(): the waiting task was cancelled (or timed out), so
@@ -63,6 +79,7 @@ static void read_cancel(lg_wait *w) {
 static void wait_cancel(lg_wait *w) {
   proc_ud *u = (proc_ud *)((char *)w - offsetof(proc_ud, w));
   u->waiting = 0;
+  note_waits(u);
   if (u->p) lg_process_kill(u->p, u->grace);
 }
 
@@ -74,14 +91,11 @@ static int l_proc_close(lua_State *L) {
     lg_process_release(u->p);
     u->p = NULL;
   }
-  if (u->waiting) {
-    u->waiting = 0;
-    lg_task_wake(&u->w);
-  }
-  if (u->reading) {
-    u->reading = 0;
-    lg_task_wake(&u->rw);
-  }
+  int waiting = u->waiting, reading = u->reading;
+  u->waiting = u->reading = 0;
+  note_waits(u);
+  if (waiting) lg_task_wake(&u->w);
+  if (reading) lg_task_wake(&u->rw);
   return 0;
 }
 
@@ -134,6 +148,7 @@ static int wait_k(lua_State *L, int status, lua_KContext ctx) {
   }
   if (u->waiting) return luaL_error(L, "wait: another task is already waiting");
   u->waiting = 1;
+  note_waits(u);
   return lg_task_suspend(L, &u->w, 0, wait_k);
 }
 
@@ -230,6 +245,7 @@ static int read_line_k(lua_State *L, int status, lua_KContext ctx) {
   }
   if (u->reading) return luaL_error(L, "read_line: another task is already reading");
   u->reading = 1;
+  note_waits(u);
   return lg_task_suspend(L, &u->rw, 0, read_line_k);
 }
 
@@ -376,6 +392,8 @@ static int l_process_spawn(lua_State *L) {
   lg_loop *loop = lg_loop_get(L);
   proc_ud *u = lua_newuserdatauv(L, sizeof *u, 0);
   memset(u, 0, sizeof *u);
+  u->loop = loop;
+  u->stream = o.stream;
   u->w.cancel = wait_cancel;
   u->rw.cancel = read_cancel;
   u->grace = grace;

@@ -39,6 +39,7 @@
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <string.h>
 #include <uv.h>
@@ -113,6 +114,14 @@ struct rconn {
   lg_error_kind fail_kind;
   char fail_msg[160];
 };
+
+/* A connect or a command starts (+1) or ends (-1): busy for the loop, and
+ * real work for the virtual clock, the reply coming from Redis in real
+ * time (loop.c's header). */
+static void in_flight(lg_loop *loop, int delta) {
+  lg_loop_busy(loop, delta);
+  lg_loop_real(loop, delta);
+}
 
 /* ------------------------------------------------------------- replies */
 
@@ -218,7 +227,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata) {
   if (rc) {
     fifo_remove(rc, c);
     rc->progress = uv_now(lg_loop_uv(rc->loop));
-    lg_loop_busy(rc->loop, -1);
+    in_flight(rc->loop, -1);
     lg_loop_activity(rc->loop);
   }
   if (c->w) {
@@ -263,7 +272,7 @@ static void timer_closed(uv_handle_t *h) { free(h); }
 static void detach_all(rconn *rc, int quiet) {
   for (cmd *c = rc->head; c; c = c->next) {
     c->conn = NULL;
-    lg_loop_busy(rc->loop, -1);
+    in_flight(rc->loop, -1);
     if (quiet && c->w) {
       c->w->c = NULL;
       c->w = NULL;
@@ -299,7 +308,7 @@ static void conn_down(rconn *rc, lg_error_kind kind, const char *msg, int quiet)
     if (!rc->cstatus) rc->cstatus = -1;
     snprintf(rc->cerr, sizeof rc->cerr, "%s", msg);
     rc->ckind = kind;
-    lg_loop_busy(rc->loop, -1);
+    in_flight(rc->loop, -1);
     if (!quiet) lg_task_wake(&rc->cw);
   }
   if (rc->timer) {
@@ -317,10 +326,12 @@ static uint64_t head_deadline(const rconn *rc) {
   return from + rc->head->wait_ms;
 }
 
-/* The timer fired: the connect, or the oldest command, may be late. A
- * command's replies may already wait in the socket (the loop was busy), so
- * pending bytes are written and read first; only a connection that is
- * still silent is torn down, failing every command in flight as a
+/* The timer fired: the connect, or the oldest command, may be late. The
+ * loop may have been busy (a loaded machine, a long task) and libuv runs
+ * due timers before it polls: a connect may have completed and a
+ * command's replies may wait in the socket. So a finished connect is
+ * completed, pending bytes are written and read first; only a connection
+ * that is still silent is torn down, failing every command in flight as a
  * timeout. */
 static void on_timeout(uv_timer_t *t) {
   rconn *rc = t->data;
@@ -336,6 +347,13 @@ static void on_timeout(uv_timer_t *t) {
     snprintf(msg, sizeof msg, "redis: connect: %s", strerror(soerr));
     conn_down(rc, soerr == ECONNREFUSED ? LG_ERR_REFUSED : LG_ERR_TRANSPORT, msg, 0);
     return;
+  }
+  if (rc->connecting && rc->ac) {
+    struct pollfd pfd = {.fd = rc->ac->c.fd, .events = POLLOUT};
+    if (poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLOUT)) {
+      redisAsyncHandleWrite(rc->ac); /* hiredis finishes the connect: on_connect */
+      if (!rc->connecting) return;
+    }
   }
   if (!rc->connecting && rc->ac) {
     size_t before = sdslen(rc->ac->c.obuf);
@@ -386,7 +404,7 @@ static void on_connect(const redisAsyncContext *ac, int status) {
   }
   if (rc->connecting) {
     rc->connecting = 0;
-    lg_loop_busy(rc->loop, -1);
+    in_flight(rc->loop, -1);
     if (rc->timer) uv_timer_stop(rc->timer);
     lg_task_wake(&rc->cw);
   }
@@ -410,7 +428,7 @@ static void connect_cancel(lg_wait *w) {
   rconn *rc = (rconn *)((char *)w - offsetof(rconn, cw));
   if (!rc->connecting) return;
   rc->connecting = 0;
-  lg_loop_busy(rc->loop, -1);
+  in_flight(rc->loop, -1);
   conn_down(rc, LG_ERR_CANCELLED, "redis: connect cancelled", 1);
 }
 
@@ -545,7 +563,7 @@ static int l_redis_connect(lua_State *L) {
     return connect_k(L, 0, 0);
   }
   rc->connecting = 1;
-  lg_loop_busy(loop, 1);
+  in_flight(loop, 1);
   uv_update_time(lg_loop_uv(loop));
   uv_timer_start(rc->timer, on_timeout, (uint64_t)(timeout * 1000 + 0.5), 0);
   return lg_task_suspend(L, &rc->cw, 0, r ? resolve_k : connect_k);
@@ -586,7 +604,7 @@ static int queue_cmd(rconn *rc, waiter *w, double timeout, int argc, const char 
   else rc->head = c;
   rc->tail = c;
   if (w) w->c = c;
-  lg_loop_busy(rc->loop, 1);
+  in_flight(rc->loop, 1);
   if (rc->head == c) arm_timer(rc);
   return 0;
 }

@@ -12,7 +12,13 @@
  *   connection; past READ_LIMIT the socket is not read until it drains.
  * Callbacks run no Lua: they move bytes, record a status and wake a task.
  * Listeners and idle reads are not "busy" (a server waiting for clients must
- * not hold virtual time); connects and writes in flight are. */
+ * not hold virtual time); connects and writes in flight are.
+ *
+ * For the virtual clock (loop.c's header) each listener is registered with
+ * the loop while it listens: a connection to it is the loop's own work.
+ * A client connection to any other address is real work while its connect,
+ * a write, or a read waited on is in flight; the connections a server
+ * accepted are the own server's side, never real work. */
 #include "tcp.h"
 
 #include <arpa/inet.h>
@@ -40,7 +46,7 @@
 typedef struct {
   lg_loop *loop;
   uv_tcp_t *tcp;                 /* NULL once closed */
-  struct sockaddr_storage addr;  /* the bound address, kept after close */
+  lg_listener listener;          /* the bound address (kept after close), listed with the loop while open */
   lg_wait aw;
   int accepting;                 /* a task waits in accept */
   int accept_err;                /* a failure for the next accept, or 0 */
@@ -60,6 +66,8 @@ typedef struct {
   int reading;                   /* uv_read_start is active */
   lg_wait rw;
   int rwaiting;                  /* a task waits in read */
+  int outside;                   /* a client of a peer that is not this loop's own server */
+  int rreal;                     /* the waiting read counts as real work */
   lg_wait cw;
   int cwaiting;                  /* a task waits in tcp_connect */
   int cstatus;                   /* the connect result */
@@ -71,6 +79,7 @@ typedef struct writer writer;
 typedef struct {
   uv_write_t req;                /* first: on_write casts back */
   lg_loop *loop;
+  int real;                      /* to a peer outside: real work */
   writer *waiter;                /* NULL once the waiting task let go */
   char data[];                   /* a copy of the bytes libuv writes */
 } write_req;
@@ -86,6 +95,7 @@ struct writer {
 typedef struct {
   uv_connect_t req;              /* first: on_connect casts back */
   lg_loop *loop;
+  int real;                      /* to a peer outside: real work */
 } connect_req;
 
 /* ---------------------------------------------------------------- helpers */
@@ -197,10 +207,19 @@ static conn *conn_new(lua_State *L, lg_loop *loop) {
 /* The connection at argument 1 (raises for anything else). */
 static conn *check_conn(lua_State *L) { return luaL_checkudata(L, 1, CONN_MT); }
 
+/* The read wait ended (woken, cancelled, closed). */
+static void reader_gone(conn *c) {
+  c->rwaiting = 0;
+  if (c->rreal) {
+    c->rreal = 0;
+    lg_loop_real(c->loop, -1);
+  }
+}
+
 /* Wakes the task waiting in read, if any. */
 static void conn_wake_reader(conn *c) {
   if (!c->rwaiting) return;
-  c->rwaiting = 0;
+  reader_gone(c);
   lg_task_wake(&c->rw);
 }
 
@@ -278,7 +297,7 @@ static void conn_close(conn *c, int reset, int wake) {
   c->buf = NULL;
   c->len = c->cap = 0;
   if (wake) conn_wake_reader(c);
-  else c->rwaiting = 0;
+  else reader_gone(c);
 }
 
 /* ------------------------------------------------------------------ read */
@@ -286,7 +305,7 @@ static void conn_close(conn *c, int reset, int wake) {
 /* Cancel hook of read: nothing is in flight, only the wait ends. */
 static void read_cancel(lg_wait *w) {
   conn *c = (conn *)((char *)w - offsetof(conn, rw));
-  c->rwaiting = 0;
+  reader_gone(c);
 }
 
 static int read_try(lua_State *L, conn *c);
@@ -315,6 +334,10 @@ static int read_try(lua_State *L, conn *c) {
   }
   if (c->rwaiting) return luaL_error(L, "read: another task is already reading");
   c->rwaiting = 1;
+  if (c->outside) { /* the reply comes from outside the loop */
+    c->rreal = 1;
+    lg_loop_real(c->loop, 1);
+  }
   return lg_task_suspend(L, &c->rw, 0, read_k);
 }
 
@@ -335,6 +358,7 @@ static int l_conn_read(lua_State *L) {
 static void on_write(uv_write_t *r, int status) {
   write_req *req = (write_req *)r;
   lg_loop_busy(req->loop, -1);
+  if (req->real) lg_loop_real(req->loop, -1);
   lg_loop_activity(req->loop);
   writer *wr = req->waiter;
   if (wr) {
@@ -389,6 +413,7 @@ static int l_conn_write(lua_State *L) {
   if (!req) return luaL_error(L, "write: out of memory");
   memcpy(req->data, s, len);
   req->loop = c->loop;
+  req->real = c->outside;
   req->waiter = wr;
   uv_buf_t b;
   b.base = req->data;
@@ -400,6 +425,7 @@ static int l_conn_write(lua_State *L) {
   }
   wr->req = req;
   lg_loop_busy(c->loop, 1);
+  if (req->real) lg_loop_real(c->loop, 1);
   return lg_task_suspend(L, &wr->w, 0, write_k);
 }
 
@@ -432,6 +458,7 @@ static int l_conn_peer(lua_State *L) { return push_addr(L, &check_conn(L)->peer)
 static void on_connect(uv_connect_t *r, int status) {
   connect_req *req = (connect_req *)r;
   lg_loop_busy(req->loop, -1);
+  if (req->real) lg_loop_real(req->loop, -1);
   lg_loop_activity(req->loop);
   conn *c = r->handle->data;
   if (c && c->cwaiting) {
@@ -491,7 +518,9 @@ static int l_tcp_connect(lua_State *L) {
   }
   c->tcp = tcp;
   tcp->data = c;
+  c->outside = !lg_loop_serves(loop, (struct sockaddr *)&sa);
   req->loop = loop;
+  req->real = c->outside;
   rc = uv_tcp_connect(&req->req, tcp, (struct sockaddr *)&sa, on_connect);
   if (rc != 0) {
     free(req);
@@ -499,6 +528,7 @@ static int l_tcp_connect(lua_State *L) {
     return fail_addr(L, "tcp_connect", host, port, rc);
   }
   lg_loop_busy(loop, 1);
+  if (req->real) lg_loop_real(loop, 1);
   c->cwaiting = 1;
   return lg_task_suspend(L, &c->cw, 0, connect_k);
 }
@@ -557,6 +587,7 @@ static void on_connection(uv_stream_t *h, int status) {
  * queued connections; `wake` wakes a task blocked in accept (not from __gc). */
 static void server_close(server *s, int wake) {
   if (!s->tcp) return;
+  lg_loop_listener_remove(s->loop, &s->listener);
   close_tcp(s->tcp, 0);
   s->tcp = NULL;
   for (; s->qlen > 0; s->qlen--) {
@@ -618,7 +649,7 @@ static int l_server_accept(lua_State *L) {
 }
 
 /* srv:address() -> host, port it listens on (also after close). */
-static int l_server_address(lua_State *L) { return push_addr(L, &check_server(L)->addr); }
+static int l_server_address(lua_State *L) { return push_addr(L, &check_server(L)->listener.addr); }
 
 /* srv:close(), srv:__close(): stops listening; a blocked accept gets nil, err. */
 static int l_server_close(lua_State *L) {
@@ -657,13 +688,14 @@ static int l_tcp_listen(lua_State *L) {
   }
   s->tcp = tcp;
   tcp->data = s;
-  int len = (int)sizeof s->addr;
+  int len = (int)sizeof s->listener.addr;
   if ((rc = uv_tcp_bind(tcp, (const struct sockaddr *)&sa, 0)) != 0 ||
       (rc = uv_listen((uv_stream_t *)tcp, (int)backlog, on_connection)) != 0 ||
-      (rc = uv_tcp_getsockname(tcp, (struct sockaddr *)&s->addr, &len)) != 0) {
+      (rc = uv_tcp_getsockname(tcp, (struct sockaddr *)&s->listener.addr, &len)) != 0) {
     server_close(s, 0);
     return fail_addr(L, "tcp_listen", host, port, rc);
   }
+  lg_loop_listener_add(loop, &s->listener);
   return 1;
 }
 

@@ -4,7 +4,7 @@
 -- list changes, a small Lua server that is killed mid-call, and broken
 -- servers (garbage, an oversized message, silence). Real child processes,
 -- real pipes and sockets, the real clock with short timeouts (the servers
--- are real processes: virtual time would jump past their answers). The
+-- are real processes: virtual time would run as real time anyway). The
 -- node servers are skipped, with the reason, without node or `make peers`.
 local luagent = require "luagent"
 local mock = require "luagent.mock"

@@ -175,6 +175,20 @@ describe("core.redis_connect", function()
     assert.matches("command: connection is closed", perr)
   end)
 
+  it("takes a connect that completed while the loop was busy for a connection, not a timeout", function()
+    -- libuv runs due timers before it polls: after a busy stretch the
+    -- connect's timeout fires before the poll that would see it connected
+    local connecting = luagent.spawn(function() return core.redis_connect("127.0.0.1", redis.port, 0.1) end)
+    luagent.spawn(function()
+      local t0 = os.clock()
+      while os.clock() - t0 < 0.3 do end -- busy, past the timeout, after the connect began
+    end)
+    local conn, err = connecting:join()
+    assert.is_not_nil(conn, tostring(err))
+    assert.equal("PONG", conn:command(1, "PING"))
+    conn:close()
+  end)
+
   it("times out a silent server, fails refused connects, and lets a cancelled command go", function()
     local r = assert(core.redis_connect("127.0.0.1", redis.port, 1))
     local t0 = core.now()
@@ -600,6 +614,66 @@ describe("endpoint state shared through Redis", function()
     assert.equal(1, #lines)
     assert.matches("redis://:%*%*%*@127%.0%.0%.1:%d+/0 unreachable", lines[1])
     assert.is_nil(table.concat(lines):find("wrong", 1, true))
+  end)
+
+  -- Runs one host of spec/fixtures/shared_breaker_host.lua with `env`
+  -- (added to MOCK_URL, REDIS_URL, PREFIX), in the background when `async`
+  -- (then: the file it prints to, and its pid); else what it printed, as a
+  -- list of lines.
+  local function breaker_host(m, prefix, env, async)
+    local vars = { "MOCK_URL=" .. q(m.url), "REDIS_URL=" .. q(redis.url), "PREFIX=" .. q(prefix), "LUAGENT_LOG=off" }
+    for k, v in pairs(env) do vars[#vars + 1] = k .. "=" .. q(v) end
+    local out = os.tmpname()
+    local cmd = "env " .. table.concat(vars, " ") .. " timeout 60 " .. q(helpers.bin)
+      .. " run spec/fixtures/shared_breaker_host.lua >" .. q(out) .. " 2>&1"
+    if async then
+      os.execute(cmd .. " & echo $! >" .. q(out .. ".pid"))
+      local pid = math.tointeger(tonumber(helpers.slurp(out .. ".pid"):match("%d+")))
+      os.remove(out .. ".pid")
+      return out, pid
+    end
+    os.execute(cmd)
+    local printed = helpers.lines(out)
+    os.remove(out)
+    return printed
+  end
+
+  it("a breaker one host tripped refuses the next host's first call, 8 runs in a row", function()
+    local m = start_mock()
+    finally(function() stop_mock(m) end)
+    for run = 1, 8 do
+      local before = mock_requests(m)
+      -- a generous timeout: a loaded machine's slow replies are not Redis down
+      local first = breaker_host(m, "next" .. run .. ":", { CALLS = "3", TIMEOUT = "5" })
+      assert.same({ "http http http", "redis" }, first, "run " .. run .. ": the first host tripped it")
+      local second = breaker_host(m, "next" .. run .. ":", { CALLS = "1", TIMEOUT = "5" })
+      assert.same({ "circuit_open", "redis" }, second, "run " .. run .. ": the second host saw it open")
+      assert.equal(3, mock_requests(m) - before, "run " .. run .. ": none of the second host's calls went out")
+    end
+  end)
+
+  it("writes what a host counted before its connection was up once it is: the trip reaches the next host", function()
+    local m = start_mock()
+    finally(function()
+      os.execute("kill -CONT " .. redis.pid)
+      stop_mock(m)
+    end)
+    for run = 1, 3 do
+      -- Redis answers nothing while the first host starts: it trips its
+      -- breaker on its local state, then Redis is back while it runs on
+      os.execute("kill -STOP " .. redis.pid)
+      local out, pid = breaker_host(m, "late" .. run .. ":", { CALLS = "3", TIMEOUT = "0.2", RETRY_EVERY = "0.02",
+                                                             WAIT_SHARED = "1" }, true)
+      local limit = core.now() + 20
+      while not helpers.slurp(out):find("\n", 1, true) and core.now() < limit do luagent.sleep(0.02) end
+      os.execute("kill -CONT " .. redis.pid)
+      while alive(pid) and core.now() < limit do luagent.sleep(0.02) end
+      local first = helpers.lines(out)
+      os.remove(out)
+      assert.equal("http http http", first[1], "run " .. run .. ": " .. table.concat(first, " | "))
+      local second = breaker_host(m, "late" .. run .. ":", { CALLS = "1", TIMEOUT = "5" })
+      assert.same({ "circuit_open", "redis" }, second, "run " .. run .. ": the second host saw it open")
+    end
   end)
 
   it("is named in health() and validated in policies", function()

@@ -73,7 +73,9 @@ options:
                       that read luagent.options.retry_safe
   --virtual-clock     run on the virtual clock: sleeps, backoff waits and
                       timeouts complete at once, in order, and luagent.now()
-                      jumps (tests, demos; network I/O still takes real time)
+                      jumps (tests, demos); while a reply from outside the
+                      process is awaited (a provider, Redis, a child
+                      process) time runs as on the real clock
   --log LEVEL         log lines on stderr, one per event worth logging and
                       per library message: debug, info (calls, tools, each
                       retry), warn (default: what needs a look), error, off;

@@ -6,7 +6,8 @@
 -- when the connection is made and run with EVALSHA, so it is atomic across
 -- hosts: `admit` (the budget check, the end of the open time, handing out
 -- the one half-open probe), `record` (spend or earn a budget token, count a
--- failure, trip, close) and `cooldown` (extend the cooldown). Times inside
+-- failure, trip, close), `replay` (the results a host counted while Redis
+-- could not serve, in order) and `cooldown` (extend the cooldown). Times inside
 -- the scripts come from Redis's TIME, one clock for every host; replies
 -- carry durations ("open for 3.2 s more"), which each host turns into times
 -- on its own clock.
@@ -28,12 +29,21 @@
 -- retry, the probe, failures accumulating, a stale view), and a streamed
 -- chunk none.
 --
+-- Start-up: the connection is made when the endpoint is; the first
+-- admission (and any use before the connection is up) waits for that
+-- attempt, each of its steps bounded by `timeout`, and then asks Redis, so
+-- a breaker another host left open refuses the first call.
+--
 -- Redis down or slow: a command that has no reply within `timeout` (0.25 s
 -- by default; see host/redis.c), a connection that fails, or an error
 -- reply, switches the endpoint to its local state at once (the in-process
 -- endpoint it wraps) and logs one warning; a daemon task reconnects (at
 -- once, then every M.retry_every seconds), and when Redis is back it logs
--- again and the shared state serves from the next attempt.
+-- again and the shared state serves from the next attempt. The results
+-- counted locally meanwhile (the latest M.max_unshared) are written to
+-- Redis first, in order, by one script (`replay`), before the connection
+-- serves anyone: a trip made while the connection was not up reaches the
+-- other hosts.
 -- This fails open to local protection, not closed: Redis being unreachable
 -- says nothing about the provider, and refusing every call would make Redis
 -- a single point of failure for the whole fleet, while each host's own
@@ -51,6 +61,7 @@ M.fresh = 0.5            -- seconds a kept "closed" view answers admit
 M.retry_every = 1        -- seconds between reconnect attempts
 M.max_waits = 3          -- replies an admission waits on before it asks itself
 M.ttl = 86400            -- seconds an endpoint's key lives after its last write
+M.max_unshared = 256     -- results kept to write once Redis serves (the latest)
 
 ------------------------------------------------------------------------------
 -- The scripts
@@ -97,6 +108,55 @@ local function trip()
   if t > c_max then t = c_max end
   st, ou, po = 1, now + t, 0
 end
+-- One result that counts (ok, or a counted failure) on the state: the
+-- transition it made ('open' | 'half_open' | 'close' | '') and 1 when
+-- retries just stopped (the budget fell to half).
+local function count(ok, was_probe)
+  local moved, exhausted = '', 0
+  if b_max > 0 then
+    if ok then
+      tk = math.min(b_max, tk + b_ratio)
+    else
+      local before = 2 * tk > b_max
+      tk = tk > 1000 and tk - 1000 or 0
+      if before and not (2 * tk > b_max) then exhausted = 1 end
+    end
+  end
+  if has_br then
+    local half = settle()
+    if st == 0 then
+      if c_win > 0 then
+        if #rg ~= c_win then rg, ca, fa, hd = string.rep('0', c_win), 0, 0, 0 end
+        if ca == c_win then
+          if rg:sub(hd + 1, hd + 1) == '1' then fa = fa - 1 end
+        else
+          ca = ca + 1
+        end
+        if not ok then fa = fa + 1 end
+        rg = rg:sub(1, hd) .. (ok and '0' or '1') .. rg:sub(hd + 2)
+        hd = (hd + 1) % c_win
+      end
+      if ok then
+        co = 0
+      else
+        if co < 1000000 then co = co + 1 end
+        if (c_cons > 0 and co >= c_cons) or (c_win > 0 and ca >= c_min and fa * 1000000 >= c_ppm * ca) then
+          trip(); moved = 'open'
+        end
+      end
+    elseif st == 2 and was_probe then
+      if ok then
+        st, ou, tr, co, po, pd, ca, fa, hd, rg = 0, 0, 0, 0, 0, 0, 0, 0, 0, ''
+        moved = 'close'
+      else
+        trip(); moved = 'open'
+      end
+    elseif half then
+      moved = 'half_open'
+    end
+  end
+  return moved, exhausted
+end
 ]=]
 
 local SCRIPTS = {
@@ -134,51 +194,18 @@ if not ok and not counted then
   if was_probe and po == 1 then po = 0; save() end
   return { '', 0, view() }
 end
-local moved, exhausted = '', 0
-if b_max > 0 then
-  if ok then
-    tk = math.min(b_max, tk + b_ratio)
-  else
-    local before = 2 * tk > b_max
-    tk = tk > 1000 and tk - 1000 or 0
-    if before and not (2 * tk > b_max) then exhausted = 1 end
-  end
-end
-if has_br then
-  local half = settle()
-  if st == 0 then
-    if c_win > 0 then
-      if #rg ~= c_win then rg, ca, fa, hd = string.rep('0', c_win), 0, 0, 0 end
-      if ca == c_win then
-        if rg:sub(hd + 1, hd + 1) == '1' then fa = fa - 1 end
-      else
-        ca = ca + 1
-      end
-      if not ok then fa = fa + 1 end
-      rg = rg:sub(1, hd) .. (ok and '0' or '1') .. rg:sub(hd + 2)
-      hd = (hd + 1) % c_win
-    end
-    if ok then
-      co = 0
-    else
-      if co < 1000000 then co = co + 1 end
-      if (c_cons > 0 and co >= c_cons) or (c_win > 0 and ca >= c_min and fa * 1000000 >= c_ppm * ca) then
-        trip(); moved = 'open'
-      end
-    end
-  elseif st == 2 and was_probe then
-    if ok then
-      st, ou, tr, co, po, pd, ca, fa, hd, rg = 0, 0, 0, 0, 0, 0, 0, 0, 0, ''
-      moved = 'close'
-    else
-      trip(); moved = 'open'
-    end
-  elseif half then
-    moved = 'half_open'
-  end
-end
+local moved, exhausted = count(ok, was_probe)
 save()
 return { moved, exhausted, view() }
+]=],
+  -- ARGV[13] = the results a host counted on its local state while Redis
+  -- could not serve, oldest first ('1' ok, '0' a counted failure), counted
+  -- here in order as results of no probe. -> view.
+  replay = PRELUDE .. [=[
+local results = A[13]
+for i = 1, #results do count(results:sub(i, i) == '1', false) end
+save()
+return view()
 ]=],
   -- ARGV[13] = seconds from now. -> 1 when it extended the cooldown, else 0.
   cooldown = PRELUDE .. [=[
@@ -248,7 +275,8 @@ local function client_for(url, timeout)
   local u = assert(M.parse_url(url)) -- checked by check_shared
   c = setmetatable({ url = u.shown, host = u.host, port = u.port, db = u.db, user = u.user,
                      password = u.password, timeout = timeout,
-                     state = "new", conn = nil, shas = {}, trying = nil, retrier = nil }, Client)
+                     state = "new", conn = nil, shas = {}, trying = nil, retrier = nil,
+                     endpoints = {} }, Client) -- the shared endpoints it serves
   clients[url] = c
   return c
 end
@@ -279,11 +307,42 @@ function Client:connect_once()
   return conn
 end
 
+-- Writes to the shared state what the endpoints of this client counted on
+-- their local state while it could not serve (Shared:_keep_unshared), in
+-- order, before the connection serves anyone: the other hosts then see a
+-- trip made while this one was connecting. Results counted meanwhile are
+-- written too. true, or nil, err when the connection failed (the results
+-- sent then may have been counted: they are not sent again).
+function Client:write_unshared(conn)
+  local wrote = true
+  while wrote do
+    wrote = false
+    for _, ep in ipairs(self.endpoints) do
+      local results = ep.unshared
+      if results ~= "" then
+        ep.unshared, wrote = "", true
+        local r, err = conn:command(self.timeout, "EVALSHA", self.shas.replay, 1, ep.rkey,
+                                    table.unpack(ep:_args(results)))
+        if not r then return nil, err end
+        ep:_learn(r)
+      end
+    end
+  end
+  return true
+end
+
 -- The task of the connect attempt under way, started when there is none.
 function Client:attempt()
   if self.trying then return self.trying end
   local t = core.spawn(function()
     local conn, err = self:connect_once()
+    if conn and not self.closed then
+      local ok, werr = self:write_unshared(conn)
+      if not ok then
+        conn:close()
+        conn, err = nil, werr
+      end
+    end
     self.trying = nil
     if self.closed then
       if conn then conn:close() end
@@ -444,7 +503,7 @@ function M.new(fallback, opts, shared)
     client.state = "connecting"
     client:attempt()
   end
-  return setmetatable({
+  local ep = setmetatable({
     key = fallback.key,
     rkey = (shared.prefix or M.default_prefix) .. "ep:" .. fallback.key,
     fallback = fallback,
@@ -456,7 +515,21 @@ function M.new(fallback, opts, shared)
     view = nil,           -- the shared state as the last reply showed it
     cooldown_until = nil, -- on this host's clock
     seen = nil,
+    unshared = "",        -- results counted locally, not yet in Redis (_keep_unshared)
   }, Shared)
+  client.endpoints[#client.endpoints + 1] = ep
+  return ep
+end
+
+-- Keeps a result the local state counted while the shared state could not
+-- serve (connecting, or Redis down), to be written once it serves
+-- (Client:write_unshared): "1" a success, "0" a counted failure, the
+-- latest M.max_unshared. A result that counts for nothing is not kept.
+function Shared:_keep_unshared(ok, counted)
+  if not ok and not counted then return end
+  local results = self.unshared .. (ok and "1" or "0")
+  if #results > M.max_unshared then results = results:sub(-M.max_unshared) end
+  self.unshared = results
 end
 
 -- ARGV for a script: the config, then `...`.
@@ -594,7 +667,10 @@ end
 -- nothing only frees a probe's slot, sent without waiting.
 function Shared:record(now, ok, counted, was_probe)
   self:_see("record", now)
-  if not self.client:usable() then return self.fallback:record(now, ok, counted, was_probe) end
+  if not self.client:usable() then
+    self:_keep_unshared(ok, counted)
+    return self.fallback:record(now, ok, counted, was_probe)
+  end
   local wp = was_probe == nil and "?" or (was_probe and "1" or "0")
   local args = self:_args(ok and "1" or "0", counted and "1" or "0", wp)
   if not ok and not counted then
@@ -602,6 +678,8 @@ function Shared:record(now, ok, counted, was_probe)
     return {}
   end
   local r = self.client:eval("record", self.rkey, args)
+  -- failed: Redis may have counted it before it went silent, so it is not
+  -- kept to be written again
   if not r then return self.fallback:record(now, ok, counted, was_probe) end
   self:_learn(r[3])
   local events, key, v = {}, self.key, self.view

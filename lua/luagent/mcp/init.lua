@@ -33,9 +33,9 @@
 -- error in the handshake or a re-list, is reported (nil, err to open(), or
 -- a tools_reload_failed event), never left hanging.
 --
--- Servers are real processes or sockets: under the virtual clock the
--- handshake's and pings' time limits may pass before a server had the
--- real time to answer, so MCP sets want the real clock.
+-- Servers are real processes or sockets: under the virtual clock, time
+-- runs as on the real clock while a set reads its server (host/loop.c), so
+-- an open MCP set gains nothing from it; MCP sets want the real clock.
 local core = require "luagent.core"
 local errors = require "luagent.errors"
 local json = require "luagent.json"
