@@ -100,6 +100,7 @@ struct lg_loop {
   lua_Hook saved_hook;             /* the hook a stop signal displaced (a */
   int saved_mask, saved_count;     /* tool's stuck-code guard): put back */
   lg_timerheap timers;
+  size_t background_timers; /* armed timers with `background` set */
   int is_virtual;
   double vnow;
   lg_task *ready_head, *ready_tail;
@@ -174,17 +175,26 @@ int lg_loop_serves(lg_loop *loop, const struct sockaddr *peer) {
   return 0;
 }
 
+/* Disarms `t`, keeping the count of background timers. */
+static void disarm(lg_loop *loop, lg_timer *t) {
+  if (t->background && lg_timer_armed(t)) loop->background_timers--;
+  lg_timerheap_remove(&loop->timers, t);
+}
+
 int lg_loop_timer_start(lg_loop *loop, lg_timer *t, double seconds) {
   if (!(seconds > 0)) seconds = 0; /* also maps NaN to 0 */
   if (isinf(seconds)) { /* never due: leave it unarmed */
-    lg_timerheap_remove(&loop->timers, t);
+    disarm(loop, t);
     return 0;
   }
-  return lg_timerheap_add(&loop->timers, t, lg_loop_now(loop) + seconds);
+  int was_armed = lg_timer_armed(t);
+  if (lg_timerheap_add(&loop->timers, t, lg_loop_now(loop) + seconds) != 0) return -1;
+  if (t->background && !was_armed) loop->background_timers++;
+  return 0;
 }
 
 void lg_loop_timer_stop(lg_loop *loop, lg_timer *t) {
-  lg_timerheap_remove(&loop->timers, t);
+  disarm(loop, t);
 }
 
 /* Fires every timer that is due; returns how many fired. */
@@ -193,7 +203,7 @@ static int fire_due_timers(lg_loop *loop) {
   int fired = 0;
   lg_timer *t;
   while ((t = lg_timerheap_peek(&loop->timers)) && t->due <= now) {
-    lg_timerheap_remove(&loop->timers, t);
+    disarm(loop, t);
     t->fire(t);
     fired++;
   }
@@ -573,7 +583,8 @@ static int run_until(lg_loop *loop, lua_State *L, int (*done)(void *), void *arg
       continue;
     }
     if (fire_due_timers(loop)) continue;
-    int have_timers = lg_timerheap_peek(&loop->timers) != NULL;
+    /* background timers (a heartbeat) cannot end a wait of the others */
+    int have_timers = loop->timers.count > loop->background_timers;
     if (!have_timers && !uv_loop_alive(&loop->uv) && loop->busy == 0 && loop->real == 0 &&
         loop->held == 0)
       return -1;
@@ -824,12 +835,17 @@ static int l_sleep_gc(lua_State *L) {
   return 0;
 }
 
-/* sleep(seconds): waits on the loop's clock; cancellable. Negative seconds
- * mean 0; NaN and infinities are refused (a timer due at inf breaks the
- * virtual clock and the real-time wake-up). */
+/* sleep(seconds [, "background"]): waits on the loop's clock; cancellable.
+ * Negative seconds mean 0; NaN and infinities are refused (a timer due at
+ * inf breaks the virtual clock and the real-time wake-up). A background
+ * sleep (a daemon's heartbeat) does not keep the loop alive: when every
+ * other task waits on what can never happen, the loop still reports the
+ * deadlock instead of waking the sleeper for ever. */
 static int l_sleep(lua_State *L) {
   double secs = luaL_checknumber(L, 1);
   if (!isfinite(secs)) return luaL_error(L, "sleep: seconds must be a finite number");
+  static const char *const kinds[] = {"foreground", "background", NULL};
+  int background = luaL_checkoption(L, 2, "foreground", kinds);
   lg_loop *loop = lg_loop_get(L);
   sleeper *s = lua_newuserdatauv(L, sizeof *s, 0);
   memset(s, 0, sizeof *s);
@@ -837,6 +853,7 @@ static int l_sleep(lua_State *L) {
   s->loop = loop;
   s->w.cancel = sleep_cancel;
   s->timer.fire = sleep_fire;
+  s->timer.background = background;
   if (lg_loop_timer_start(loop, &s->timer, secs) != 0) return luaL_error(L, "sleep: out of memory");
   return lg_task_suspend(L, &s->w, 0, sleep_k);
 }

@@ -15,6 +15,7 @@ struct lg_timer {
   uint64_t seq;                  /* arming order, breaks ties */
   size_t slot;                   /* 1-based heap position; 0 when not armed */
   void (*fire)(lg_timer *t);     /* called once when due, after removal */
+  int background;                /* the loop's: does not keep it alive */
 };
 
 typedef struct {

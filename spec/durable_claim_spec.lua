@@ -107,4 +107,29 @@ describe("two `luagent resume` of one killed run at once", function()
     assert.equal(3, #lines(dir .. "/effects"))
     os.execute("rm -rf " .. q(dir))
   end)
+
+  -- The heartbeat sleeps in the background: a durable script whose tasks
+  -- wait on each other is reported as deadlocked, as any script is, on
+  -- either clock (`timeout` bounds the run should the heartbeat keep it up).
+  for _, clock in ipairs { "real", "virtual" } do
+    it("whose script deadlocks is reported so on the " .. clock .. " clock, its heartbeat beating or not", function()
+      local dir = tempdir()
+      local script = helpers.tempfile([[
+        local luagent = require "luagent"
+        local a, b
+        a = luagent.spawn(function() return b:join() end)
+        b = luagent.spawn(function() return a:join() end)
+      ]], ".lua")
+      local words = { "timeout", "-s", "KILL", "60", q(helpers.bin), "run", "--durable", "--journal", q(dir .. "/runs.db") }
+      if clock == "virtual" then words[#words + 1] = "--virtual-clock" end
+      words[#words + 1] = q(script)
+      local _, _, code = os.execute(table.concat(words, " ") .. " >/dev/null 2>" .. q(dir .. "/err"))
+      local err = helpers.slurp(dir .. "/err")
+      os.remove(script)
+      assert.equal(1, code, err)
+      assert.matches("luagent: deadlock: 2 task%(s%) wait on something that can never happen", err)
+      assert.same({}, claims(dir .. "/runs.db"))
+      os.execute("rm -rf " .. q(dir))
+    end)
+  end
 end)

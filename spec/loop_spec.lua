@@ -340,6 +340,30 @@ describe("in a process of its own", function()
     assert.matches("^false\t[^\n]*cannot wait inside a C call that cannot yield[^\n]*\ntrue\n1,2,3\n$", r.stdout)
   end)
 
+  it("reports a deadlock though a background sleep is armed, which still wakes while others can go on", function()
+    local core = require "luagent.core"
+    local r = h.run_script([[
+      local core = require "luagent.core"
+      core.clock_virtual()
+      local beats = 0
+      local beat = core.spawn(function()
+        while true do core.sleep(10, "background") beats = beats + 1 end
+      end)
+      beat:set_daemon(true)
+      core.sleep(25) -- a foreground wait: the beat goes on meanwhile
+      print(beats)
+      local a, b
+      a = core.spawn(function() return b:join() end)
+      b = core.spawn(function() return a:join() end)
+      local ok, err = coroutine.wrap(function() return pcall(a.join, a) end)()
+      print(ok, err)
+      a:cancel(); b:cancel(); beat:cancel()
+    ]])
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("^2\nfalse\t[^\n]*deadlock: waiting on something that can never happen\n$", r.stdout)
+    assert.has_error(function() core.sleep(1, "later") end, "bad argument #2 to 'sleep' (invalid option 'later')")
+  end)
+
   it("reports a blocking wait that can never end as a deadlock, and the loop goes on", function()
     local r = h.run_script([[
       local luagent = require "luagent"

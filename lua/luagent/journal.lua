@@ -151,7 +151,8 @@ Run.__index = Run
 -- (the task is cancelled) or lost (another process took it over).
 local function heartbeat(run)
   while true do
-    core.sleep(M.HEARTBEAT)
+    -- in the background: a deadlocked script is still reported as one
+    core.sleep(M.HEARTBEAT, "background")
     local ok, err = run.store:heartbeat(run.id, run.owner)
     if not ok and err and err.lost then
       run.lost = err
