@@ -629,6 +629,37 @@ describe("a durable agent", function()
     assert.equal("elsewhere", store:holder(id).host)
   end)
 
+  it("resumes from what the journal holds once the run is claimed, not from a read before the claim", function()
+    start_mock()
+    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = journal.current_run.id
+    local _, last = drain(agent(), "go")
+    assert.equal("stop", last.stop_reason, tostring(last.error))
+    journal.use(nil)
+    -- as if its runner finished the run between a resumer's first read and
+    -- its claim: the claim is where the resumer learns it
+    store:update(id, { status = "running" })
+    local claim = store.claim
+    store.claim = function(st, ...)
+      st:update(id, { status = "done" })
+      return claim(st, ...)
+    end
+    local run = assert(journal.resume(store, id))
+    store.claim = nil
+    journal.use(run) -- after_each lets it go
+    assert.equal("done", run.record.status)
+  end)
+
+  it("bounds what a tool's check found, as a result is", function()
+    local tools = require "luagent.tools"
+    local t = assert(tools.check { name = "big", description = "B", run = function() end,
+      check = function() return ("x"):rep(5000) end })
+    local text = tools.check_outcome(t, { id = "c1", arguments = {} }, { agent = "a",
+      policy = { timeout = 5, grace = 1, max_result_bytes = 100 } })
+    assert.equal(100, #text:match("^x*"))
+    assert.matches("%[result cut: 4900 of 5000 bytes left out%]$", text)
+  end)
+
   it("misuse raises: durable must be a boolean, check a function", function()
     assert.has_error(function() luagent.agent { model = "openai/m", durable = "yes" } end,
       "agent: durable must be true or false")

@@ -123,6 +123,16 @@ describe("tools.check", function()
     env.A = "2"
     assert.same({ A = "1", HOME = false }, t.env)
   end)
+
+  it("reads env raw: a looping __pairs or __tostring of a tool file's env is never run", function()
+    local function loop() while true do end end
+    local env = setmetatable({ A = "1" }, { __pairs = loop, __index = loop })
+    local t = assert(tools.check { name = "a", description = "x", command = { "ls" }, env = env })
+    assert.same({ A = "1" }, t.env)
+    local key = setmetatable({}, { __tostring = loop })
+    assert.equal("tool 'a': env: bad variable name (a table)",
+      select(2, tools.check { name = "a", description = "x", command = { "ls" }, env = { [key] = "v" } }))
+  end)
 end)
 
 describe("tools.bound", function()
@@ -163,6 +173,27 @@ end)
 -- checks on the wall clock at an interval bounded in time, a memory bound,
 -- and a cancellation at its timeout that a pcall loop cannot outlive. What
 -- it returns or raises is read inside those bounds.
+describe("a Lua tool's progress", function()
+  it("is sent as a plain copy, scrubbed: the tool's own table, its token in it, stays as it was", function()
+    local secrets = require "luagent.secrets"
+    local token = "tok-" .. string.rep("q", 24)
+    secrets.register(token)
+    local state = setmetatable({ token = token, n = 1 }, { __index = function() return "from a metatable" end })
+    local seen
+    local tool = tools.new { name = "p", description = "P", read_only = true, run = function(_, ctx)
+      ctx:progress(state)
+      state.n = 2 -- after it was sent
+      return state.token == token and "token intact" or "token changed"
+    end }
+    local p = assert(policy.check_tool_section {})
+    local o = tools.execute(tool, { id = "1", name = "p", arguments = {} },
+      { policy = p, emit = function(ev) if ev.type == "tool_execution_update" then seen = ev.data end end })
+    assert.equal("token intact", o.content)
+    assert.same({ token = "***", n = 1 }, seen)
+    assert.is_nil(getmetatable(seen))
+  end)
+end)
+
 describe("a Lua tool's bounds", function()
   local core = require "luagent.core"
   local luagent = require "luagent"
@@ -229,7 +260,7 @@ describe("a Lua tool's bounds", function()
       while true do local _ = big:upper() end
     end })
     assert.equal("tool_timeout", o.error and o.error.kind)
-    assert.is_true(took < 0.6, "took " .. took)
+    assert.is_true(took < 1.5, "took " .. took) -- the old pacing: 12.7 s; margin for a loaded machine
   end)
 
   it("stops a tool that catches its cancellation in a pcall loop once the grace has passed", function()

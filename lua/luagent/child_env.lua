@@ -24,9 +24,11 @@ function M.own(env)
   if env == nil then return nil end
   if type(env) ~= "table" then return nil, "env must be a table of NAME = value (or false)" end
   local out = {}
-  for k, v in pairs(env) do
+  -- read raw (next, no __pairs, no __tostring): an env may come from a
+  -- tool file, whose metatables run outside any bound here
+  for k, v in next, env do
     if type(k) ~= "string" or k == "" or k:find("=", 1, true) or k:find("\0", 1, true) then
-      return nil, "env: bad variable name " .. (type(k) == "string" and ("%q"):format(k) or tostring(k))
+      return nil, "env: bad variable name " .. (type(k) == "string" and ("%q"):format(k) or ("(a " .. type(k) .. ")"))
     end
     if type(v) ~= "string" and v ~= false then
       return nil, "env." .. k .. " must be a string (or false to leave it out)"

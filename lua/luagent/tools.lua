@@ -395,6 +395,9 @@ end
 -- execute.
 function M.check_outcome(tool, call, opts)
   local text, err = scrubbed(check_attempt(tool, call, opts))
+  -- what a check found stands for the call's result: bounded as one
+  local cap = opts.policy and opts.policy.max_result_bytes
+  if text then text = M.bound(text, cap) end
   return text, err
 end
 
@@ -444,10 +447,14 @@ function M.execute(tool, call, opts)
     idempotency_key = opts.idempotency_key or (tostring(opts.agent) .. ":" .. tostring(call.id)),
     raw_arguments = call.raw_arguments,
   }
-  -- ctx:progress(data): a tool_execution_update event for this call (data
-  -- comes from the tool: scrubbed as its result is).
+  -- ctx:progress(data): a tool_execution_update event for this call. data
+  -- comes from the tool: copied plain (sandbox.plain: read raw, bounded;
+  -- the tool's own table, which may hold its token, is left as it was, and
+  -- the event does not change as the tool goes on), then scrubbed as its
+  -- result is. Called from the tool's task, so the copy runs in its box.
   function ctx.progress(_, data)
-    emit { type = "tool_execution_update", call_id = call.id, name = tool.name, data = secrets.scrub(data) }
+    emit { type = "tool_execution_update", call_id = call.id, name = tool.name,
+      data = secrets.scrub(sandbox.plain(data)) }
   end
   -- ctx:cancelled() -> whether the call was cancelled (the agent aborted).
   function ctx.cancelled() return cancelled or (opts.aborted and opts.aborted() ~= nil) or false end
