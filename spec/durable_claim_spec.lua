@@ -108,6 +108,9 @@ describe("two `luagent resume` of one killed run at once", function()
     os.execute("rm -rf " .. q(dir))
   end)
 
+end)
+
+describe("a durable run", function()
   -- The heartbeat sleeps in the background: a durable script whose tasks
   -- wait on each other is reported as deadlocked, as any script is, on
   -- either clock (`timeout` bounds the run should the heartbeat keep it up).
@@ -129,7 +132,27 @@ describe("two `luagent resume` of one killed run at once", function()
       assert.equal(1, code, err)
       assert.matches("luagent: deadlock: 2 task%(s%) wait on something that can never happen", err)
       assert.same({}, claims(dir .. "/runs.db"))
+      -- the run did not end well: a resume may take it on
+      local store = assert(store_mod.open(dir .. "/runs.db"))
+      local rows = assert(assert(store.db:prepare("SELECT status FROM runs")):run())
+      store:close()
+      assert.same({ { status = "failed" } }, rows)
       os.execute("rm -rf " .. q(dir))
     end)
   end
+
+  it("that a usage error stops before its script runs is recorded as failed, not left running", function()
+    local dir = tempdir()
+    local script = helpers.tempfile("print('never')\n", ".lua")
+    local _, _, code = os.execute(string.format("%s run --durable --journal %s --policy %s %s >/dev/null 2>%s",
+      q(helpers.bin), q(dir .. "/runs.db"), q(dir .. "/none.lua"), q(script), q(dir .. "/err")))
+    os.remove(script)
+    assert.equal(2, code, helpers.slurp(dir .. "/err"))
+    local store = assert(store_mod.open(dir .. "/runs.db"))
+    local rows = assert(assert(store.db:prepare("SELECT status FROM runs")):run())
+    store:close()
+    assert.same({ { status = "failed" } }, rows)
+    assert.same({}, claims(dir .. "/runs.db"))
+    os.execute("rm -rf " .. q(dir))
+  end)
 end)

@@ -33,8 +33,9 @@ options:
 
 exit codes: 0 done; 1 the script failed; 2 usage error, missing file, or a
 durable run another process is running; 3 a durable run stopped on
-outcome_unknown (settle it with 'luagent runs resolve', then resume);
-130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
+outcome_unknown (settle it with 'luagent runs resolve', then resume); 74
+an output file (--events, --otlp FILE) could not be written; 130
+interrupted (Ctrl-C); 143 terminated (SIGTERM).
 
 Run 'luagent help run' for the options of a command.
 ]]
@@ -125,7 +126,8 @@ even while its Lua is busy; a second exits at once); 143 the same for
 SIGTERM (a graceful stop: the call in flight ends with an aborted event and
 is still recorded); 74 the script went well but an output file (--events,
 --otlp FILE) could not be written (a full disk: said once on stderr, naming
-the file; the run went on without it).
+the file, through the log, so not with --log off; the run went on without
+it).
 ]]
 
 HELP.resume = [[
@@ -172,8 +174,11 @@ setmetatable(HELP, { __index = function(_, topic)
 end })
 
 -- Every line luagent prints on stderr (errors, the script's own top-level
--- error with its traceback) is scrubbed of keys.
-local function say(fmt, ...) io.stderr:write(secrets.text(string.format(fmt, ...)), "\n") end
+-- error with its traceback, which may carry a tool's, a model's or a
+-- server's text) is scrubbed of keys and escaped for the terminal.
+local function say(fmt, ...)
+  io.stderr:write(core.terminal_text(secrets.text(string.format(fmt, ...)), true), "\n")
+end
 
 -- The exit status of a run that went well but could not write all its
 -- outputs (--events, --otlp FILE: a full disk): sysexits.h's EX_IOERR.
@@ -454,8 +459,8 @@ local function execute(opts, file, chunk, script_args)
 
   if opts["virtual-clock"] then core.clock_virtual() end
   local cleanup, code = prepare(opts, file)
-  if not cleanup then
-    end_run()
+  if not cleanup then -- a usage error: the run did not start well
+    end_run(true)
     return code
   end
   -- a script that ends with os.exit still gets its exports, tree and cost
@@ -483,7 +488,9 @@ local function execute(opts, file, chunk, script_args)
   local finished, stuck = core.run()
   os.exit = exit
   local outputs_written = clean()
-  local ok, ended = pcall(end_run, main:status() == "failed")
+  -- a script that failed, or whose tasks deadlocked, did not end its run
+  -- well
+  local ok, ended = pcall(end_run, not finished or main:status() ~= "done")
   if not ok then say("luagent: while ending the run: %s", tostring(ended)) end
   local run = ok and ended or nil
   local unknown = run and run.stopped_unknown and M.EXIT_OUTCOME_UNKNOWN
