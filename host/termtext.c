@@ -100,8 +100,9 @@ static void put_escape(luaL_Buffer *b, long cp, unsigned char byte) {
 
 /* terminal_text(s [, lines]) -> s with what a terminal would act on
  * escaped (see above); s itself when there is nothing to escape. With
- * `lines`, newlines are kept (text of several lines, each escaped). Numbers
- * are taken as their text (tostring's); anything else raises. */
+ * `lines`, newlines and tabs are kept (text laid out in lines: a listing,
+ * a traceback's indented frames; each line escaped). Numbers are taken as
+ * their text (tostring's); anything else raises. */
 static int l_terminal_text(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
@@ -116,7 +117,7 @@ static int l_terminal_text(lua_State *L) {
       continue;
     }
     size_t len = next_char(p, end, &esc, &cp);
-    if (esc && !(lines && cp == '\n')) break;
+    if (esc && !(lines && (cp == '\n' || cp == '\t'))) break;
     p += len;
   }
   if (p == end) {
@@ -132,7 +133,7 @@ static int l_terminal_text(lua_State *L) {
       continue;
     }
     size_t len = next_char(p, end, &esc, &cp);
-    if (esc && !(lines && cp == '\n')) {
+    if (esc && !(lines && (cp == '\n' || cp == '\t'))) {
       luaL_addlstring(&b, (const char *)run, (size_t)(p - run));
       put_escape(&b, cp, *p);
       run = p + len;

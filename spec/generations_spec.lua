@@ -7,6 +7,7 @@
 local luagent = require "luagent"
 local core = require "luagent.core"
 local mock = require "luagent.mock"
+local json = require "luagent.json"
 local generations = require "luagent.generations"
 local journal = require "luagent.journal"
 local events = require "luagent.events"
@@ -159,6 +160,21 @@ describe("luagent cost settle", function()
     assert.equal(0, r.code, r.stderr)
     assert.matches("chatcmpl%-mock1%s+%$", r.stdout)
     assert.matches("chatcmpl%-mock2%s+%$", r.stdout)
+  end)
+
+  it("prints the ids an events file holds escaped for the terminal, and a call it does not name as such", function()
+    srv = assert(mock.start {})
+    local file = dir .. "/events.jsonl"
+    local f = assert(io.open(file, "w"))
+    f:write(json.encode { type = "message_end", final = true, provider_kind = "openrouter",
+      endpoint = srv.url .. "/api/v1", response_ids = { "gen-\27]0;pwned\7x" } }, "\n")
+    f:close()
+    local r = settle("--events", file, "--wait", "0") -- the mock knows no such id: asked once, pending
+    assert.equal(1, r.code, r.stderr)
+    assert.is_nil(r.stdout:find("\27", 1, true), r.stdout)
+    assert.matches("gen-\\u{1b}]0;pwned\\u{07}x", r.stdout, 1, true)
+    assert.matches("a call", r.stdout, 1, true)
+    assert.is_nil(r.stdout:find("call nil", 1, true))
   end)
 
   it("says how it is used", function()

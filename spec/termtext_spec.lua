@@ -18,7 +18,7 @@ local function reference(s, lines)
     if n then
       local c = utf8.codepoint(s, i)
       local len = #utf8.char(c)
-      if escaped(c) and not (lines and c == 10) then
+      if escaped(c) and not (lines and (c == 10 or c == 9)) then
         out[#out + 1] = SHORT[c] or string.format("\\u{%02x}", c)
       else
         out[#out + 1] = s:sub(i, i + len - 1)
@@ -49,8 +49,9 @@ describe("core.terminal_text", function()
     assert.equal("é€😀 \u{a0}\u{202f} \\ \"", core.terminal_text("é€😀 \u{a0}\u{202f} \\ \""))
   end)
 
-  it("keeps newlines when asked (text of several lines, each escaped)", function()
+  it("keeps newlines and tabs when asked (text of several lines, each escaped)", function()
     assert.equal("one\\u{1b}[2J\ntwo\\r\n", core.terminal_text("one\27[2J\ntwo\r\n", true))
+    assert.equal("stack traceback:\n\tx.lua:1: in main chunk", core.terminal_text("stack traceback:\n\tx.lua:1: in main chunk", true))
     assert.equal("a\nb", core.terminal_text("a\nb", true))
     assert.equal("a\\nb", core.terminal_text("a\nb", false))
   end)

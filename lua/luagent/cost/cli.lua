@@ -52,7 +52,7 @@ local function from_journal(opts, run_id, say, usage_error)
   local f = io.open(path, "r") -- (opening a journal that is not there would make one)
   if not f then return nil, usage_error("cost settle: no journal at %s", path) end
   f:close()
-  local store, err = journal.open(opts.journal)
+  local store, err = journal.open(opts.journal, { readonly = true }) -- it only reads, on a full disk too
   if not store then
     say("luagent: %s", tostring(err))
     return nil, 1
@@ -95,7 +95,7 @@ local function from_events(path, say, usage_error)
       for _, id in ipairs(ev.response_ids) do
         if type(id) == "string" then
           out[#out + 1] = { id = id, endpoint = type(ev.endpoint) == "string" and ev.endpoint or nil,
-            where = "call " .. tostring(math.tointeger(ev.call) or ev.call) }
+            where = math.tointeger(ev.call) and ("call " .. math.tointeger(ev.call)) or "a call" }
         end
       end
     end
@@ -104,6 +104,10 @@ local function from_events(path, say, usage_error)
   if bad > 0 then say("luagent: cost settle: %d line(s) of %s are not JSON events; skipped", bad, path) end
   return out
 end
+
+-- Writes a line to stdout escaped for the terminal: the ids and the error
+-- texts come from an events file, a journal and OpenRouter.
+local function out(fmt, ...) io.write(core.terminal_text(string.format(fmt, ...), true)) end
 
 -- Looks every generation up; prints its line and the total. Returns the exit code.
 local function settle(list, opts)
@@ -141,12 +145,12 @@ local function settle(list, opts)
         failed = failed + 1
         what = "failed: " .. tostring(r.error)
       end
-      io.write(string.format("%-" .. width .. "s  %s  %s\n", r.id, what, group.entries[i].where))
+      out("%-" .. width .. "s  %s  %s\n", r.id, what, group.entries[i].where)
     end
   end
-  io.write(string.format("total $%.6f for %d generation(s)%s%s\n", total, settled,
+  out("total $%.6f for %d generation(s)%s%s\n", total, settled,
     pending > 0 and string.format(", %d pending", pending) or "",
-    failed > 0 and string.format(", %d failed", failed) or ""))
+    failed > 0 and string.format(", %d failed", failed) or "")
   return (pending > 0 or failed > 0) and 1 or 0
 end
 
@@ -180,7 +184,7 @@ function M.main(args, say, usage_error)
   end
   if not list then return code end
   if #list == 0 then
-    io.write("no OpenRouter generation ids in ", opts.events or ("run " .. pos[1]), "\n")
+    out("no OpenRouter generation ids in %s\n", opts.events or ("run " .. pos[1]))
     return 0
   end
   code = 1

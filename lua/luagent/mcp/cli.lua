@@ -8,10 +8,9 @@ local M = {}
 local HELP = require("luagent.mcp.help").mcp
 
 -- What it prints comes from the server (its name, its tools, its errors)
--- and is scrubbed of keys, stdout and stderr alike.
-local function say(fmt, ...) io.stderr:write(secrets.text(string.format(fmt, ...)), "\n") end
--- On stdout, also escaped for the terminal line by line (host/termtext.c):
--- the server's name, version and tools are its own.
+-- and is scrubbed of keys and escaped for the terminal, stdout and stderr
+-- alike (host/termtext.c, line by line).
+local function say(fmt, ...) io.stderr:write(core.terminal_text(secrets.text(string.format(fmt, ...)), true), "\n") end
 local function out(fmt, ...) io.write(core.terminal_text(secrets.text(string.format(fmt, ...)), true)) end
 
 local function usage_error(fmt, ...)
