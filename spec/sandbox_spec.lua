@@ -68,7 +68,7 @@ describe("sandbox.call", function()
     if was_virtual then core.clock_virtual() end
     assert.is_false(ok)
     assert.matches(HERE .. "time limit %(0%.1 s%) exceeded$", msg)
-    assert.is_true(took < 0.5, "took " .. took)
+    assert.is_true(took < 1, "took " .. took) -- the old pacing: 2.7 s; margin for a loaded machine
   end)
 
   it("stops a huge allocation at the memory bound, and the memory is not kept", function()
