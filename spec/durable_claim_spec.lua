@@ -9,12 +9,7 @@ local store_mod = require "luagent.journal.sqlite"
 local q = helpers.quote
 local lines = helpers.lines
 
-local function tempdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. q(d)))
-  return d
-end
+local tempdir = helpers.tempdir
 
 -- The claims of a journal, as rows.
 local function claims(db)

@@ -8,29 +8,13 @@ local json = require "luagent.json"
 
 local q = helpers.quote
 
-local function tempdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. q(d)))
-  return d
-end
+local tempdir = helpers.tempdir
 
 local lines = helpers.lines
 
 -- sh(env, args...) -> {code, stdout, stderr}: the binary with environment
 -- assignments (a table) before it.
-local function sh(env, ...)
-  local words = {}
-  for k, v in pairs(env or {}) do words[#words + 1] = k .. "=" .. q(v) end
-  words[#words + 1] = q(helpers.bin)
-  for _, a in ipairs({ ... }) do words[#words + 1] = q(a) end
-  local out, err = os.tmpname(), os.tmpname()
-  local _, _, code = os.execute(table.concat(words, " ") .. " >" .. out .. " 2>" .. err .. " </dev/null")
-  local r = { code = code, stdout = helpers.slurp(out), stderr = helpers.slurp(err) }
-  os.remove(out)
-  os.remove(err)
-  return r
-end
+local sh = helpers.run_env
 
 local function run_id(stderr)
   return assert(stderr:match("luagent: durable run (%S+)"), "no run id in: " .. stderr)

@@ -21,18 +21,9 @@ local function inert(text)
     and not text:find("\u{202e}", 1, true)
 end
 
-local function sh(env, ...)
-  local words = {}
-  for k, v in pairs(env or {}) do words[#words + 1] = k .. "=" .. q(v) end
-  words[#words + 1] = q(helpers.bin)
-  for _, a in ipairs({ ... }) do words[#words + 1] = q(a) end
-  local out, err = os.tmpname(), os.tmpname()
-  local _, _, code = os.execute(table.concat(words, " ") .. " >" .. out .. " 2>" .. err .. " </dev/null")
-  local r = { code = code, stdout = helpers.slurp(out), stderr = helpers.slurp(err) }
-  os.remove(out)
-  os.remove(err)
-  return r
-end
+-- sh(env, args...) -> {code, stdout, stderr}: the binary with environment
+-- assignments (a table) before it.
+local sh = helpers.run_env
 
 describe("luagent runs and runs show", function()
   it("print a durable run's answers and agent names escaped for the terminal", function()

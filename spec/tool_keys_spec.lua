@@ -107,26 +107,14 @@ local function forms(key)
   return { key, pct(false), pct(true), (key:gsub("/", "\\/")) }
 end
 
-local function tempdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. q(d)))
-  return d
-end
+local tempdir = helpers.tempdir
 
 -- sh(env, args...) -> {code, stdout, stderr}: the binary with these
 -- environment assignments, the provider keys of this shell unset.
 local function sh(env, ...)
-  local words = { "env -u OPENAI_API_KEY -u ANTHROPIC_API_KEY -u OPENROUTER_API_KEY" }
-  for k, v in pairs(env or {}) do words[#words + 1] = k .. "=" .. q(v) end
-  words[#words + 1] = q(helpers.bin)
-  for _, a in ipairs({ ... }) do words[#words + 1] = q(a) end
-  local out, err = os.tmpname(), os.tmpname()
-  local _, _, code = os.execute(table.concat(words, " ") .. " >" .. out .. " 2>" .. err .. " </dev/null")
-  local r = { code = code, stdout = helpers.slurp(out), stderr = helpers.slurp(err) }
-  os.remove(out)
-  os.remove(err)
-  return r
+  local e = { unset = { "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY" } }
+  for k, v in pairs(env or {}) do e[k] = v end
+  return helpers.run_env(e, ...)
 end
 
 -- run_script(env, source) -> as sh, for `luagent run` of `source`.

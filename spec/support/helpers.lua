@@ -47,11 +47,29 @@ function M.tempfile(text, suffix)
   return path
 end
 
--- run(args...) -> {code=, stdout=, stderr=}: runs the executable with the
--- given arguments (strings, quoted here) and captures everything.
-function M.run(...)
+-- A fresh empty temporary folder; its path.
+function M.tempdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. shell_quote(d)))
+  return d
+end
+
+-- run_env(env, args...) -> {code=, stdout=, stderr=}: runs the executable
+-- with the given arguments (strings, quoted here), with the environment
+-- assignments of `env` (NAME = value; nil for none) before it, and
+-- captures everything. env.unset: a list of variables to leave out.
+function M.run_env(env, ...)
   local out, err = os.tmpname(), os.tmpname()
-  local words = { shell_quote(M.bin) }
+  local words = {}
+  if env and env.unset then
+    words[1] = "env"
+    for _, name in ipairs(env.unset) do words[#words + 1] = "-u " .. name end
+  end
+  for k, v in pairs(env or {}) do
+    if k ~= "unset" then words[#words + 1] = k .. "=" .. shell_quote(v) end
+  end
+  words[#words + 1] = shell_quote(M.bin)
   for _, a in ipairs({ ... }) do words[#words + 1] = shell_quote(a) end
   local cmd = table.concat(words, " ") .. " >" .. out .. " 2>" .. err .. " </dev/null"
   local _, _, code = os.execute(cmd)
@@ -60,6 +78,9 @@ function M.run(...)
   os.remove(err)
   return r
 end
+
+-- run(args...): run_env with no assignments.
+function M.run(...) return M.run_env(nil, ...) end
 
 -- run_script(source, args...) -> same as run, for `luagent run <tmpfile>`.
 function M.run_script(source, ...)
