@@ -119,6 +119,24 @@ describe("sandbox.call", function()
   end)
 end)
 
+describe("sandbox.read_file with a bound", function()
+  it("refuses a file whose bytes are fewer than its size says (it shrank while read): changed", function()
+    -- a sysfs attribute says 4096 bytes and gives a few: the same as a file
+    -- cut between the stat and the read, without the race
+    local path = "/sys/devices/system/cpu/online"
+    local f = io.open(path)
+    if not f then return pending("no " .. path) end
+    f:close()
+    local text, msg, why = sandbox.read_file(path, 1e6)
+    assert.is_nil(text)
+    assert.equal("changed", why)
+    assert.equal(path .. ": the file changed while it was read", msg)
+    local ok = helpers.tempfile("return 1\n")
+    assert.equal("return 1\n", sandbox.read_file(ok, 100))
+    os.remove(ok)
+  end)
+end)
+
 describe("hostile classify hooks", function()
   local FILE = "spec/fixtures/policies/hostile.lua"
 

@@ -277,7 +277,7 @@ end
 -- bytes is read, and opening never waits (core.read_file: a FIFO or a
 -- device named like a user file cannot hold the loop); a third value then
 -- says why not: "missing", "not_regular", "too_large", "changed" (it grew
--- while read) or "unreadable".
+-- or shrank while read: never returned cut) or "unreadable".
 function M.read_file(path, max_bytes)
   if max_bytes then
     local text, err = core.read_file(path, max_bytes)
