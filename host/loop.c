@@ -644,6 +644,7 @@ static int l_spawn(lua_State *L) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, parent->box_ref);
     t->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   }
+  lg_sandbox_unhook(co); /* inherited from a boxed parent; a box arms its own */
   loop->live++;
   push_ready(t);
   return 1;
@@ -754,6 +755,7 @@ static int l_task_set_daemon(lua_State *L) {
   if (on && t->state != T_RUNNING) { /* a daemon is not part of the call that started it */
     luaL_unref(L, LUA_REGISTRYINDEX, t->box_ref);
     t->box_ref = LUA_NOREF;
+    if (t->co) lg_sandbox_unhook(t->co);
   }
   lua_settop(L, 1);
   return 1;
@@ -769,6 +771,7 @@ static int l_task_set_sandbox(lua_State *L) {
   if (t->state == T_RUNNING) return luaL_error(L, "set_sandbox: the task is running");
   luaL_unref(L, LUA_REGISTRYINDEX, t->box_ref);
   t->box_ref = LUA_NOREF;
+  if (t->co) lg_sandbox_unhook(t->co); /* a box arms its own at each resume */
   if (!none && t->state != T_DONE) {
     lua_pushvalue(L, 2);
     t->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);

@@ -42,7 +42,11 @@
  * resumes. Boxes nest (a tool whose code calls a policy hook): the inner
  * one wraps the outer one's allocator. The allocator, the hook and the
  * swapped functions are put back when a resume ends, before anything else
- * runs, so no state outlives it. */
+ * runs, so no state outlives it; and when the state is closed while a box
+ * runs (os.exit(code, true) from a plain script), the box's __gc puts them
+ * back before its memory goes. A thread created inside a box inherits its
+ * hook (lua_newthread): the hook removes itself where no box runs, and the
+ * loop removes it from a task that leaves its box. */
 #include "sandbox.h"
 
 #include <lauxlib.h>
@@ -160,11 +164,15 @@ static void box_pace(lg_box *b, lua_State *L, uint64_t now) {
   if (next != n) lua_sethook(L, box_hook, LUA_MASKCOUNT, next);
 }
 
-/* The count hook: instruction budget and deadline. */
+/* The count hook: instruction budget and deadline. Where no box
+ * runs (a thread created inside one that outlived it) it removes itself. */
 static void box_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   lg_box *b = armed_box(L);
-  if (!b) return;
+  if (!b) {
+    lua_sethook(L, NULL, 0, 0);
+    return;
+  }
   if (!b->stop) {
     b->counted += lua_gethookcount(L);
     if (b->instructions > 0 && b->counted > b->instructions) {
@@ -198,6 +206,17 @@ static lg_box *armed_box(lua_State *L) {
 }
 
 int lg_sandbox_running(lua_State *L) { return armed_box(L) != NULL; }
+
+/* sandbox_running() -> whether sandboxed code is running (cli.lua's
+ * os.exit refuses to end the host from a tool). */
+static int l_sandbox_running(lua_State *L) {
+  lua_pushboolean(L, lg_sandbox_running(L));
+  return 1;
+}
+
+void lg_sandbox_unhook(lua_State *co) {
+  if (lua_gethook(co) == box_hook) lua_sethook(co, NULL, 0, 0);
+}
 
 /* Puts the bounded functions into the host's libraries (in) or what they
  * replaced back (out); the replaced ones are kept in the box's user value. */
@@ -248,15 +267,42 @@ int lg_sandbox_arm(lua_State *L, int idx, lua_State *co) {
   return 0;
 }
 
+/* Takes the armed box b out of the state's chain of allocators: the
+ * state's allocator again if b is the innermost box, else the base of the
+ * box that wraps b (the state closing: finalizers may run in any order). */
+static void box_unlink(lua_State *L, lg_box *b) {
+  void *ud;
+  lua_Alloc f = lua_getallocf(L, &ud);
+  if (f == box_alloc && ud == b) {
+    lua_setallocf(L, b->base_f, b->base_ud);
+    return;
+  }
+  for (lg_box *in = f == box_alloc ? ud : NULL; in; in = in->base_f == box_alloc ? in->base_ud : NULL) {
+    if (in->base_f == box_alloc && in->base_ud == b) {
+      in->base_f = b->base_f;
+      in->base_ud = b->base_ud;
+      return;
+    }
+  }
+}
+
 void lg_sandbox_disarm(lua_State *L, int idx) {
   idx = lua_absindex(L, idx);
   lg_box *b = luaL_checkudata(L, idx, BOX_MT);
   if (!b->armed) return;
-  lua_setallocf(L, b->base_f, b->base_ud);
-  if (lua_gethook(b->co) == box_hook) lua_sethook(b->co, NULL, 0, 0);
+  box_unlink(L, b);
+  lg_sandbox_unhook(b->co);
   b->co = NULL;
   b->armed = 0;
   swap_functions(L, idx, 0);
+}
+
+/* __gc: a box is collected while armed only when the state closes inside
+ * its resume (os.exit(code, true)); its memory must leave the allocator
+ * chain first, or the frees that follow would go through it. */
+static int l_box_gc(lua_State *L) {
+  lg_sandbox_disarm(L, 1);
+  return 0;
 }
 
 int lg_sandbox_stopped(lua_State *L, int idx) {
@@ -695,9 +741,11 @@ void lg_sandbox_register(lua_State *L) {
   static const luaL_Reg box_methods[] = {
       {"resume", l_box_resume}, {"deadline", l_box_deadline}, {"stop", l_box_stop},
       {"stopped", l_box_stopped}, {"stats", l_box_stats}, {NULL, NULL}};
-  lg_class_new(L, BOX_MT, box_methods, NULL, NULL);
+  lg_class_new(L, BOX_MT, box_methods, NULL, l_box_gc);
   lua_pushcfunction(L, l_sandbox);
   lua_setfield(L, -2, "sandbox");
+  lua_pushcfunction(L, l_sandbox_running);
+  lua_setfield(L, -2, "sandbox_running");
   static const luaL_Reg patterns[] = {
       {"find", l_find}, {"match", l_match}, {"gmatch", l_gmatch}, {"gsub", l_gsub},
       {"rep", l_rep},   {NULL, NULL}};

@@ -6,6 +6,7 @@ local policies = require "luagent.policy"
 local classify = require "luagent.classify"
 local errors = require "luagent.errors"
 local core = require "luagent.core"
+local helpers = require "spec.support.helpers"
 
 local HERE = "^spec/sandbox_spec%.lua:%d+: "
 local native_match, native_move = string.match, table.move
@@ -116,6 +117,72 @@ describe("sandbox.call", function()
     assert.equal(64 * 1024, #c.rec.body)
     assert.equal(c.looped, c.looped.self)
     assert.is_nil(c.fn)
+  end)
+end)
+
+describe("sandbox.run", function()
+  local was_virtual
+  before_each(function() was_virtual = core.clock_is_virtual() end)
+  after_each(function()
+    if was_virtual then core.clock_virtual() else core.clock_real() end
+  end)
+
+  it("leaves no count hook on the threads that leave its box (a daemon, a task taken out, a coroutine)", function()
+    local hooked = {}
+    local daemon, out, co
+    assert.is_true((sandbox.run(function()
+      daemon = core.spawn(function()
+        core.sleep(0.01)
+        hooked.daemon = debug.gethook() or false
+      end)
+      daemon:set_daemon(true)
+      out = core.spawn(function()
+        core.sleep(0.01)
+        hooked.out = debug.gethook() or false
+      end)
+      out:set_sandbox(nil)
+      co = coroutine.create(function()
+        while true do
+          hooked.co = debug.gethook() or false
+          coroutine.yield()
+        end
+      end)
+      coroutine.resume(co)
+      return true
+    end, {}, { wall = 5 })))
+    daemon:join()
+    out:join()
+    -- it outlived the tool: its hook's next check (at most ten thousand
+    -- instructions on) removes the hook
+    for _ = 1, 3000 do coroutine.resume(co) end
+    assert.same({ daemon = false, out = false, co = false }, hooked)
+  end)
+
+  it("makes os.exit in a tool fail: a tool does not end the host", function()
+    local r = helpers.run_script([[
+      print(require("luagent.sandbox").run(function() os.exit(3) end, {}, { wall = 5 }))
+    ]])
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("^false\t[^\n]*:1: os%.exit: not allowed in a tool %(sandboxed code%)", r.stdout)
+  end)
+
+  it("lets the state close inside a box, nested too (os.exit(code, true)): no use of its freed memory", function()
+    -- the real exit (cli.lua's wrapper keeps it): lua_close while two boxes
+    -- run freed them while they were the state's allocator (SAN=1 saw it)
+    local r = helpers.run_script([[
+      local exit
+      for i = 1, 20 do
+        local name, v = debug.getupvalue(os.exit, i)
+        if name == "exit" then exit = v end
+      end
+      local sandbox = require "luagent.sandbox"
+      sandbox.run(function()
+        return sandbox.call(function() exit(4, true) end, {}, { wall = 5 })
+      end, {}, { wall = 5 })
+    ]])
+    assert.equal(4, r.code, r.stderr)
+    assert.not_matches("Sanitizer", r.stderr)
+    assert.not_matches("runtime error", r.stderr)
   end)
 end)
 
