@@ -8,16 +8,18 @@
  * for hours). Here the bound is exact instead, because every way user code
  * can spend time or memory is covered:
  *   - Lua instructions: a count hook checks the instruction budget and the
- *     wall-clock deadline; once stopped it raises at every instruction, so
- *     pcall cannot swallow the stop. The interval between two checks is
- *     bounded in time, not only in instructions: it starts at one
- *     instruction at each resume and adapts (box_pace) so that checks come
- *     about every CHECK_GAP of wall time, at most HOOK_EVERY instructions
- *     apart, so slow instructions (C calls on big strings) do not make the
- *     stop late; and the clock is the wall clock, not the CPU time a loaded
- *     machine hands out slowly (a count hook makes Lua trap every
- *     instruction whatever its interval: a longer one saves only the
- *     checks);
+ *     wall-clock deadline; once stopped it raises at every instruction, in
+ *     whichever coroutine of the box runs, so pcall cannot swallow the
+ *     stop. The interval between two checks starts at one instruction at
+ *     each resume and adapts (box_pace) so that checks come about every
+ *     CHECK_GAP of wall time, at most HOOK_EVERY instructions apart. The
+ *     adapting follows what the last interval took, so a run of slow
+ *     instructions (C calls on big strings) after fast ones is checked
+ *     only HOOK_EVERY instructions on: HOOK_EVERY is what bounds how late
+ *     that stop comes, and is kept small (a count hook makes Lua trap
+ *     every instruction whatever its interval: a longer one saves only the
+ *     checks, which measure no cheaper at 10000 than at 1000). The clock is
+ *     the wall clock, not the CPU time a loaded machine hands out slowly;
  *   - long C calls: the only library functions whose time is not linear in
  *     what they allocate are the pattern functions (backtracking) and
  *     string.rep of an empty string; sandboxed code gets find, match,
@@ -58,7 +60,7 @@
 
 #define BOX_MT "luagent.Sandbox"
 #define SWAPS_KEY "luagent.Sandbox.swaps"
-#define HOOK_EVERY 10000  /* instructions between two checks, at most */
+#define HOOK_EVERY 1000   /* instructions between two checks, at most */
 #define CHECK_GAP 1000000 /* nanoseconds between two checks the hook aims at */
 
 /* The functions of the host's libraries a running box replaces by the
@@ -121,16 +123,25 @@ static void box_describe(lg_box *b, lua_State *L) {
   snprintf(b->why, sizeof b->why, "%s", what);
 }
 
+/* Makes the count hook of L fire at every instruction (a stopped box). */
+static void hook_every_instruction(lua_State *L) {
+  if (lua_gethook(L) != box_hook || lua_gethookcount(L) != 1)
+    lua_sethook(L, box_hook, LUA_MASKCOUNT, 1);
+}
+
 /* Stops the box for good (the first reason stays) and, if it runs, makes
  * the count hook fire at every instruction, so the stop is raised again
  * wherever it is caught. L is the running code, or NULL (inside the
- * allocator, or from outside: described when it is raised). */
+ * allocator, or from outside: described when it is raised). A coroutine
+ * of the box's code other than L and co gets its hook so at its next
+ * check (box_hook). */
 static void box_stop(lg_box *b, lua_State *L, int why) {
   if (b->stop) return;
   b->stop = why;
   b->why[0] = '\0';
   if (L) box_describe(b, L);
-  if (b->co) lua_sethook(b->co, box_hook, LUA_MASKCOUNT, 1);
+  if (b->co) hook_every_instruction(b->co);
+  if (L && L != b->co) hook_every_instruction(L);
 }
 
 /* Raises the box's stop message (a string without further position). */
@@ -183,7 +194,10 @@ static void box_hook(lua_State *L, lua_Debug *ar) {
       else box_pace(b, L, now);
     }
   }
-  if (b->stop) box_raise(L, b);
+  if (b->stop) {
+    hook_every_instruction(L); /* L may be a coroutine of the box's code */
+    box_raise(L, b);
+  }
 }
 
 /* The allocator while a box runs: the state's own, refusing growth past

@@ -72,6 +72,47 @@ describe("sandbox.call", function()
     assert.is_true(took < 0.5, "took " .. took)
   end)
 
+  it("is not late on slow instructions after fast ones (at most a thousand instructions between two checks)", function()
+    -- fast instructions first, which stretch the interval to its longest,
+    -- then C calls of some tenths of a millisecond each: ten thousand
+    -- instructions between two checks came seconds late
+    local was_virtual = core.clock_is_virtual()
+    if was_virtual then core.clock_real() end
+    local big = {}
+    for i = 1, 200000 do big[i] = "ab" end
+    local t0 = core.now()
+    local ok, msg = sandbox.call(function()
+      local x = 0
+      for i = 1, 20000 do x = x + i end
+      local concat = table.concat
+      while true do local _ = concat(big) end
+    end, {}, { wall = 0.1, memory = 2 ^ 26, instructions = 0 })
+    local took = core.now() - t0
+    if was_virtual then core.clock_virtual() end
+    assert.is_false(ok)
+    assert.matches(HERE .. "time limit %(0%.1 s%) exceeded$", msg)
+    assert.is_true(took < 1.5, "took " .. took)
+  end)
+
+  it("stops the coroutines of the code it runs: a pcall loop in one cannot outlive the stop", function()
+    -- in a process of its own, bounded: a stop the coroutine catches for
+    -- ever would hang
+    local r = helpers.run_script_within(30, [[
+      local sandbox = require "luagent.sandbox"
+      local function body()
+        coroutine.wrap(function()
+          while true do pcall(function() for _ = 1, 1e9 do end end) end
+        end)()
+      end
+      print(sandbox.call(body, {}, { wall = 0.1, instructions = 0 }))
+      print(sandbox.run(body, {}, { wall = 0.1, grace = 0.1 }))
+    ]])
+    assert.equal(0, r.code, "code " .. tostring(r.code) .. " (137: it hung) " .. r.stderr)
+    local call, run = r.stdout:match("^([^\n]*)\n([^\n]*)\n$")
+    assert.matches("^false\t.*:4: time limit %(0%.1 s%) exceeded$", call)
+    assert.matches("^false\t.*:4: time limit %(0%.1 s%) exceeded\ttime$", run)
+  end)
+
   it("stops a huge allocation at the memory bound, and the memory is not kept", function()
     local before = collectgarbage("count")
     local ok, msg = sandbox.call(function() return ("x"):rep(1536 * 1024 * 1024) end, {}, { memory = 2 ^ 24 })

@@ -47,11 +47,15 @@ function M.tempfile(text, suffix)
   return path
 end
 
--- run(args...) -> {code=, stdout=, stderr=}: runs the executable with the
--- given arguments (strings, quoted here) and captures everything.
-function M.run(...)
+-- The command run() starts with, before the executable: none, or a bound
+-- in seconds (run_script_within).
+local function runner(seconds)
+  return seconds and ("timeout -s KILL " .. seconds .. " ") or ""
+end
+
+local function run(seconds, ...)
   local out, err = os.tmpname(), os.tmpname()
-  local words = { shell_quote(M.bin) }
+  local words = { runner(seconds) .. shell_quote(M.bin) }
   for _, a in ipairs({ ... }) do words[#words + 1] = shell_quote(a) end
   local cmd = table.concat(words, " ") .. " >" .. out .. " 2>" .. err .. " </dev/null"
   local _, _, code = os.execute(cmd)
@@ -61,11 +65,24 @@ function M.run(...)
   return r
 end
 
+-- run(args...) -> {code=, stdout=, stderr=}: runs the executable with the
+-- given arguments (strings, quoted here) and captures everything.
+function M.run(...) return run(nil, ...) end
+
 -- run_script(source, args...) -> same as run, for `luagent run <tmpfile>`.
 function M.run_script(source, ...)
   local path = M.tempfile(source, ".lua")
   local r = M.run("run", path, ...)
   r.path = path
+  os.remove(path)
+  return r
+end
+
+-- run_script_within(seconds, source, args...) -> run_script's, killed
+-- (code 137) if it runs longer: for a spec whose failure would be a hang.
+function M.run_script_within(seconds, source, ...)
+  local path = M.tempfile(source, ".lua")
+  local r = run(seconds, "run", path, ...)
   os.remove(path)
   return r
 end
