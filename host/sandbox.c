@@ -30,8 +30,18 @@
  *     (SWAPS), so string methods (s:find(...)) and host functions the user
  *     code calls are bounded;
  *   - memory: while a box runs, the state's allocator is wrapped and counts
- *     the net growth; past the limit allocations fail (a Lua memory error)
- *     and the box is stopped;
+ *     the net growth over the box's life (all its resumes: a tool that
+ *     keeps what it allocates cannot pass the bound by waiting between
+ *     allocations); past the limit allocations fail (a Lua memory error)
+ *     and the box is stopped. What is counted is the heap's net growth
+ *     while the box runs, garbage included, which the collector may free
+ *     only long after (or while other code runs, unseen): so once the
+ *     count is half way from what was live at the last such collection to
+ *     the limit, the hook collects in full (box_collect), and what the
+ *     code dropped is no growth. A box keeps no credit for frees of
+ *     others' garbage past a wait (the count starts each resume at 0 or
+ *     above): the bound is a guard against a runaway, not an exact
+ *     measure;
  *   - metamethods that would run later, outside the bounds (__index,
  *     __pairs, __gc): sandboxed code gets no setmetatable (a tool file one
  *     that refuses __gc), and the host reads what it returns with
@@ -76,16 +86,17 @@ enum { RUN_OK, STOP_TIME, STOP_MEMORY, STOP_INSTRUCTIONS };
 typedef struct {
   double wall;              /* the wall bound in seconds (messages); <= 0: none */
   uint64_t deadline;        /* uv_hrtime() at which it ends; 0: no bound */
-  size_t memory;            /* net bytes one resume may add; 0: no bound */
+  size_t memory;            /* net bytes the box may add; 0: no bound */
   lua_Integer instructions; /* over the box's life; 0: no bound */
   lua_Integer counted;      /* instructions so far */
   int stop;                 /* RUN_OK or why it was stopped (for good) */
   char why[200];            /* "file:line: time limit (0.1 s) exceeded" */
+  long long used;           /* net bytes over the box's life (may go negative) */
+  long long collect_at;     /* `used` past which the hook collects in full */
   /* while armed (one resume) */
   int armed;
   lua_Alloc base_f;         /* the state's allocator (or an outer box's), wrapped */
   void *base_ud;
-  long long used;           /* net bytes since arming (may go negative) */
   uint64_t last_check;      /* uv_hrtime() of the last check */
   lua_State *co;
 } lg_box;
@@ -175,7 +186,17 @@ static void box_pace(lg_box *b, lua_State *L, uint64_t now) {
   if (next != n) lua_sethook(L, box_hook, LUA_MASKCOUNT, next);
 }
 
-/* The count hook: instruction budget and deadline. Where no box
+/* A full collection inside the box, its frees counted: what the box's
+ * code allocated and dropped is no growth. The next one comes half way
+ * from what is left to the limit, so code that keeps near its limit does
+ * not collect at every check. */
+static void box_collect(lg_box *b, lua_State *L) {
+  lua_gc(L, LUA_GCCOLLECT);
+  long long live = b->used > 0 ? b->used : 0;
+  b->collect_at = live + ((long long)b->memory - live) / 2;
+}
+
+/* The count hook: instruction budget, memory and deadline. Where no box
  * runs (a thread created inside one that outlived it) it removes itself. */
 static void box_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
@@ -189,6 +210,7 @@ static void box_hook(lua_State *L, lua_Debug *ar) {
     if (b->instructions > 0 && b->counted > b->instructions) {
       box_stop(b, L, STOP_INSTRUCTIONS);
     } else {
+      if (b->memory && b->used > b->collect_at) box_collect(b, L);
       uint64_t now = uv_hrtime();
       if (b->deadline && now >= b->deadline) box_stop(b, L, STOP_TIME);
       else box_pace(b, L, now);
@@ -272,7 +294,7 @@ int lg_sandbox_arm(lua_State *L, int idx, lua_State *co) {
   if (b->armed) return -1;
   swap_functions(L, idx, 1);
   b->armed = 1;
-  b->used = 0;
+  if (b->used < 0) b->used = 0; /* no credit for others' garbage past a wait */
   b->co = co;
   b->last_check = uv_hrtime();
   b->base_f = lua_getallocf(L, &b->base_ud);
@@ -305,6 +327,9 @@ void lg_sandbox_disarm(lua_State *L, int idx) {
   lg_box *b = luaL_checkudata(L, idx, BOX_MT);
   if (!b->armed) return;
   box_unlink(L, b);
+  /* a stop in the allocator has no position until raised: a task that
+   * died of the memory error has it on its stack still */
+  if (b->stop && !b->why[0]) box_describe(b, b->co);
   lg_sandbox_unhook(b->co);
   b->co = NULL;
   b->armed = 0;
@@ -331,8 +356,8 @@ int lg_sandbox_raise(lua_State *L, int idx) {
 /* ---------------------------------------------------------------- box */
 
 /* sandbox{wall=, memory=, instructions=} -> a box: bounds for running user
- * code; wall in seconds from now over all its resumes, memory in bytes per
- * resume, instructions over the box's life. Absent or 0: no bound. */
+ * code over all its resumes: wall in seconds from now, memory in bytes of
+ * net growth, instructions. Absent or 0: no bound. */
 static int l_sandbox(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lg_box *b = lua_newuserdatauv(L, sizeof *b, 1);
@@ -354,6 +379,7 @@ static int l_sandbox(lua_State *L) {
   if (!(b->wall >= 0 && b->wall < 1e9) || !(mem >= 0 && mem < 1e15) || !(ins >= 0 && ins < 1e15))
     return luaL_error(L, "sandbox: wall, memory and instructions must be numbers from 0 to 1e9");
   b->memory = (size_t)mem;
+  b->collect_at = (long long)b->memory / 2;
   b->instructions = (lua_Integer)ins;
   if (b->wall > 0) b->deadline = uv_hrtime() + (uint64_t)(b->wall * 1e9);
   return 1;
@@ -425,7 +451,7 @@ static int l_box_stopped(lua_State *L) {
 }
 
 /* box:stats() -> {instructions=, memory=} used so far (memory: the net
- * growth of the last resume). */
+ * growth over its resumes). */
 static int l_box_stats(lua_State *L) {
   lg_box *b = luaL_checkudata(L, 1, BOX_MT);
   lua_createtable(L, 0, 2);

@@ -168,6 +168,42 @@ describe("sandbox.run", function()
     if was_virtual then core.clock_virtual() else core.clock_real() end
   end)
 
+  it("bounds the memory a task keeps over all its waits, not each stretch between two", function()
+    local ok, msg, stop = sandbox.run(function()
+      local keep = {}
+      for i = 1, 20 do
+        local t = {}
+        for j = 1, 65536 do t[j] = j end -- 1 MiB
+        keep[i] = t
+        core.sleep(0)
+      end
+      return #keep
+    end, {}, { wall = 30, memory = 4 * 2 ^ 20 })
+    assert.is_false(ok)
+    assert.equal("memory", stop)
+    assert.matches(HERE .. "memory limit %(4194304 bytes%) exceeded$", msg)
+    collectgarbage()
+    -- garbage it makes and drops is no growth: fifty times its bound, in a
+    -- heap so big that the collector would free it only long after
+    local live = {}
+    for i = 1, 64 do
+      local t = {}
+      for j = 1, 65536 do t[j] = j end
+      live[i] = t
+    end
+    assert.same({ true, 50 }, { sandbox.run(function()
+      local n = 0
+      for _ = 1, 50 do
+        local t = {}
+        for j = 1, 65536 do t[j] = j end
+        n = n + 1
+        core.sleep(0)
+      end
+      return n
+    end, {}, { wall = 30, memory = 16 * 2 ^ 20 }) })
+    assert.equal(64, #live)
+  end)
+
   it("leaves no count hook on the threads that leave its box (a daemon, a task taken out, a coroutine)", function()
     local hooked = {}
     local daemon, out, co

@@ -227,8 +227,9 @@ end
 -- run(fn, args, limits) -> true, fn's results | false, err, stop. Runs
 -- fn(table.unpack(args)) as a task of its own, which may wait (Lua tools),
 -- under a box: limits = {wall=, memory=, instructions=, grace=}: wall, in
--- seconds, is required; memory bounds the net growth of each stretch
--- between two waits; grace is 2 s unless given. The wall bound holds on
+-- seconds, is required; memory bounds the net growth of the heap over the
+-- task's life, its waits included (what it allocates and keeps, and what
+-- its helpers do); grace is 2 s unless given. The wall bound holds on
 -- the wall clock while the task computes (the count hook, the bounded
 -- matcher), and on the loop's clock while it waits: then the task is
 -- cancelled, as a command's process group gets SIGTERM, so its handlers
