@@ -62,6 +62,7 @@
 #include "sandbox.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <string.h>
 #include <uv.h>
 
@@ -625,7 +626,7 @@ static void add_replacement(lua_State *L, luaL_Buffer *b, lg_match *m, const cha
     lua_call(L, n, 1);
   } else if (type == LUA_TTABLE) {
     push_capture(L, m, 0, s, e);
-    lua_rawget(L, 3); /* sandboxed tables have no metatables: raw is exact */
+    lua_gettable(L, 3); /* as Lua's: its __index runs here, inside the box */
   } else {
     size_t rlen;
     const char *r = lua_tolstring(L, 3, &rlen);
@@ -701,7 +702,8 @@ static int l_gsub(lua_State *L) {
 
 /* string.rep(s, n [, sep]): Lua's, except that nothing repeated is answered
  * at once (Lua loops n times copying nothing, which no memory bound stops)
- * and the copying checks the deadline. */
+ * and the copying checks the deadline. Its cap is Lua 5.4's (MAXSIZE in
+ * lstrlib.c: INT_MAX bytes where size_t is wider than int). */
 static int l_rep(lua_State *L) {
   size_t l, lsep;
   const char *s = luaL_checklstring(L, 1, &l);
@@ -711,7 +713,7 @@ static int l_rep(lua_State *L) {
     lua_pushliteral(L, "");
     return 1;
   }
-  if (l + lsep < l || l + lsep > (size_t)0x7fffffff / (lua_Unsigned)n)
+  if (l + lsep < l || l + lsep > (size_t)INT_MAX / (lua_Unsigned)n)
     return luaL_error(L, "resulting string too large");
   size_t total = (size_t)n * l + (size_t)(n - 1) * lsep;
   luaL_Buffer b;
@@ -730,6 +732,28 @@ static int l_rep(lua_State *L) {
   return 1;
 }
 
+/* What table.move needs of an argument that is no table (ltablib.c's
+ * checktab): a metatable with the metamethods it uses. */
+#define TAB_R 1 /* read: __index */
+#define TAB_W 2 /* write: __newindex */
+
+/* Whether the metatable under the n - 1 values pushed since has `key`. */
+static int has_field(lua_State *L, const char *key, int n) {
+  lua_pushstring(L, key);
+  return lua_rawget(L, -n) != LUA_TNIL;
+}
+
+static void check_tab(lua_State *L, int arg, int what) {
+  if (lua_type(L, arg) == LUA_TTABLE) return;
+  int n = 1; /* the metatable and the fields looked up */
+  if (lua_getmetatable(L, arg) && (!(what & TAB_R) || has_field(L, "__index", ++n)) &&
+      (!(what & TAB_W) || has_field(L, "__newindex", ++n))) {
+    lua_pop(L, n);
+    return;
+  }
+  luaL_checktype(L, arg, LUA_TTABLE); /* raises the usual error */
+}
+
 /* table.move(a1, f, e, t [, a2]): Lua's, with the deadline checked as it
  * goes (Lua's moves 2^40 nils without a pause). */
 static int l_move(lua_State *L) {
@@ -737,8 +761,8 @@ static int l_move(lua_State *L) {
   lua_Integer e = luaL_checkinteger(L, 3);
   lua_Integer t = luaL_checkinteger(L, 4);
   int to = lua_isnoneornil(L, 5) ? 1 : 5;
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, to, LUA_TTABLE);
+  check_tab(L, 1, TAB_R);
+  check_tab(L, to, TAB_W);
   if (e >= f) {
     luaL_argcheck(L, f > 0 || e < LUA_MAXINTEGER + f, 3, "too many elements to move");
     lua_Integer n = e - f;

@@ -381,4 +381,22 @@ describe("the bounded pattern functions", function()
     end
     assert.same({}, differ)
   end)
+
+  it("agree with Lua's on what they take: a replacement table's __index, table.move's proxies", function()
+    local B, T = core.bounded_string, core.bounded_table
+    local upper = setmetatable({ b = "=" }, { __index = function(_, k) return k:upper() end })
+    assert.same({ string.gsub("abc", "%w", upper) }, { B.gsub("abc", "%w", upper) })
+    assert.same({ "A=C", 3 }, { B.gsub("abc", "%w", upper) })
+    local function proxy(store)
+      return setmetatable({}, { __index = store, __newindex = function(_, k, v) rawset(store, k, v) end })
+    end
+    for _, move in ipairs { table.move, T.move } do
+      local from, to = { 1, 2, 3 }, {}
+      move(proxy(from), 1, 3, 2, proxy(to))
+      assert.same({ nil, 1, 2, 3 }, to)
+      assert.has_error(function() move({ 1 }, 1, 1, 1, 7) end)
+      assert.has_error(function() move({ 1 }, 1, 1, 1, io.stdout) end) -- no __newindex
+      assert.same({}, move(io.stdout, 1, 1, 1, {})) -- its __index reads
+    end
+  end)
 end)
