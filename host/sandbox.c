@@ -87,6 +87,7 @@ enum { RUN_OK, STOP_TIME, STOP_MEMORY, STOP_INSTRUCTIONS };
 typedef struct {
   double wall;              /* the wall bound in seconds (messages); <= 0: none */
   uint64_t deadline;        /* uv_hrtime() at which it ends; 0: no bound */
+  double grace;             /* box:deadline's seconds (messages); < 0: not set */
   size_t memory;            /* net bytes the box may add; 0: no bound */
   lua_Integer instructions; /* over the box's life; 0: no bound */
   lua_Integer counted;      /* instructions so far */
@@ -117,7 +118,9 @@ static const char *stop_name(int stop) {
  * code running in L (the first frame with a line; none when L is NULL). */
 static void box_describe(lg_box *b, lua_State *L) {
   char what[120];
-  if (b->stop == STOP_TIME)
+  if (b->stop == STOP_TIME && b->grace >= 0)
+    snprintf(what, sizeof what, "time limit (%g s, then a grace of %g s) exceeded", b->wall, b->grace);
+  else if (b->stop == STOP_TIME)
     snprintf(what, sizeof what, "time limit (%g s) exceeded", b->wall);
   else if (b->stop == STOP_MEMORY)
     snprintf(what, sizeof what, "memory limit (%zu bytes) exceeded", b->memory);
@@ -378,7 +381,9 @@ static int l_sandbox(lua_State *L) {
   lua_Number ins = luaL_optnumber(L, -1, 0);
   lua_pop(L, 3);
   if (!(b->wall >= 0 && b->wall < 1e9) || !(mem >= 0 && mem < 1e15) || !(ins >= 0 && ins < 1e15))
-    return luaL_error(L, "sandbox: wall, memory and instructions must be numbers from 0 to 1e9");
+    return luaL_error(L, "sandbox: wall must be seconds from 0 to 1e9, memory and instructions "
+                         "numbers from 0 to 1e15");
+  b->grace = -1;
   b->memory = (size_t)mem;
   b->collect_at = (long long)b->memory / 2;
   b->instructions = (lua_Integer)ins;
@@ -427,6 +432,7 @@ static int l_box_deadline(lua_State *L) {
   lua_Number s = luaL_checknumber(L, 2);
   if (!(s >= 0 && s < 1e9)) return luaL_error(L, "deadline: seconds must be a number from 0 to 1e9");
   b->deadline = uv_hrtime() + (uint64_t)(s * 1e9);
+  b->grace = s;
   return 0;
 }
 

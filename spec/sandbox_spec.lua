@@ -94,6 +94,13 @@ describe("sandbox.call", function()
     assert.is_true(took < 1.5, "took " .. took)
   end)
 
+  it("says which bounds it takes", function()
+    local ok, err = pcall(core.sandbox, { wall = 1e10 })
+    assert.is_false(ok)
+    assert.matches("wall must be seconds from 0 to 1e9, memory and instructions numbers from 0 to 1e15", err)
+    assert.is_true(core.sandbox_running ~= nil and core.sandbox { memory = 1e12, instructions = 1e12 } ~= nil)
+  end)
+
   it("stops the coroutines of the code it runs: a pcall loop in one cannot outlive the stop", function()
     -- in a process of its own, bounded: a stop the coroutine catches for
     -- ever would hang
@@ -202,6 +209,16 @@ describe("sandbox.run", function()
       return n
     end, {}, { wall = 30, memory = 16 * 2 ^ 20 }) })
     assert.equal(64, #live)
+  end)
+
+  it("says the grace in the message of a task stopped past it", function()
+    core.clock_virtual()
+    local ok, msg, stop = sandbox.run(function()
+      for _ = 1, 1000 do pcall(core.sleep, 10) end
+    end, {}, { wall = 1, grace = 0.5 })
+    assert.is_false(ok)
+    assert.equal("time", stop)
+    assert.matches("time limit %(1 s, then a grace of 0%.5 s%) exceeded$", msg)
   end)
 
   it("leaves no count hook on the threads that leave its box (a daemon, a task taken out, a coroutine)", function()
