@@ -275,6 +275,18 @@ describe("a Lua tool's bounds", function()
     assert.is_true(cleaned)
     assert.equal("failed", stubborn:status()) -- stopped once the grace passed
     assert.is_true(took >= 0.6 and took < 1, "took " .. took) -- its work, then the grace
+    -- and those their handlers start
+    local late
+    o = call({ run = function()
+      luagent.spawn(function()
+        pcall(luagent.sleep, 5)
+        late = luagent.spawn(luagent.sleep, 5)
+      end)
+      luagent.sleep(0.1)
+      return "done"
+    end })
+    assert.equal("done", o.content)
+    assert.equal("failed", late:status()) -- cancelled
   end)
 
   it("answers a result that cannot be sent (NaN, a table that refers to itself) with an error result", function()

@@ -258,13 +258,16 @@ local function end_helpers(box, grace)
     stop_all(box)
   end)
   stopper:set_sandbox(nil)
-  for _, t in ipairs(left) do
-    local ok, err = pcall(t.join, t)
-    if not ok and not ended(t) then
-      stopper:cancel()
-      stop_all(box)
-      error(err, 0)
+  while #left > 0 do -- and those their handlers start
+    for _, t in ipairs(left) do
+      local ok, err = pcall(t.join, t)
+      if not ok and not ended(t) then
+        stopper:cancel()
+        stop_all(box)
+        error(err, 0)
+      end
     end
+    left = cancel_all(box)
   end
   stopper:cancel()
 end
