@@ -644,6 +644,7 @@ static int l_spawn(lua_State *L) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, parent->box_ref);
     t->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   }
+  lg_sandbox_unhook(co); /* inherited from a boxed parent; a box arms its own */
   loop->live++;
   push_ready(t);
   return 1;
@@ -754,6 +755,7 @@ static int l_task_set_daemon(lua_State *L) {
   if (on && t->state != T_RUNNING) { /* a daemon is not part of the call that started it */
     luaL_unref(L, LUA_REGISTRYINDEX, t->box_ref);
     t->box_ref = LUA_NOREF;
+    if (t->co) lg_sandbox_unhook(t->co);
   }
   lua_settop(L, 1);
   return 1;
@@ -769,11 +771,39 @@ static int l_task_set_sandbox(lua_State *L) {
   if (t->state == T_RUNNING) return luaL_error(L, "set_sandbox: the task is running");
   luaL_unref(L, LUA_REGISTRYINDEX, t->box_ref);
   t->box_ref = LUA_NOREF;
+  if (t->co) lg_sandbox_unhook(t->co); /* a box arms its own at each resume */
   if (!none && t->state != T_DONE) {
     lua_pushvalue(L, 2);
     t->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   }
   lua_settop(L, 1);
+  return 1;
+}
+
+/* boxed_tasks(box) -> {task, ...}: the live tasks that run under `box` (a
+ * Lua tool's helpers, which sandbox.run ends with it), in no order. */
+static int l_boxed_tasks(lua_State *L) {
+  luaL_argexpected(L, lg_sandbox_is_box(L, 1), 1, "sandbox");
+  lua_settop(L, 1);
+  lua_newtable(L);
+  lua_Integer n = 0;
+  if (lua_getfield(L, LUA_REGISTRYINDEX, TASKS_KEY) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    return 1;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, 3)) {
+    lg_task *t = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (!t || t->state == T_DONE || t->box_ref == LUA_NOREF) continue;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->box_ref);
+    int same = lua_rawequal(L, -1, 1);
+    lua_pop(L, 1);
+    if (!same) continue;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);
+    lua_rawseti(L, 2, ++n);
+  }
+  lua_pop(L, 1);
   return 1;
 }
 
@@ -1062,6 +1092,7 @@ void lg_loop_register(lua_State *L) {
       {"stats", l_stats},
       {"on_sigint", l_on_sigint},
       {"interrupted", l_interrupted},
+      {"boxed_tasks", l_boxed_tasks},
       {NULL, NULL}};
   luaL_setfuncs(L, funcs, 0);
   lg_loop_get(L);

@@ -9,7 +9,10 @@
  * Every child is started detached (setsid), so it leads a new process group
  * whose id is its pid; a kill goes to the whole group (-pid), grandchildren
  * included, and so does the SIGKILL that ends what is left of the group
- * when the child exits. While a child runs it counts as busy, and, unless
+ * when the child exits. That one is the last signal: once the leader is
+ * reaped its pid, and so the group's id, may be reused by a process of
+ * someone else's, so no kill is sent after it (the drain then waits only
+ * on processes that left the group, which no group kill reaches). While a child runs it counts as busy, and, unless
  * it is a stream child, as real work for the virtual clock until it exits
  * (a stream child, a server of ours that may idle for the whole run, is
  * real work only while a task waits on it: process_lua.c).
@@ -87,11 +90,12 @@ static void close_handle(uv_handle_t *h) {
 }
 
 /* Sends `sig` to the child's process group (and to the child itself, in
- * case it left the group). */
+ * case it left the group) while the child runs: after its exit the ids
+ * may name someone else's processes (on_exit_cb sent the last kill). */
 static void signal_group(lg_process *p, int sig) {
-  if (p->pid <= 0) return;
+  if (p->pid <= 0 || p->exited) return;
   kill(-p->pid, sig);
-  if (!p->exited) kill(p->pid, sig);
+  kill(p->pid, sig);
 }
 
 /* Marks p finished once the child exited and both pipes ended; calls done. */
@@ -150,10 +154,13 @@ static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
     p->real = 0;
     lg_loop_real(p->loop, -1);
   }
-  p->exited = 1;
   p->exit_status = (long long)status;
   p->term_signal = sig;
-  signal_group(p, SIGKILL);
+  /* the last signal to the group, right after the reap: a group's id is
+   * not reused while a member lives, and what the child left is all that
+   * can be in it */
+  if (p->pid > 0) kill(-p->pid, SIGKILL);
+  p->exited = 1;
   close_handle((uv_handle_t *)h);
   close_stdin(p);
   check_finished(p);
@@ -246,10 +253,11 @@ static void closer_close(lg_closer *c) {
   if (p->in.data) close_handle((uv_handle_t *)&p->in); /* there is a stdin pipe */
 }
 
-/* The grace after SIGTERM ended: SIGKILL to the group if still running. */
+/* The grace after SIGTERM ended: SIGKILL to the group if the child still
+ * runs (signal_group). */
 static void grace_fire(lg_timer *t) {
   lg_process *p = (lg_process *)((char *)t - offsetof(lg_process, grace));
-  if (!p->finished) signal_group(p, SIGKILL);
+  signal_group(p, SIGKILL);
 }
 
 int lg_process_spawn(lg_loop *loop, const lg_process_opts *o, lg_process **out) {
@@ -351,9 +359,8 @@ void lg_process_info_get(const lg_process *p, lg_process_info *info) {
   info->killed = p->killed;
 }
 
-void lg_process_kill(lg_process *p, double grace) {
-  if (p->finished) return;
-  p->killed = 1;
+int lg_process_kill(lg_process *p, double grace) {
+  if (p->finished) return 0;
   if (p->stream && !p->discard) {
     /* nobody wants a killed peer's output: read it away so its end comes */
     p->discard = 1;
@@ -362,12 +369,15 @@ void lg_process_kill(lg_process *p, double grace) {
       uv_read_start((uv_stream_t *)&p->out.pipe, on_alloc, on_read);
     }
   }
+  if (p->exited) return 0; /* it ended by itself: nothing to kill */
+  p->killed = 1;
   if (grace <= 0) {
     signal_group(p, SIGKILL);
-    return;
+    return 1;
   }
   signal_group(p, SIGTERM);
   if (!lg_timer_armed(&p->grace)) lg_loop_timer_start(p->loop, &p->grace, grace);
+  return 1;
 }
 
 /* A stream write is done (or cancelled because stdin closed): frees it. */
@@ -421,7 +431,7 @@ void lg_process_release(lg_process *p) {
   p->data = NULL;
   lg_loop_timer_stop(p->loop, &p->grace);
   lg_loop_timer_stop(p->loop, &p->drain);
-  if (!p->finished) {
+  if (!p->exited) {
     p->killed = 1;
     signal_group(p, SIGKILL);
   }

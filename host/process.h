@@ -43,7 +43,7 @@ typedef struct {
   const char *out, *err;     /* captured bytes (not NUL-terminated) */
   size_t out_len, err_len;
   size_t out_dropped, err_dropped;
-  int killed;                /* lg_process_kill was called before it ended */
+  int killed;                /* lg_process_kill (or a release) was called while it ran */
 } lg_process_info;
 
 /* Starts a child. Returns 0 and the process in *out (owned by the caller
@@ -58,10 +58,12 @@ int lg_process_finished(const lg_process *p);
 void lg_process_info_get(const lg_process *p, lg_process_info *info);
 
 /* Sends SIGTERM to the child's whole process group, then SIGKILL after
- * `grace` seconds on the loop's clock if it has not finished (grace <= 0:
+ * `grace` seconds on the loop's clock if it still runs (grace <= 0:
  * SIGKILL at once). In stream mode stdout is read and dropped from then on
- * (so a paused stdout reaches its end). No-op once finished. */
-void lg_process_kill(lg_process *p, double grace);
+ * (so a paused stdout reaches its end). 1, or 0 when the child had exited
+ * already: nothing is sent (its group got its last SIGKILL at the exit)
+ * and it does not count as killed. */
+int lg_process_kill(lg_process *p, double grace);
 
 /* Stream mode: queues `len` bytes (copied) for the child's stdin. 0, or
  * UV_EPIPE once stdin is closed (or the child exited), or a libuv code. */

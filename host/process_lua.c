@@ -160,12 +160,13 @@ static int l_proc_wait(lua_State *L) {
   return wait_k(L, LUA_OK, 0);
 }
 
-/* proc:kill([grace]): SIGTERM to the group, SIGKILL after grace seconds
- * (0: SIGKILL at once). */
+/* proc:kill([grace]) -> whether the child still ran: SIGTERM to the
+ * group, SIGKILL after grace seconds (0: SIGKILL at once); false once it
+ * exited (nothing is sent: its group's id may be someone else's now). */
 static int l_proc_kill(lua_State *L) {
   proc_ud *u = check_open(L, "kill");
-  lg_process_kill(u->p, luaL_optnumber(L, 2, u->grace));
-  return 0;
+  lua_pushboolean(L, lg_process_kill(u->p, luaL_optnumber(L, 2, u->grace)));
+  return 1;
 }
 
 /* proc:pid() -> the child's pid (also its process group id). */

@@ -6,11 +6,15 @@
  * FIFO named x.lua would block the loop in open() or read() for good, a
  * link to /dev/zero would be read until memory runs out, a huge file would
  * hold the loop while it is read. So the file's type and size are checked
- * before it is opened (links followed: the target must be a regular file;
- * a device is never opened, since opening some has effects), checked again
- * on the open descriptor (the name may have been swapped meanwhile), the
- * open never waits (O_NONBLOCK), and the read stops one byte past what the
- * check allowed. Synchronous: max_bytes bounds its time too. */
+ * before it is opened (links followed: the target must be a regular file,
+ * so a device found there is not opened, since opening some has effects),
+ * checked again on the open descriptor (the name may have been swapped
+ * meanwhile: a device swapped in between the stat and the open is opened,
+ * then refused unread; the open never waits, O_NONBLOCK, and O_NOCTTY
+ * keeps a terminal from becoming ours), and the read stops one byte past
+ * what the check allowed. The bytes read must be as many as the open
+ * file's size: a file that grew or shrank meanwhile is "changed", never
+ * returned cut. Synchronous: max_bytes bounds its time too. */
 #include "readfile.h"
 
 #include <errno.h>
@@ -99,7 +103,7 @@ static int l_read_file(lua_State *L) {
     lua_Integer size = (lua_Integer)now.st_size > (lua_Integer)n ? (lua_Integer)now.st_size : (lua_Integer)n;
     return fail_size(L, path, size, max);
   }
-  if (n == cap) {
+  if (n == cap || (lua_Integer)n != (lua_Integer)now.st_size) { /* grew, or shrank */
     lua_pushfstring(L, "%s: the file changed while it was read", path);
     return fail(L, "changed");
   }

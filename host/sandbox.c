@@ -8,16 +8,18 @@
  * for hours). Here the bound is exact instead, because every way user code
  * can spend time or memory is covered:
  *   - Lua instructions: a count hook checks the instruction budget and the
- *     wall-clock deadline; once stopped it raises at every instruction, so
- *     pcall cannot swallow the stop. The interval between two checks is
- *     bounded in time, not only in instructions: it starts at one
- *     instruction at each resume and adapts (box_pace) so that checks come
- *     about every CHECK_GAP of wall time, at most HOOK_EVERY instructions
- *     apart, so slow instructions (C calls on big strings) do not make the
- *     stop late; and the clock is the wall clock, not the CPU time a loaded
- *     machine hands out slowly (a count hook makes Lua trap every
- *     instruction whatever its interval: a longer one saves only the
- *     checks);
+ *     wall-clock deadline; once stopped it raises at every instruction, in
+ *     whichever coroutine of the box runs, so pcall cannot swallow the
+ *     stop. The interval between two checks starts at one instruction at
+ *     each resume and adapts (box_pace) so that checks come about every
+ *     CHECK_GAP of wall time, at most HOOK_EVERY instructions apart. The
+ *     adapting follows what the last interval took, so a run of slow
+ *     instructions (C calls on big strings) after fast ones is checked
+ *     only HOOK_EVERY instructions on: HOOK_EVERY is what bounds how late
+ *     that stop comes, and is kept small (a count hook makes Lua trap
+ *     every instruction whatever its interval: a longer one saves only the
+ *     checks, which measure no cheaper at 10000 than at 1000). The clock is
+ *     the wall clock, not the CPU time a loaded machine hands out slowly;
  *   - long C calls: the only library functions whose time is not linear in
  *     what they allocate are the pattern functions (backtracking) and
  *     string.rep of an empty string; sandboxed code gets find, match,
@@ -28,8 +30,18 @@
  *     (SWAPS), so string methods (s:find(...)) and host functions the user
  *     code calls are bounded;
  *   - memory: while a box runs, the state's allocator is wrapped and counts
- *     the net growth; past the limit allocations fail (a Lua memory error)
- *     and the box is stopped;
+ *     the net growth over the box's life (all its resumes: a tool that
+ *     keeps what it allocates cannot pass the bound by waiting between
+ *     allocations); past the limit allocations fail (a Lua memory error)
+ *     and the box is stopped. What is counted is the heap's net growth
+ *     while the box runs, garbage included, which the collector may free
+ *     only long after (or while other code runs, unseen): so once the
+ *     count is half way from what was live at the last such collection to
+ *     the limit, the hook collects in full (box_collect), and what the
+ *     code dropped is no growth. A box keeps no credit for frees of
+ *     others' garbage past a wait (the count starts each resume at 0 or
+ *     above): the bound is a guard against a runaway, not an exact
+ *     measure;
  *   - metamethods that would run later, outside the bounds (__index,
  *     __pairs, __gc): sandboxed code gets no setmetatable (a tool file one
  *     that refuses __gc), and the host reads what it returns with
@@ -42,10 +54,15 @@
  * resumes. Boxes nest (a tool whose code calls a policy hook): the inner
  * one wraps the outer one's allocator. The allocator, the hook and the
  * swapped functions are put back when a resume ends, before anything else
- * runs, so no state outlives it. */
+ * runs, so no state outlives it; and when the state is closed while a box
+ * runs (os.exit(code, true) from a plain script), the box's __gc puts them
+ * back before its memory goes. A thread created inside a box inherits its
+ * hook (lua_newthread): the hook removes itself where no box runs, and the
+ * loop removes it from a task that leaves its box. */
 #include "sandbox.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <string.h>
 #include <uv.h>
 
@@ -54,7 +71,7 @@
 
 #define BOX_MT "luagent.Sandbox"
 #define SWAPS_KEY "luagent.Sandbox.swaps"
-#define HOOK_EVERY 10000  /* instructions between two checks, at most */
+#define HOOK_EVERY 1000   /* instructions between two checks, at most */
 #define CHECK_GAP 1000000 /* nanoseconds between two checks the hook aims at */
 
 /* The functions of the host's libraries a running box replaces by the
@@ -70,16 +87,18 @@ enum { RUN_OK, STOP_TIME, STOP_MEMORY, STOP_INSTRUCTIONS };
 typedef struct {
   double wall;              /* the wall bound in seconds (messages); <= 0: none */
   uint64_t deadline;        /* uv_hrtime() at which it ends; 0: no bound */
-  size_t memory;            /* net bytes one resume may add; 0: no bound */
+  double grace;             /* box:deadline's seconds (messages); < 0: not set */
+  size_t memory;            /* net bytes the box may add; 0: no bound */
   lua_Integer instructions; /* over the box's life; 0: no bound */
   lua_Integer counted;      /* instructions so far */
   int stop;                 /* RUN_OK or why it was stopped (for good) */
   char why[200];            /* "file:line: time limit (0.1 s) exceeded" */
+  long long used;           /* net bytes over the box's life (may go negative) */
+  long long collect_at;     /* `used` past which the hook collects in full */
   /* while armed (one resume) */
   int armed;
   lua_Alloc base_f;         /* the state's allocator (or an outer box's), wrapped */
   void *base_ud;
-  long long used;           /* net bytes since arming (may go negative) */
   uint64_t last_check;      /* uv_hrtime() of the last check */
   lua_State *co;
 } lg_box;
@@ -99,7 +118,9 @@ static const char *stop_name(int stop) {
  * code running in L (the first frame with a line; none when L is NULL). */
 static void box_describe(lg_box *b, lua_State *L) {
   char what[120];
-  if (b->stop == STOP_TIME)
+  if (b->stop == STOP_TIME && b->grace >= 0)
+    snprintf(what, sizeof what, "time limit (%g s, then a grace of %g s) exceeded", b->wall, b->grace);
+  else if (b->stop == STOP_TIME)
     snprintf(what, sizeof what, "time limit (%g s) exceeded", b->wall);
   else if (b->stop == STOP_MEMORY)
     snprintf(what, sizeof what, "memory limit (%zu bytes) exceeded", b->memory);
@@ -117,16 +138,25 @@ static void box_describe(lg_box *b, lua_State *L) {
   snprintf(b->why, sizeof b->why, "%s", what);
 }
 
+/* Makes the count hook of L fire at every instruction (a stopped box). */
+static void hook_every_instruction(lua_State *L) {
+  if (lua_gethook(L) != box_hook || lua_gethookcount(L) != 1)
+    lua_sethook(L, box_hook, LUA_MASKCOUNT, 1);
+}
+
 /* Stops the box for good (the first reason stays) and, if it runs, makes
  * the count hook fire at every instruction, so the stop is raised again
  * wherever it is caught. L is the running code, or NULL (inside the
- * allocator, or from outside: described when it is raised). */
+ * allocator, or from outside: described when it is raised). A coroutine
+ * of the box's code other than L and co gets its hook so at its next
+ * check (box_hook). */
 static void box_stop(lg_box *b, lua_State *L, int why) {
   if (b->stop) return;
   b->stop = why;
   b->why[0] = '\0';
   if (L) box_describe(b, L);
-  if (b->co) lua_sethook(b->co, box_hook, LUA_MASKCOUNT, 1);
+  if (b->co) hook_every_instruction(b->co);
+  if (L && L != b->co) hook_every_instruction(L);
 }
 
 /* Raises the box's stop message (a string without further position). */
@@ -160,22 +190,40 @@ static void box_pace(lg_box *b, lua_State *L, uint64_t now) {
   if (next != n) lua_sethook(L, box_hook, LUA_MASKCOUNT, next);
 }
 
-/* The count hook: instruction budget and deadline. */
+/* A full collection inside the box, its frees counted: what the box's
+ * code allocated and dropped is no growth. The next one comes half way
+ * from what is left to the limit, so code that keeps near its limit does
+ * not collect at every check. */
+static void box_collect(lg_box *b, lua_State *L) {
+  lua_gc(L, LUA_GCCOLLECT);
+  long long live = b->used > 0 ? b->used : 0;
+  b->collect_at = live + ((long long)b->memory - live) / 2;
+}
+
+/* The count hook: instruction budget, memory and deadline. Where no box
+ * runs (a thread created inside one that outlived it) it removes itself. */
 static void box_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   lg_box *b = armed_box(L);
-  if (!b) return;
+  if (!b) {
+    lua_sethook(L, NULL, 0, 0);
+    return;
+  }
   if (!b->stop) {
     b->counted += lua_gethookcount(L);
     if (b->instructions > 0 && b->counted > b->instructions) {
       box_stop(b, L, STOP_INSTRUCTIONS);
     } else {
+      if (b->memory && b->used > b->collect_at) box_collect(b, L);
       uint64_t now = uv_hrtime();
       if (b->deadline && now >= b->deadline) box_stop(b, L, STOP_TIME);
       else box_pace(b, L, now);
     }
   }
-  if (b->stop) box_raise(L, b);
+  if (b->stop) {
+    hook_every_instruction(L); /* L may be a coroutine of the box's code */
+    box_raise(L, b);
+  }
 }
 
 /* The allocator while a box runs: the state's own, refusing growth past
@@ -198,6 +246,17 @@ static lg_box *armed_box(lua_State *L) {
 }
 
 int lg_sandbox_running(lua_State *L) { return armed_box(L) != NULL; }
+
+/* sandbox_running() -> whether sandboxed code is running (cli.lua's
+ * os.exit refuses to end the host from a tool). */
+static int l_sandbox_running(lua_State *L) {
+  lua_pushboolean(L, lg_sandbox_running(L));
+  return 1;
+}
+
+void lg_sandbox_unhook(lua_State *co) {
+  if (lua_gethook(co) == box_hook) lua_sethook(co, NULL, 0, 0);
+}
 
 /* Puts the bounded functions into the host's libraries (in) or what they
  * replaced back (out); the replaced ones are kept in the box's user value. */
@@ -239,7 +298,7 @@ int lg_sandbox_arm(lua_State *L, int idx, lua_State *co) {
   if (b->armed) return -1;
   swap_functions(L, idx, 1);
   b->armed = 1;
-  b->used = 0;
+  if (b->used < 0) b->used = 0; /* no credit for others' garbage past a wait */
   b->co = co;
   b->last_check = uv_hrtime();
   b->base_f = lua_getallocf(L, &b->base_ud);
@@ -248,15 +307,45 @@ int lg_sandbox_arm(lua_State *L, int idx, lua_State *co) {
   return 0;
 }
 
+/* Takes the armed box b out of the state's chain of allocators: the
+ * state's allocator again if b is the innermost box, else the base of the
+ * box that wraps b (the state closing: finalizers may run in any order). */
+static void box_unlink(lua_State *L, lg_box *b) {
+  void *ud;
+  lua_Alloc f = lua_getallocf(L, &ud);
+  if (f == box_alloc && ud == b) {
+    lua_setallocf(L, b->base_f, b->base_ud);
+    return;
+  }
+  for (lg_box *in = f == box_alloc ? ud : NULL; in; in = in->base_f == box_alloc ? in->base_ud : NULL) {
+    if (in->base_f == box_alloc && in->base_ud == b) {
+      in->base_f = b->base_f;
+      in->base_ud = b->base_ud;
+      return;
+    }
+  }
+}
+
 void lg_sandbox_disarm(lua_State *L, int idx) {
   idx = lua_absindex(L, idx);
   lg_box *b = luaL_checkudata(L, idx, BOX_MT);
   if (!b->armed) return;
-  lua_setallocf(L, b->base_f, b->base_ud);
-  if (lua_gethook(b->co) == box_hook) lua_sethook(b->co, NULL, 0, 0);
+  box_unlink(L, b);
+  /* a stop in the allocator has no position until raised: a task that
+   * died of the memory error has it on its stack still */
+  if (b->stop && !b->why[0]) box_describe(b, b->co);
+  lg_sandbox_unhook(b->co);
   b->co = NULL;
   b->armed = 0;
   swap_functions(L, idx, 0);
+}
+
+/* __gc: a box is collected while armed only when the state closes inside
+ * its resume (os.exit(code, true)); its memory must leave the allocator
+ * chain first, or the frees that follow would go through it. */
+static int l_box_gc(lua_State *L) {
+  lg_sandbox_disarm(L, 1);
+  return 0;
 }
 
 int lg_sandbox_stopped(lua_State *L, int idx) {
@@ -271,8 +360,8 @@ int lg_sandbox_raise(lua_State *L, int idx) {
 /* ---------------------------------------------------------------- box */
 
 /* sandbox{wall=, memory=, instructions=} -> a box: bounds for running user
- * code; wall in seconds from now over all its resumes, memory in bytes per
- * resume, instructions over the box's life. Absent or 0: no bound. */
+ * code over all its resumes: wall in seconds from now, memory in bytes of
+ * net growth, instructions. Absent or 0: no bound. */
 static int l_sandbox(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lg_box *b = lua_newuserdatauv(L, sizeof *b, 1);
@@ -292,8 +381,11 @@ static int l_sandbox(lua_State *L) {
   lua_Number ins = luaL_optnumber(L, -1, 0);
   lua_pop(L, 3);
   if (!(b->wall >= 0 && b->wall < 1e9) || !(mem >= 0 && mem < 1e15) || !(ins >= 0 && ins < 1e15))
-    return luaL_error(L, "sandbox: wall, memory and instructions must be numbers from 0 to 1e9");
+    return luaL_error(L, "sandbox: wall must be seconds from 0 to 1e9, memory and instructions "
+                         "numbers from 0 to 1e15");
+  b->grace = -1;
   b->memory = (size_t)mem;
+  b->collect_at = (long long)b->memory / 2;
   b->instructions = (lua_Integer)ins;
   if (b->wall > 0) b->deadline = uv_hrtime() + (uint64_t)(b->wall * 1e9);
   return 1;
@@ -340,6 +432,7 @@ static int l_box_deadline(lua_State *L) {
   lua_Number s = luaL_checknumber(L, 2);
   if (!(s >= 0 && s < 1e9)) return luaL_error(L, "deadline: seconds must be a number from 0 to 1e9");
   b->deadline = uv_hrtime() + (uint64_t)(s * 1e9);
+  b->grace = s;
   return 0;
 }
 
@@ -365,7 +458,7 @@ static int l_box_stopped(lua_State *L) {
 }
 
 /* box:stats() -> {instructions=, memory=} used so far (memory: the net
- * growth of the last resume). */
+ * growth over its resumes). */
 static int l_box_stats(lua_State *L) {
   lg_box *b = luaL_checkudata(L, 1, BOX_MT);
   lua_createtable(L, 0, 2);
@@ -539,7 +632,7 @@ static void add_replacement(lua_State *L, luaL_Buffer *b, lg_match *m, const cha
     lua_call(L, n, 1);
   } else if (type == LUA_TTABLE) {
     push_capture(L, m, 0, s, e);
-    lua_rawget(L, 3); /* sandboxed tables have no metatables: raw is exact */
+    lua_gettable(L, 3); /* as Lua's: its __index runs here, inside the box */
   } else {
     size_t rlen;
     const char *r = lua_tolstring(L, 3, &rlen);
@@ -615,7 +708,8 @@ static int l_gsub(lua_State *L) {
 
 /* string.rep(s, n [, sep]): Lua's, except that nothing repeated is answered
  * at once (Lua loops n times copying nothing, which no memory bound stops)
- * and the copying checks the deadline. */
+ * and the copying checks the deadline. Its cap is Lua 5.4's (MAXSIZE in
+ * lstrlib.c: INT_MAX bytes where size_t is wider than int). */
 static int l_rep(lua_State *L) {
   size_t l, lsep;
   const char *s = luaL_checklstring(L, 1, &l);
@@ -625,7 +719,7 @@ static int l_rep(lua_State *L) {
     lua_pushliteral(L, "");
     return 1;
   }
-  if (l + lsep < l || l + lsep > (size_t)0x7fffffff / (lua_Unsigned)n)
+  if (l + lsep < l || l + lsep > (size_t)INT_MAX / (lua_Unsigned)n)
     return luaL_error(L, "resulting string too large");
   size_t total = (size_t)n * l + (size_t)(n - 1) * lsep;
   luaL_Buffer b;
@@ -644,6 +738,28 @@ static int l_rep(lua_State *L) {
   return 1;
 }
 
+/* What table.move needs of an argument that is no table (ltablib.c's
+ * checktab): a metatable with the metamethods it uses. */
+#define TAB_R 1 /* read: __index */
+#define TAB_W 2 /* write: __newindex */
+
+/* Whether the metatable under the n - 1 values pushed since has `key`. */
+static int has_field(lua_State *L, const char *key, int n) {
+  lua_pushstring(L, key);
+  return lua_rawget(L, -n) != LUA_TNIL;
+}
+
+static void check_tab(lua_State *L, int arg, int what) {
+  if (lua_type(L, arg) == LUA_TTABLE) return;
+  int n = 1; /* the metatable and the fields looked up */
+  if (lua_getmetatable(L, arg) && (!(what & TAB_R) || has_field(L, "__index", ++n)) &&
+      (!(what & TAB_W) || has_field(L, "__newindex", ++n))) {
+    lua_pop(L, n);
+    return;
+  }
+  luaL_checktype(L, arg, LUA_TTABLE); /* raises the usual error */
+}
+
 /* table.move(a1, f, e, t [, a2]): Lua's, with the deadline checked as it
  * goes (Lua's moves 2^40 nils without a pause). */
 static int l_move(lua_State *L) {
@@ -651,8 +767,8 @@ static int l_move(lua_State *L) {
   lua_Integer e = luaL_checkinteger(L, 3);
   lua_Integer t = luaL_checkinteger(L, 4);
   int to = lua_isnoneornil(L, 5) ? 1 : 5;
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checktype(L, to, LUA_TTABLE);
+  check_tab(L, 1, TAB_R);
+  check_tab(L, to, TAB_W);
   if (e >= f) {
     luaL_argcheck(L, f > 0 || e < LUA_MAXINTEGER + f, 3, "too many elements to move");
     lua_Integer n = e - f;
@@ -695,9 +811,11 @@ void lg_sandbox_register(lua_State *L) {
   static const luaL_Reg box_methods[] = {
       {"resume", l_box_resume}, {"deadline", l_box_deadline}, {"stop", l_box_stop},
       {"stopped", l_box_stopped}, {"stats", l_box_stats}, {NULL, NULL}};
-  lg_class_new(L, BOX_MT, box_methods, NULL, NULL);
+  lg_class_new(L, BOX_MT, box_methods, NULL, l_box_gc);
   lua_pushcfunction(L, l_sandbox);
   lua_setfield(L, -2, "sandbox");
+  lua_pushcfunction(L, l_sandbox_running);
+  lua_setfield(L, -2, "sandbox_running");
   static const luaL_Reg patterns[] = {
       {"find", l_find}, {"match", l_match}, {"gmatch", l_gmatch}, {"gsub", l_gsub},
       {"rep", l_rep},   {NULL, NULL}};

@@ -5,12 +5,17 @@
 
 #include <lua.h>
 
-/* Registers core.sandbox(opts), core.bounded_string and
- * core.bounded_table into the table on top of the stack. */
+/* Registers core.sandbox(opts), core.sandbox_running(), core.bounded_string
+ * and core.bounded_table into the table on top of the stack. */
 void lg_sandbox_register(lua_State *L);
 
 /* Whether sandboxed code is running in L's state (a box is armed). */
 int lg_sandbox_running(lua_State *L);
+
+/* Removes a box's count hook from co, which inherited it (lua_newthread)
+ * or keeps it, and runs under no box from now on (a daemon, a task taken
+ * out of its box). Not for a coroutine a box runs. */
+void lg_sandbox_unhook(lua_State *co);
 
 /* Whether the value at idx is a box (core.sandbox). */
 int lg_sandbox_is_box(lua_State *L, int idx);

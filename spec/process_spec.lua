@@ -168,6 +168,32 @@ describe("killing a process group", function()
     assert.matches("wait: process is closed", e)
   end)
 
+  it("sends nothing once the child exited (its group's id may be someone else's): kill says false", function()
+    -- the child exits at once; a grandchild that left the group holds its
+    -- stdout, so the process is not finished for the drain's second
+    local p = assert(core.process_spawn({ "sh", "-c", 'setsid sleep 3 & echo $! > "$1"; sleep 0.2', "sh", pidfile },
+      { grace = 0.2 }))
+    local pid = p:pid()
+    finally(function()
+      local gpid = grandchild()
+      if gpid then os.execute("kill -9 " .. gpid .. " 2>/dev/null") end
+    end)
+    assert.is_true(eventually(function() -- reaped: not even a zombie
+      local f = io.open("/proc/" .. pid .. "/stat")
+      if f then f:close() end
+      return f == nil
+    end, 5))
+    assert.is_false(p:finished())
+    assert.is_false(p:kill())
+    assert.is_false(p:kill(0))
+    local r = p:wait()
+    assert.equal(0, r.code)
+    assert.is_false(r.killed)
+    local q = assert(core.process_spawn({ "sleep", "30" }))
+    assert.is_true(q:kill(0))
+    assert.is_true(q:wait().killed)
+  end)
+
   it("kill(0) sends SIGKILL at once; a cooperative child ends on SIGTERM", function()
     local p = assert(core.process_spawn({ "sleep", "30" }))
     p:kill()

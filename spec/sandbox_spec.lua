@@ -6,6 +6,7 @@ local policies = require "luagent.policy"
 local classify = require "luagent.classify"
 local errors = require "luagent.errors"
 local core = require "luagent.core"
+local helpers = require "spec.support.helpers"
 
 local HERE = "^spec/sandbox_spec%.lua:%d+: "
 local native_match, native_move = string.match, table.move
@@ -71,6 +72,54 @@ describe("sandbox.call", function()
     assert.is_true(took < 1, "took " .. took) -- the old pacing: 2.7 s; margin for a loaded machine
   end)
 
+  it("is not late on slow instructions after fast ones (at most a thousand instructions between two checks)", function()
+    -- fast instructions first, which stretch the interval to its longest,
+    -- then C calls of some tenths of a millisecond each: ten thousand
+    -- instructions between two checks came seconds late
+    local was_virtual = core.clock_is_virtual()
+    if was_virtual then core.clock_real() end
+    local big = {}
+    for i = 1, 200000 do big[i] = "ab" end
+    local t0 = core.now()
+    local ok, msg = sandbox.call(function()
+      local x = 0
+      for i = 1, 20000 do x = x + i end
+      local concat = table.concat
+      while true do local _ = concat(big) end
+    end, {}, { wall = 0.1, memory = 2 ^ 26, instructions = 0 })
+    local took = core.now() - t0
+    if was_virtual then core.clock_virtual() end
+    assert.is_false(ok)
+    assert.matches(HERE .. "time limit %(0%.1 s%) exceeded$", msg)
+    assert.is_true(took < 1.5, "took " .. took)
+  end)
+
+  it("says which bounds it takes", function()
+    local ok, err = pcall(core.sandbox, { wall = 1e10 })
+    assert.is_false(ok)
+    assert.matches("wall must be seconds from 0 to 1e9, memory and instructions numbers from 0 to 1e15", err)
+    assert.is_true(core.sandbox_running ~= nil and core.sandbox { memory = 1e12, instructions = 1e12 } ~= nil)
+  end)
+
+  it("stops the coroutines of the code it runs: a pcall loop in one cannot outlive the stop", function()
+    -- in a process of its own, bounded: a stop the coroutine catches for
+    -- ever would hang
+    local r = helpers.run_script_within(30, [[
+      local sandbox = require "luagent.sandbox"
+      local function body()
+        coroutine.wrap(function()
+          while true do pcall(function() for _ = 1, 1e9 do end end) end
+        end)()
+      end
+      print(sandbox.call(body, {}, { wall = 0.1, instructions = 0 }))
+      print(sandbox.run(body, {}, { wall = 0.1, grace = 0.1 }))
+    ]])
+    assert.equal(0, r.code, "code " .. tostring(r.code) .. " (137: it hung) " .. r.stderr)
+    local call, run = r.stdout:match("^([^\n]*)\n([^\n]*)\n$")
+    assert.matches("^false\t.*:4: time limit %(0%.1 s%) exceeded$", call)
+    assert.matches("^false\t.*:4: time limit %(0%.1 s%) exceeded\ttime$", run)
+  end)
+
   it("stops a huge allocation at the memory bound, and the memory is not kept", function()
     local before = collectgarbage("count")
     local ok, msg = sandbox.call(function() return ("x"):rep(1536 * 1024 * 1024) end, {}, { memory = 2 ^ 24 })
@@ -116,6 +165,136 @@ describe("sandbox.call", function()
     assert.equal(64 * 1024, #c.rec.body)
     assert.equal(c.looped, c.looped.self)
     assert.is_nil(c.fn)
+  end)
+end)
+
+describe("sandbox.run", function()
+  local was_virtual
+  before_each(function() was_virtual = core.clock_is_virtual() end)
+  after_each(function()
+    if was_virtual then core.clock_virtual() else core.clock_real() end
+  end)
+
+  it("bounds the memory a task keeps over all its waits, not each stretch between two", function()
+    local ok, msg, stop = sandbox.run(function()
+      local keep = {}
+      for i = 1, 20 do
+        local t = {}
+        for j = 1, 65536 do t[j] = j end -- 1 MiB
+        keep[i] = t
+        core.sleep(0)
+      end
+      return #keep
+    end, {}, { wall = 30, memory = 4 * 2 ^ 20 })
+    assert.is_false(ok)
+    assert.equal("memory", stop)
+    assert.matches(HERE .. "memory limit %(4194304 bytes%) exceeded$", msg)
+    collectgarbage()
+    -- garbage it makes and drops is no growth: fifty times its bound, in a
+    -- heap so big that the collector would free it only long after
+    local live = {}
+    for i = 1, 64 do
+      local t = {}
+      for j = 1, 65536 do t[j] = j end
+      live[i] = t
+    end
+    assert.same({ true, 50 }, { sandbox.run(function()
+      local n = 0
+      for _ = 1, 50 do
+        local t = {}
+        for j = 1, 65536 do t[j] = j end
+        n = n + 1
+        core.sleep(0)
+      end
+      return n
+    end, {}, { wall = 30, memory = 16 * 2 ^ 20 }) })
+    assert.equal(64, #live)
+  end)
+
+  it("says the grace in the message of a task stopped past it", function()
+    core.clock_virtual()
+    local ok, msg, stop = sandbox.run(function()
+      for _ = 1, 1000 do pcall(core.sleep, 10) end
+    end, {}, { wall = 1, grace = 0.5 })
+    assert.is_false(ok)
+    assert.equal("time", stop)
+    assert.matches("time limit %(1 s, then a grace of 0%.5 s%) exceeded$", msg)
+  end)
+
+  it("leaves no count hook on the threads that leave its box (a daemon, a task taken out, a coroutine)", function()
+    local hooked = {}
+    local daemon, out, co
+    assert.is_true((sandbox.run(function()
+      daemon = core.spawn(function()
+        core.sleep(0.01)
+        hooked.daemon = debug.gethook() or false
+      end)
+      daemon:set_daemon(true)
+      out = core.spawn(function()
+        core.sleep(0.01)
+        hooked.out = debug.gethook() or false
+      end)
+      out:set_sandbox(nil)
+      co = coroutine.create(function()
+        while true do
+          hooked.co = debug.gethook() or false
+          coroutine.yield()
+        end
+      end)
+      coroutine.resume(co)
+      return true
+    end, {}, { wall = 5 })))
+    daemon:join()
+    out:join()
+    -- it outlived the tool: its hook's next check (at most ten thousand
+    -- instructions on) removes the hook
+    for _ = 1, 3000 do coroutine.resume(co) end
+    assert.same({ daemon = false, out = false, co = false }, hooked)
+  end)
+
+  it("makes os.exit in a tool fail: a tool does not end the host", function()
+    local r = helpers.run_script([[
+      print(require("luagent.sandbox").run(function() os.exit(3) end, {}, { wall = 5 }))
+    ]])
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("^false\t[^\n]*:1: os%.exit: not allowed in a tool %(sandboxed code%)", r.stdout)
+  end)
+
+  it("lets the state close inside a box, nested too (os.exit(code, true)): no use of its freed memory", function()
+    -- the real exit (cli.lua's wrapper keeps it): lua_close while two boxes
+    -- run freed them while they were the state's allocator (SAN=1 saw it)
+    local r = helpers.run_script([[
+      local exit
+      for i = 1, 20 do
+        local name, v = debug.getupvalue(os.exit, i)
+        if name == "exit" then exit = v end
+      end
+      local sandbox = require "luagent.sandbox"
+      sandbox.run(function()
+        return sandbox.call(function() exit(4, true) end, {}, { wall = 5 })
+      end, {}, { wall = 5 })
+    ]])
+    assert.equal(4, r.code, r.stderr)
+    assert.not_matches("Sanitizer", r.stderr)
+    assert.not_matches("runtime error", r.stderr)
+  end)
+end)
+
+describe("sandbox.read_file with a bound", function()
+  it("refuses a file whose bytes are fewer than its size says (it shrank while read): changed", function()
+    -- a sysfs attribute says 4096 bytes and gives a few: the same as a file
+    -- cut between the stat and the read, without the race
+    local path = "/sys/devices/system/cpu/online"
+    local f = io.open(path)
+    if not f then return pending("no " .. path) end
+    f:close()
+    local text, msg, why = sandbox.read_file(path, 1e6)
+    assert.is_nil(text)
+    assert.equal("changed", why)
+    assert.equal(path .. ": the file changed while it was read", msg)
+    local ok = helpers.tempfile("return 1\n")
+    assert.equal("return 1\n", sandbox.read_file(ok, 100))
+    os.remove(ok)
   end)
 end)
 
@@ -218,5 +397,23 @@ describe("the bounded pattern functions", function()
       end
     end
     assert.same({}, differ)
+  end)
+
+  it("agree with Lua's on what they take: a replacement table's __index, table.move's proxies", function()
+    local B, T = core.bounded_string, core.bounded_table
+    local upper = setmetatable({ b = "=" }, { __index = function(_, k) return k:upper() end })
+    assert.same({ string.gsub("abc", "%w", upper) }, { B.gsub("abc", "%w", upper) })
+    assert.same({ "A=C", 3 }, { B.gsub("abc", "%w", upper) })
+    local function proxy(store)
+      return setmetatable({}, { __index = store, __newindex = function(_, k, v) rawset(store, k, v) end })
+    end
+    for _, move in ipairs { table.move, T.move } do
+      local from, to = { 1, 2, 3 }, {}
+      move(proxy(from), 1, 3, 2, proxy(to))
+      assert.same({ nil, 1, 2, 3 }, to)
+      assert.has_error(function() move({ 1 }, 1, 1, 1, 7) end)
+      assert.has_error(function() move({ 1 }, 1, 1, 1, io.stdout) end) -- no __newindex
+      assert.same({}, move(io.stdout, 1, 1, 1, {})) -- its __index reads
+    end
   end)
 end)

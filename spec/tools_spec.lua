@@ -197,6 +197,7 @@ end)
 describe("a Lua tool's bounds", function()
   local core = require "luagent.core"
   local luagent = require "luagent"
+  local errors = require "luagent.errors"
 
   local was_virtual
   before_each(function()
@@ -284,6 +285,39 @@ describe("a Lua tool's bounds", function()
     assert.equal("true hook!", o.content)
     pcall(helper.join, helper)
     assert.equal("failed", helper:status()) -- stopped at the tool's timeout
+  end)
+
+  it("ends the tasks a tool leaves running when it returns: cancelled (their handlers run), stopped past the grace", function()
+    core.clock_virtual()
+    local polite, stubborn, cleaned
+    local o, took = call({ timeout = 30, run = function()
+      polite = luagent.spawn(function()
+        local ok, err = pcall(luagent.sleep, 5)
+        cleaned = not ok and errors.is_cancel(err)
+      end)
+      stubborn = luagent.spawn(function()
+        for _ = 1, 3 do pcall(luagent.sleep, 5) end -- swallows its cancellations
+      end)
+      luagent.sleep(0.1)
+      return "done"
+    end }, { grace = 0.5 })
+    assert.equal("done", o.content)
+    assert.equal("done", polite:status())
+    assert.is_true(cleaned)
+    assert.equal("failed", stubborn:status()) -- stopped once the grace passed
+    assert.is_true(took >= 0.6 and took < 1, "took " .. took) -- its work, then the grace
+    -- and those their handlers start
+    local late
+    o = call({ run = function()
+      luagent.spawn(function()
+        pcall(luagent.sleep, 5)
+        late = luagent.spawn(luagent.sleep, 5)
+      end)
+      luagent.sleep(0.1)
+      return "done"
+    end })
+    assert.equal("done", o.content)
+    assert.equal("failed", late:status()) -- cancelled
   end)
 
   it("answers a result that cannot be sent (NaN, a table that refers to itself) with an error result", function()

@@ -475,6 +475,8 @@ local function execute(opts, file, chunk, script_args)
     return written
   end
   os.exit = function(status)
+    -- a tool (or hook) is code of the run, not its owner: it fails instead
+    if core.sandbox_running() then error("os.exit: not allowed in a tool (sandboxed code)", 2) end
     local ok, done = pcall(clean)
     if not ok then say("luagent: while exiting: %s", tostring(done)) end
     local ended, err = pcall(end_run)

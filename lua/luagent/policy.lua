@@ -46,7 +46,7 @@ M.defaults = {
   cooldown = {},
   -- tool calls (lua/luagent/tools.lua): retries of read_only / idempotent
   -- tools, the default timeout, the bound on a result's size, and on what a
-  -- Lua tool may allocate between two waits
+  -- Lua tool may add to the heap over its call
   tool = {
     max_retries = 2,
     backoff = { strategy = "full_jitter", base = 0.5, max = 10 },

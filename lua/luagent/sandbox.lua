@@ -205,36 +205,88 @@ local function ended(task)
   return st == "done" or st == "failed"
 end
 
+-- Cancels every task that still runs under `box` (`task` with `reason`,
+-- the others with none); returns those others.
+local function cancel_all(box, task, reason)
+  local others = {}
+  for _, t in ipairs(core.boxed_tasks(box)) do
+    if t == task then
+      t:cancel(reason)
+    else
+      t:cancel()
+      others[#others + 1] = t
+    end
+  end
+  return others
+end
+
+-- Stops `box` and wakes its tasks to meet the stop: they end at once.
+local function stop_all(box, task, reason)
+  box:stop()
+  cancel_all(box, task, reason)
+end
+
 -- The watchdog of a task M.run started: at `wall` on the loop's clock (or
--- when woken early: the caller was cancelled) the task is cancelled and its
--- box's wall bound set to `grace` from now; if it still runs `grace` later,
--- the box is stopped and the task woken to meet the stop. It waits for the
--- task's end, so no timer of it outlives the task.
+-- when woken early: the caller was cancelled) the task and its helpers are
+-- cancelled and its box's wall bound set to `grace` from now; if the task
+-- still runs `grace` later, the box is stopped and its tasks woken to meet
+-- the stop. It waits for the task's end, so no timer of it outlives the
+-- task.
 local function watch(task, box, wall, grace, reason)
   pcall(core.sleep, wall)
   if ended(task) then return end
   box:deadline(grace)
-  task:cancel(reason)
+  cancel_all(box, task, reason)
   local stopper = core.spawn(function()
     core.sleep(grace)
-    box:stop()
-    task:cancel(reason)
+    stop_all(box, task, reason)
   end)
+  stopper:set_sandbox(nil)
   pcall(task.join, task)
+  stopper:cancel()
+end
+
+-- Ends the helpers of a task M.run started once the task ended: those
+-- still running under its box are cancelled, so their handlers run, and
+-- stopped if they still run `grace` later; returns once they all ended. A
+-- cancellation of the caller meanwhile stops them at once and is raised.
+local function end_helpers(box, grace)
+  local left = cancel_all(box)
+  if #left == 0 then return end
+  local stopper = core.spawn(function()
+    core.sleep(grace)
+    stop_all(box)
+  end)
+  stopper:set_sandbox(nil)
+  while #left > 0 do -- and those their handlers start
+    for _, t in ipairs(left) do
+      local ok, err = pcall(t.join, t)
+      if not ok and not ended(t) then
+        stopper:cancel()
+        stop_all(box)
+        error(err, 0)
+      end
+    end
+    left = cancel_all(box)
+  end
   stopper:cancel()
 end
 
 -- run(fn, args, limits) -> true, fn's results | false, err, stop. Runs
 -- fn(table.unpack(args)) as a task of its own, which may wait (Lua tools),
 -- under a box: limits = {wall=, memory=, instructions=, grace=}: wall, in
--- seconds, is required; memory bounds the net growth of each stretch
--- between two waits; grace is 2 s unless given. The wall bound holds on
+-- seconds, is required; memory bounds the net growth of the heap over the
+-- task's life, its waits included (what it allocates and keeps, and what
+-- its helpers do); grace is 2 s unless given. The wall bound holds on
 -- the wall clock while the task computes (the count hook, the bounded
 -- matcher), and on the loop's clock while it waits: then the task is
 -- cancelled, as a command's process group gets SIGTERM, so its handlers
 -- run; if it still runs `grace` seconds later (it caught the cancellation,
 -- or computes on), its box is stopped: every instruction raises and no
--- wait is allowed. Tasks it spawns share its box (daemons do not).
+-- wait is allowed. Tasks it spawns share its box (daemons do not) and end
+-- with it: once fn's task ended, those still running are cancelled (their
+-- handlers run), stopped if they still run `grace` later, and run returns
+-- when they are gone.
 --
 -- fn's results and what it raises are read as they are (the caller hands
 -- a fn that makes them plain inside the box: tools.lua). ok false: `stop`
@@ -254,11 +306,12 @@ function M.run(fn, args, limits)
   watchdog:set_sandbox(nil) -- the host's: it must outlive a stopped caller's box
   local res = table.pack(pcall(task.join, task))
   if not ended(task) then -- the caller was cancelled while it waited
-    task:cancel()
-    watchdog:cancel()
+    cancel_all(box)
+    watchdog:cancel() -- it stops them past the grace
     error(res[2], 0)
   end
   watchdog:cancel()
+  end_helpers(box, grace)
   if res[1] then return true, table.unpack(res, 2, res.n) end
   local stop, why = box:stopped()
   if stop then return false, why, stop end
@@ -277,7 +330,7 @@ end
 -- bytes is read, and opening never waits (core.read_file: a FIFO or a
 -- device named like a user file cannot hold the loop); a third value then
 -- says why not: "missing", "not_regular", "too_large", "changed" (it grew
--- while read) or "unreadable".
+-- or shrank while read: never returned cut) or "unreadable".
 function M.read_file(path, max_bytes)
   if max_bytes then
     local text, err = core.read_file(path, max_bytes)

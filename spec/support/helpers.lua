@@ -56,18 +56,20 @@ function M.tempdir()
 end
 
 -- run_env(env, args...) -> {code=, stdout=, stderr=}: runs the executable
--- with the given arguments (strings, quoted here), with the environment
--- assignments of `env` (NAME = value; nil for none) before it, and
--- captures everything. env.unset: a list of variables to leave out.
+-- with the given arguments (strings, quoted here) and captures everything;
+-- env (or nil): NAME = value assignments for it, `unset` a list of
+-- variables to leave out, `within` seconds after which it is killed (code
+-- 137: for a spec whose failure would be a hang).
 function M.run_env(env, ...)
   local out, err = os.tmpname(), os.tmpname()
   local words = {}
-  if env and env.unset then
-    words[1] = "env"
-    for _, name in ipairs(env.unset) do words[#words + 1] = "-u " .. name end
-  end
-  for k, v in pairs(env or {}) do
-    if k ~= "unset" then words[#words + 1] = k .. "=" .. shell_quote(v) end
+  if env then
+    if env.within then words[#words + 1] = "timeout -s KILL " .. env.within end
+    words[#words + 1] = "env"
+    for _, name in ipairs(env.unset or {}) do words[#words + 1] = "-u " .. name end
+    for k, v in pairs(env) do
+      if k ~= "unset" and k ~= "within" then words[#words + 1] = k .. "=" .. shell_quote(v) end
+    end
   end
   words[#words + 1] = shell_quote(M.bin)
   for _, a in ipairs({ ... }) do words[#words + 1] = shell_quote(a) end
@@ -87,6 +89,15 @@ function M.run_script(source, ...)
   local path = M.tempfile(source, ".lua")
   local r = M.run("run", path, ...)
   r.path = path
+  os.remove(path)
+  return r
+end
+
+-- run_script_within(seconds, source, args...) -> run_script's, killed
+-- (code 137) if it runs longer: for a spec whose failure would be a hang.
+function M.run_script_within(seconds, source, ...)
+  local path = M.tempfile(source, ".lua")
+  local r = M.run_env({ within = seconds }, "run", path, ...)
   os.remove(path)
   return r
 end
