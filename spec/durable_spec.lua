@@ -97,6 +97,15 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     bad = sh(env, "runs", "resolve", id, "call_9", "--not-done")
     assert.equal(2, bad.code)
     assert.matches("has no unfinished call 'call_9'", bad.stderr)
+    -- not while another process runs it: refused, naming that process
+    local store = assert(require("luagent.journal.sqlite").open(env.LUAGENT_HOME .. "/runs.db"))
+    assert(store.db:exec("INSERT INTO claims VALUES ('" .. id .. "', 4242, 'elsewhere', 'b/7', "
+      .. "(julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)"))
+    local busy = sh(env, "runs", "resolve", id, "call_mockcall_2", "--not-done")
+    assert.equal(2, busy.code, busy.stderr)
+    assert.matches("runs resolve: run " .. id:gsub("%-", "%%-") .. " is being run by pid 4242@elsewhere", busy.stderr)
+    assert(store.db:exec("DELETE FROM claims"))
+    store:close()
     -- settled by hand: it happened, with this result
     local res = sh(env, "runs", "resolve", id, "call_mockcall_2", "--result", '"sent 5 EUR by hand"')
     assert.equal(0, res.code, res.stderr)

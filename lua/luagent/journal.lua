@@ -33,6 +33,8 @@
 --   store:heartbeat(run_id, me) -> true | nil, err (err.lost, err.holder)
 --   store:release(run_id, me) -> true | nil, err
 --   store:close()
+-- `luagent runs resolve` settles a call through M.resolve, which holds
+-- the run's claim while it does.
 -- Claims: a run has one runner. `me` is a process ({pid, host, pid_start},
 -- journal/owner.lua); claim takes the run in one transaction when it is
 -- free, already me's, or its holder is gone (owner.gone), else refuses
@@ -219,6 +221,19 @@ function M.resume(store, id)
   run.record, run.by_pos = rec, rec.by_pos
   store:update(id, { status = "running", pid = pid() })
   return run
+end
+
+-- resolve(store, run_id, call_id, how) -> step | nil, err: settles a call
+-- whose outcome is unknown (`luagent runs resolve`) while holding the
+-- run's claim, so a run another process is running is refused (err.holder)
+-- instead of changed under it; the claim is let go after.
+function M.resolve(store, run_id, call_id, how)
+  local me = owner.this()
+  local c, err = store:claim(run_id, me, M.STALE_AFTER)
+  if not c then return nil, err end
+  local step, rerr = store:resolve(run_id, call_id, how)
+  store:release(run_id, me)
+  return step, rerr
 end
 
 -- run:hand_on(): stops this run's heartbeat, keeping its claim (another

@@ -27,7 +27,8 @@ Durable runs, from the run journal (default $LUAGENT_HOME/runs.db, else
                  error, or the step's position. --result JSON: it happened,
                  and this is its result (a JSON string is given to the model
                  as its text, anything else as JSON); --not-done: it did not
-                 happen, and the next resume runs it
+                 happen, and the next resume runs it. Refused (exit 2,
+                 naming it) while another process runs the run
   runs gc        deletes the runs last written more than DAYS ago (a number,
                  fractions allowed)
 
@@ -36,7 +37,8 @@ read-only folder); no command creates one where there is none.
 
 Exit codes: 0 done (also a listing with no journal yet); 1 the journal cannot
 be read (a damaged file is reported and left as it is); 2 usage error,
-unknown run or call, or no journal file (show, resolve, gc).
+unknown run or call, no journal file (show, resolve, gc), or a run another
+process is running (resolve).
 ]]
 
 -- Splits --journal out of args: opts, positional, or nil, message.
@@ -224,7 +226,12 @@ function M.main(args, say, usage_error)
     code, err, missing = show(store, pos[1], terminal)
   else
     local step
-    step, err = store:resolve(pos[1], pos[2], how)
+    step, err = journal.resolve(store, pos[1], pos[2], how)
+    if not step and err and err.holder then -- another process runs it now
+      store:close()
+      say("luagent: runs resolve: %s", err.message)
+      return 2
+    end
     if step then
       io.write(string.format("resolved %s (%s, call %s) of run %s as %s; 'luagent resume %s' continues it\n",
         step.pos, step.name, tostring(step.call_id), pos[1], how.not_done and "not done" or "done", pos[1]))
