@@ -28,7 +28,8 @@
 --   store:read(run_id) -> run{..., steps = {...}, by_pos = {[pos] = step}} | nil
 --   store:list() -> runs (with turns, input_tokens, output_tokens, cost)
 --   store:resolve(run_id, call_id_or_pos, {result = text} | {not_done = true})
---   store:gc(seconds) -> number of runs deleted
+--   store:gc(seconds, live) -> number of runs deleted (not one whose claim
+--        had a heartbeat in the last `live` seconds)
 --   store:claim(run_id, me, stale_after) -> claim | nil, err (err.holder)
 --   store:heartbeat(run_id, me) -> true | nil, err (err.lost, err.holder)
 --   store:release(run_id, me) -> true | nil, err

@@ -30,7 +30,7 @@ Durable runs, from the run journal (default $LUAGENT_HOME/runs.db, else
                  happen, and the next resume runs it. Refused (exit 2,
                  naming it) while another process runs the run
   runs gc        deletes the runs last written more than DAYS ago (a number,
-                 fractions allowed)
+                 fractions allowed), but for a run a process is running
 
 Listing and showing only read the journal (they work on a full disk or a
 read-only folder); no command creates one where there is none.
@@ -198,7 +198,7 @@ function M.main(args, say, usage_error)
     if not days or days < 0 then return usage_error("runs gc: --older-than wants a number of days >= 0") end
     local store, failed = open()
     if not store then return failed end
-    local n, err = store:gc(days * 86400)
+    local n, err = store:gc(days * 86400, journal.STALE_AFTER) -- a run being run now stays
     store:close()
     if not n then say("luagent: %s", tostring(err)) return 1 end
     io.write(string.format("deleted %d run(s) older than %g day(s)\n", n, days))

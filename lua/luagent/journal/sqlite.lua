@@ -102,10 +102,12 @@ local SQL = {
     .. "(SELECT sum(cost) FROM steps s WHERE s.run_id = r.id) AS cost FROM runs r ORDER BY r.started, r.id",
   open_calls = "SELECT * FROM steps WHERE run_id = ? AND kind = 'call' AND status IN ('started', 'unknown') "
     .. "AND (call_id = ?2 OR pos = ?2) ORDER BY seq",
-  -- runs whose last write (a step, or the run itself) is that old
+  -- runs whose last write (a step, or the run itself) is that old, and
+  -- that no process runs now (a claim whose heartbeat is fresher than ?2)
   gc_old = "CREATE TEMP TABLE IF NOT EXISTS gc_ids (id TEXT); DELETE FROM gc_ids",
   gc_pick = "INSERT INTO gc_ids SELECT id FROM runs r WHERE max(r.updated, coalesce((SELECT max(at) FROM steps s "
-    .. "WHERE s.run_id = r.id), 0)) <= " .. NOW .. " - ?",
+    .. "WHERE s.run_id = r.id), 0)) <= " .. NOW .. " - ?1 AND NOT EXISTS (SELECT 1 FROM claims c "
+    .. "WHERE c.run_id = r.id AND c.heartbeat > " .. NOW .. " - ?2)",
   gc_steps = "DELETE FROM steps WHERE run_id IN (SELECT id FROM gc_ids)",
   gc_runs = "DELETE FROM runs WHERE id IN (SELECT id FROM gc_ids)",
   gc_claims = "DELETE FROM claims WHERE run_id IN (SELECT id FROM gc_ids)",
@@ -476,12 +478,13 @@ function Store:resolve(run_id, call, how)
   end)
 end
 
--- store:gc(seconds) -> number of runs deleted: those last updated more than
--- `seconds` ago.
-function Store:gc(seconds)
+-- store:gc(seconds, live) -> number of runs deleted: those last updated
+-- more than `seconds` ago, but for a run whose claim had a heartbeat in the
+-- last `live` seconds (a process runs it now).
+function Store:gc(seconds, live)
   return self:tx("deleting old runs", function()
     assert(self.db:exec(SQL.gc_old))
-    self:must("gc_pick", seconds)
+    self:must("gc_pick", seconds, live or 0)
     self:must("gc_steps")
     self:must("gc_claims")
     local _, n = self:must("gc_runs")
