@@ -7,6 +7,7 @@ local core = require "luagent.core"
 local config = require "luagent.config"
 local secrets = require "luagent.secrets"
 local outfile = require "luagent.outfile"
+local flags = require "luagent.flags"
 
 local M = {}
 
@@ -208,37 +209,9 @@ local RUN_FLAGS = {
   ["log-content"] = false, trace = false, cost = false,
 }
 
--- parse_flags(args, flags, cmd [, i]) -> opts, index of the first argument
--- that is not a flag (after "--" when given), or nil, message. `flags`
--- maps a name to true when it takes a value; -h/--help sets opts.help.
--- Shared by the commands (`cmd` names the one in messages).
-function M.parse_flags(args, flags, cmd, i)
-  local opts = {}
-  i = i or 1
-  while args[i] and args[i]:sub(1, 1) == "-" and args[i] ~= "-" do
-    local a = args[i]
-    if a == "--" then return opts, i + 1 end
-    if a == "-h" or a == "--help" then opts.help = true return opts, i end
-    local name, value = a:match("^%-%-([%w%-]+)=(.*)$")
-    name = name or a:match("^%-%-([%w%-]+)$")
-    local takes = name and flags[name]
-    if takes == nil then return nil, string.format("%s: unknown flag '%s'", cmd, a) end
-    if takes and value == nil then
-      i = i + 1
-      value = args[i]
-      if value == nil then return nil, string.format("%s: flag '%s' needs a value", cmd, a) end
-    elseif not takes and value ~= nil then
-      return nil, string.format("%s: flag '--%s' takes no value", cmd, name)
-    end
-    opts[name] = takes and value or true
-    i = i + 1
-  end
-  return opts, i
-end
-
 -- Parses run's options; returns opts, index of FILE, or nil, message.
 local function parse_run_args(args)
-  local opts, i = M.parse_flags(args, RUN_FLAGS, "run")
+  local opts, i = flags.parse(args, RUN_FLAGS, "run")
   if not opts or opts.help then return opts, i end
   if opts.events then
     local dest = opts.events == "jsonl" and "-" or opts.events:match("^jsonl:(.+)$")

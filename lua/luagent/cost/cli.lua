@@ -2,8 +2,8 @@
 -- failed attempts included, looked up after the fact
 -- (lua/luagent/generations.lua). The ids come from a durable run's journal
 -- or from an events file.
-local cli = require "luagent.cli"
 local core = require "luagent.core"
+local flags = require "luagent.flags"
 local json = require "luagent.json"
 local journal = require "luagent.journal"
 local generations = require "luagent.generations"
@@ -36,9 +36,9 @@ are still pending or their lookup failed (run it again later); 2 usage
 error, unknown run.
 ]]
 
--- Splits args into flags (`flags`: name -> takes a value) and the rest.
-local function parse(args, flags)
-  local opts, i = cli.parse_flags(args, flags, "settle")
+-- Splits args into flags (`wanted`: name -> takes a value) and the rest.
+local function parse(args, wanted)
+  local opts, i = flags.parse(args, wanted, "settle")
   if not opts or opts.help then return opts, i end
   local rest = {}
   for j = i, #args do rest[#rest + 1] = args[j] end

@@ -1,6 +1,7 @@
 -- `luagent mcp list`: a quick look at an MCP server's tools and the flags
 -- luagent gives them. Exit codes: 0 listed, 1 the server failed, 2 usage.
 local core = require "luagent.core"
+local flags = require "luagent.flags"
 local secrets = require "luagent.secrets"
 
 local M = {}
@@ -24,7 +25,7 @@ local FLAGS = { url = true, name = true, policy = true, timeout = true, trust = 
 
 -- Parses list's options (from args[i]); returns opts, or nil and a message.
 local function parse(args, i)
-  local opts, at = require("luagent.cli").parse_flags(args, FLAGS, "list", i)
+  local opts, at = flags.parse(args, FLAGS, "list", i)
   if not opts or opts.help then return opts, at end
   if args[at] then
     if args[at - 1] ~= "--" then return nil, string.format("list: the command comes after --, not '%s'", args[at]) end
@@ -79,10 +80,10 @@ local function list(opts)
   out("%-" .. width .. "s  %-21s  %s\n", "TOOL", "FLAGS", "HINTS")
   for _, n in ipairs(snap.names) do
     local t = snap.tools[n]
-    local flags = {}
-    if t.read_only then flags[#flags + 1] = "read_only" end
-    if t.idempotent then flags[#flags + 1] = "idempotent" end
-    out("%-" .. width .. "s  %-21s  %s\n", n, #flags > 0 and table.concat(flags, " ") or "-",
+    local set_flags = {}
+    if t.read_only then set_flags[#set_flags + 1] = "read_only" end
+    if t.idempotent then set_flags[#set_flags + 1] = "idempotent" end
+    out("%-" .. width .. "s  %-21s  %s\n", n, #set_flags > 0 and table.concat(set_flags, " ") or "-",
       hint_words(t.mcp.hints))
   end
   -- what the list held that is not offered (a tool luagent cannot use, a cap)
