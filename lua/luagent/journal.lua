@@ -203,21 +203,16 @@ end
 -- claimed by this process. Refused (err.holder) while another process runs
 -- it; the claim of a process that is gone is taken over (said on stderr).
 function M.resume(store, id)
-  local function missing(err)
-    return nil, err or errors.new("usage", "no run '" .. id .. "' in journal " .. tostring(store.path))
-  end
-  local rec, err = store:read(id)
-  if not rec then return missing(err) end
   local run = setmetatable({ store = store, id = id, resumed = true, agent_count = {}, agents = {} }, Run)
-  local ok
-  ok, err = claim(run)
+  -- claimed first, then read: the runner it is claimed from may write more,
+  -- or finish it, until the claim is ours
+  local ok, err = claim(run)
   if not ok then return nil, err end
-  -- read again, now that it is ours: the runner it was claimed from may
-  -- have written more, or finished it, since the first read
+  local rec
   rec, err = store:read(id)
   if not rec then
-    run:release()
-    return missing(err)
+    run:release() -- (a claim of a run that is not there goes with it)
+    return nil, err or errors.new("usage", "no run '" .. id .. "' in journal " .. tostring(store.path))
   end
   run.record, run.by_pos = rec, rec.by_pos
   store:update(id, { status = "running", pid = pid() })
