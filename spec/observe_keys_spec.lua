@@ -38,12 +38,7 @@ print(last.stop_reason, last.messages[#last.messages].content)
 srv:close()
 ]==]
 
-local function forms(key)
-  local function pct(lower)
-    return (key:gsub("[^%w%-%._~]", function(c) return string.format(lower and "%%%02x" or "%%%02X", c:byte()) end))
-  end
-  return { key, pct(false), pct(true), (key:gsub("/", "\\/")) }
-end
+local forms = helpers.key_forms
 
 describe("observers with every output on", function()
   local r, files

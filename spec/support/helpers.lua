@@ -102,6 +102,15 @@ function M.run_script_within(seconds, source, ...)
   return r
 end
 
+-- key_forms(key) -> the forms a key can take in an output: as is,
+-- percent-encoded (upper- and lowercase hex) and with "/" JSON-escaped.
+function M.key_forms(key)
+  local function pct(lower)
+    return (key:gsub("[^%w%-%._~]", function(c) return string.format(lower and "%%%02x" or "%%%02X", c:byte()) end))
+  end
+  return { key, pct(false), pct(true), (key:gsub("/", "\\/")) }
+end
+
 -- drain(agent, text) -> every event of a prompt's run, and its agent_end.
 function M.drain(a, text)
   local evs = {}
