@@ -356,16 +356,6 @@ local function delta(messages, from)
   return out
 end
 
--- integerize(v) -> v: JSON numbers come back as floats; integral ones
--- become integers again (as the adapters decode tool arguments), so a
--- replayed value is the value. Stores use it on what they decode.
-function M.integerize(v)
-  if type(v) == "number" then return math.tointeger(v) or v end
-  if type(v) == "table" then
-    for k, x in pairs(v) do v[k] = M.integerize(x) end
-  end
-  return v
-end
 
 -- Rebuilds a journaled message: tool calls get their arguments from the
 -- raw text the model sent (JSON loses empty arrays), decoded by the rule
@@ -376,7 +366,7 @@ local function restore_message(m)
     if type(c.raw_arguments) == "string" and c.raw_arguments ~= "" then
       local args, err = json.decode_strict(c.raw_arguments, "arguments")
       if args == nil then c.arguments, c.error = nil, c.error or err
-      elseif type(args) == "table" then c.arguments = M.integerize(args) end
+      elseif type(args) == "table" then c.arguments = json.integerize(args) end
     end
   end
   return m

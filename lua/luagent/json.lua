@@ -299,4 +299,15 @@ function M.decode_strict(text, root)
   return v
 end
 
+-- integerize(v) -> v: cjson decodes every number as a float; tools, token
+-- counts and replayed values want 3, not 3.0. Turns integral floats into
+-- integers throughout `v` (in place).
+function M.integerize(v)
+  if type(v) == "number" then return math.tointeger(v) or v end
+  if type(v) == "table" then
+    for k, x in next, v do v[k] = M.integerize(x) end
+  end
+  return v
+end
+
 return M

@@ -412,7 +412,7 @@ end
 
 -- Decodes a row's JSON columns.
 local function decode_step(row)
-  if row.data then row.data = require("luagent.journal").integerize(json.decode(row.data)) end
+  if row.data then row.data = json.integerize(json.decode(row.data)) end -- a replayed value is the value
   return row
 end
 

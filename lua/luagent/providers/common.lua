@@ -18,15 +18,7 @@ M.raw = json.raw
 M.encode = json.encode
 M.decode = json.decode
 
--- cjson decodes every number as a float; tools and token counts want 3, not
--- 3.0. Turns integral floats into integers throughout `v` (in place).
-local function integerize(v)
-  if type(v) == "number" then return math.tointeger(v) or v end
-  if type(v) == "table" then
-    for k, x in pairs(v) do v[k] = integerize(x) end
-  end
-  return v
-end
+local integerize = json.integerize
 
 ------------------------------------------------------------------------------
 -- Requests
