@@ -129,7 +129,7 @@ install: all
 
 # For luagent-scm-1.rockspec (build type make): the module face only. The
 # Lua files go to INST_LUADIR, the bundled policies to
-# INST_LUADIR/luagent/policies (lua/luagent/policy.lua looks there), the core
+# INST_LUADIR/luagent/policies (lua/luagent/model/policy.lua looks there), the core
 # to INST_LIBDIR/luagent/core.so.
 rock: $(B)/lua/luagent/core.so
 

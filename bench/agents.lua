@@ -66,7 +66,7 @@ local wall, cpu = round("a")
 local peak = status_kb("VmHWM")
 local jwall, jcpu, writes, spent, worst, times
 if arg[3] == "journal" then
-  local journal = require "luagent.journal"
+  local journal = require "luagent.agent.journal"
   local config = require "luagent.config"
   local path = os.tmpname() .. ".db"
   local store = assert(journal.open(path))

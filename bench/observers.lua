@@ -13,9 +13,9 @@
 --   build/luagent run bench/observers.lua URL [BLOCKS] [K] 2>/dev/null
 -- Prints one line: "observers off=<us per call> on=<us per call> cost=<+%>".
 local luagent = require "luagent"
-local trace = require "luagent.trace"
-local log = require "luagent.log"
-local cost = require "luagent.cost"
+local trace = require "luagent.observe.trace"
+local log = require "luagent.observe.log"
+local cost = require "luagent.observe.cost"
 
 local url = arg[1]
 local blocks = math.tointeger(tonumber(arg[2] or "40"))

@@ -16,8 +16,8 @@
 -- the C connections are opened within the measure. Prints one line:
 -- "<mode> chunks=<SSE events> text=<text_delta events> cpu=<s>".
 local luagent = require "luagent"
-local http = require "luagent.http"
-local common = require "luagent.providers.common"
+local http = require "luagent.base.http"
+local common = require "luagent.model.providers.common"
 
 local url, r, n = arg[1], math.tointeger(tonumber(arg[2] or "")), math.tointeger(tonumber(arg[3] or ""))
 local mode = arg[4] or "provider"

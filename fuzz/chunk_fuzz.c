@@ -1,5 +1,5 @@
 /* libFuzzer target: the OpenAI chunk fast path (host/chunk.c) against the
- * ordinary path (lua-cjson + the adapter in lua/luagent/providers/openai.lua).
+ * ordinary path (lua-cjson + the adapter in lua/luagent/model/providers/openai.lua).
  * The input's lines are one stream's chunk payloads (a leading "data: " is
  * dropped, so SSE fixtures are seeds); an openai decoder reads them with the
  * fast path off, another with it on, and every feed's events or error must

@@ -1,6 +1,6 @@
 /* A fast path for the commonest streamed chunk: an OpenAI Chat Completions
  * chunk's JSON read straight into the few fields the adapter
- * (lua/luagent/providers/openai.lua) turns into normalized events, without
+ * (lua/luagent/model/providers/openai.lua) turns into normalized events, without
  * building the decoded table. Pure C, no allocation. It accepts only what
  * it is sure to read exactly as lua-cjson and the adapter would (strict
  * JSON, valid UTF-8, at most one choice, no tool calls, no usage, no error,

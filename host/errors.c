@@ -1,6 +1,6 @@
 /* Error records made in C: every binding pushes its operational failures
  * through lg_error_push, so they share one shape and one metatable. Lua's
- * records (lua/luagent/errors.lua) use the same metatable. */
+ * records (lua/luagent/base/errors.lua) use the same metatable. */
 #include "errors.h"
 
 #include <lauxlib.h>

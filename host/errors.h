@@ -1,6 +1,6 @@
 /* Error records made in C: the one owner of their shape, their metatable
  * ("luagent.Error", printing as "kind: message") and of the kinds C can
- * produce. Every kind here is in lua/luagent/errors.lua's closed list (a
+ * produce. Every kind here is in lua/luagent/base/errors.lua's closed list (a
  * spec checks it through core.error_kinds). */
 #ifndef LG_ERRORS_H
 #define LG_ERRORS_H

@@ -520,8 +520,8 @@ static http_ctx *http_get(lua_State *L) {
  * SSE parser, cancelled); a failure curl reported is kind `transport` with
  * curl's code and message and the socket's errno (by name). Both carry the
  * phase, the body bytes received, whether any reached Lua, and the status
- * once known. lua/luagent/http.lua names a curl failure's kind from these
- * facts; lua/luagent/classify.lua alone decides whether it is retried. */
+ * once known. lua/luagent/base/http.lua names a curl failure's kind from these
+ * facts; lua/luagent/model/classify.lua alone decides whether it is retried. */
 static void push_failure(lua_State *L, request *r) {
   if (r->own_fail) {
     lg_error_push(L, r->fail_kind, r->fail_msg);

@@ -423,7 +423,7 @@ static double number_field(lua_State *L, int t, const char *k, double dflt) {
 }
 
 /* Pushes the attrs list of the span at stack index s (put_span reads it),
- * after checking there is one. A span is lua/luagent/trace.lua's:
+ * after checking there is one. A span is lua/luagent/observe/trace.lua's:
  * trace_id, span_id, parent (a span), name, kind, start, stop, attrs (the
  * attributes as a list of names and values: {k1, v1, k2, v2, ...}), nattrs
  * (the slots of attrs in use), status, status_message. */

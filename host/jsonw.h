@@ -1,7 +1,7 @@
 /* JSON text for the observers' hot paths: a log line's object and an OTLP
  * span (or a finished trace's spans), written into one buffer, so the only
  * allocation is the result.
- * Strings are written exactly as lua/luagent/json.lua writes them. */
+ * Strings are written exactly as lua/luagent/base/json.lua writes them. */
 #ifndef LG_JSONW_H
 #define LG_JSONW_H
 

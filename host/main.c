@@ -176,12 +176,12 @@ static int traceback(lua_State *L) {
 }
 
 /* scrubbed(message) -> the message scrubbed of every key registered
- * (luagent.secrets' text); the message itself when that module was never
+ * (luagent.base.secrets' text); the message itself when that module was never
  * loaded, since then no key was registered either. */
 static int scrubbed(lua_State *L) {
   luaL_checkstring(L, 1);
   lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  if (lua_getfield(L, -1, "luagent.secrets") != LUA_TTABLE) {
+  if (lua_getfield(L, -1, "luagent.base.secrets") != LUA_TTABLE) {
     lua_settop(L, 1);
     return 1;
   }

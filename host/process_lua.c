@@ -8,7 +8,7 @@
  * close_stdin() feed its stdin (queued() says how much waits unread), read_line() suspends for the next line of
  * its stdout (cancelling a read only stops the read), stderr() shows the
  * latest bytes of its stderr. core.environment() lists this process's
- * environment (children get what lua/luagent/child_env.lua allows). */
+ * environment (children get what lua/luagent/base/child_env.lua allows). */
 #include <lauxlib.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -410,7 +410,7 @@ static int l_process_spawn(lua_State *L) {
 
 /* environment() -> {NAME = value}: this process's environment as it is
  * now (for the rule of what children inherit, and the keys the scrubber
- * takes from it: lua/luagent/secrets.lua). */
+ * takes from it: lua/luagent/base/secrets.lua). */
 static int l_environment(lua_State *L) {
   lua_newtable(L);
   for (char **e = environ; *e; e++) {

@@ -17,7 +17,7 @@
  * written) for `timeout` seconds since it was queued, the connection is
  * torn down and every command in flight fails with kind "timeout": a Redis
  * that is this slow is treated as gone, and the caller falls back
- * (lua/luagent/endpoint/redis.lua).
+ * (lua/luagent/model/endpoint/redis.lua).
  *
  * Ownership:
  * - the redisAsyncContext is owned by the connection userdata while open

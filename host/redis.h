@@ -1,7 +1,7 @@
 /* Redis on the loop (hiredis's async API through its libuv adapter): a
  * connection userdata whose connect and commands suspend the calling task,
  * each with a timeout. The endpoint state shared between hosts
- * (lua/luagent/endpoint/redis.lua) is its user. */
+ * (lua/luagent/model/endpoint/redis.lua) is its user. */
 #ifndef LG_REDIS_H
 #define LG_REDIS_H
 

@@ -45,7 +45,7 @@
  *   - metamethods that would run later, outside the bounds (__index,
  *     __pairs, __gc): sandboxed code gets no setmetatable (a tool file one
  *     that refuses __gc), and the host reads what it returns with
- *     rawget/next only, or inside the box (lua/luagent/sandbox.lua).
+ *     rawget/next only, or inside the box (lua/luagent/base/sandbox.lua).
  *
  * A box runs one coroutine at a time: a call of box:resume (policy files
  * and hooks, which may not wait), or each resume of a task the scheduler

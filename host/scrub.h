@@ -1,4 +1,4 @@
-/* The key scrubber behind lua/luagent/secrets.lua: the forms of every
+/* The key scrubber behind lua/luagent/base/secrets.lua: the forms of every
  * registered key (as is, percent-encoded, JSON-escaped; secrets.lua makes
  * them) held in C, so that scrubbing a string, and a stream's delta with
  * the key prefix its end may hold, is one call and a memmem per form

@@ -1,5 +1,5 @@
 /* Lua binding of SQLite (Debian's libsqlite3), the storage of the run
- * journal (lua/luagent/journal/sqlite.lua):
+ * journal (lua/luagent/agent/journal/sqlite.lua):
  *
  *   core.sqlite_open(path, [opts]) -> db | nil, err
  *   db:exec(sql) -> true | nil, err          (statements without parameters)

@@ -1,7 +1,7 @@
 /* Durations and times as the observers write them (timetext.h): a traced
  * call writes a log line's time and three durations, and string.format
  * (glibc's printf behind Lua's own format parsing) cost as much per text
- * as the rest of a span. The texts are the ones lua/luagent/log.lua's
+ * as the rest of a span. The texts are the ones lua/luagent/observe/log.lua's
  * formats gave, digit for digit (spec/log_spec.lua compares them). */
 #include "timetext.h"
 

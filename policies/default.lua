@@ -1,6 +1,6 @@
 -- The default policy: our recommendation for an agent a person is waiting
 -- on, or a small batch. These values are also what any policy gets for a
--- field it leaves out (M.defaults in lua/luagent/policy.lua).
+-- field it leaves out (M.defaults in lua/luagent/model/policy.lua).
 return {
   name = "default",
   description = "full jitter 1..30 s, 5 retries, Retry-After obeyed up to 60 s",

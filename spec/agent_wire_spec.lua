@@ -5,7 +5,7 @@
 -- agent began in one.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local json = require "luagent.json"
+local json = require "luagent.base.json"
 
 local KINDS = { "openai", "anthropic", "openai_responses" }
 
@@ -187,7 +187,7 @@ describe("thinking in the history", function()
     local text = f:read("a")
     f:close()
     local parser = luagent.core.sse_parser()
-    local dec = require("luagent.providers.anthropic").decoder { model = "m" }
+    local dec = require("luagent.model.providers.anthropic").decoder { model = "m" }
     local msg
     for _, sse in ipairs(assert(parser:feed(text))) do
       for _, ev in ipairs(assert(dec:feed(sse))) do

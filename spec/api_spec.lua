@@ -9,8 +9,8 @@ describe("the luagent module", function()
   end)
 
   it("loads its lazy areas on first use and has options everywhere", function()
-    assert.equal(require "luagent.http", luagent.http)
-    assert.equal(require "luagent.events", luagent.events)
+    assert.equal(require "luagent.base.http", luagent.http)
+    assert.equal(require "luagent.base.bus", luagent.events)
     assert.equal("table", type(luagent.options))
   end)
 

@@ -4,7 +4,7 @@
 -- the edges of what the fast path accepts, and for every prefix of the
 -- fixtures' chunks. fuzz/chunk_fuzz.c does the same with generated input.
 local core = require "luagent.core"
-local openai = require "luagent.providers.openai"
+local openai = require "luagent.model.providers.openai"
 
 -- SSE events of a fixture file, through the real parser.
 local function fixture_events(path)

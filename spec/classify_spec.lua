@@ -1,8 +1,8 @@
--- The classifier (lua/luagent/classify.lua): every rule, and the order
+-- The classifier (lua/luagent/model/classify.lua): every rule, and the order
 -- between them, as a table of error -> decision.
-local classify = require "luagent.classify"
-local errors = require "luagent.errors"
-local policies = require "luagent.policy"
+local classify = require "luagent.model.classify"
+local errors = require "luagent.base.errors"
+local policies = require "luagent.model.policy"
 
 local E = errors.new
 

@@ -1,6 +1,6 @@
--- The shipped compaction strategy (lua/luagent/compact.lua): which messages
+-- The shipped compaction strategy (lua/luagent/model/compact.lua): which messages
 -- go, which stay, and that a tool call never loses its result.
-local compact = require "luagent.compact"
+local compact = require "luagent.model.compact"
 
 local function U(text) return { role = "user", content = text } end
 local function A(text) return { role = "assistant", content = text } end

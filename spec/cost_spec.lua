@@ -1,4 +1,4 @@
--- The cost meter (lua/luagent/cost.lua) against the mock provider on
+-- The cost meter (lua/luagent/observe/cost.lua) against the mock provider on
 -- loopback, on the virtual clock: every attempt's usage is priced, failed
 -- attempts included, so an agent's total is the sum of all attempts' usage
 -- times the prices; unknown models are "no price", never free; prices are
@@ -6,9 +6,9 @@
 -- OpenRouter's generation ids (every attempt's) stay with the call.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
-local events = require "luagent.events"
-local cost = require "luagent.cost"
+local retry = require "luagent.model.call"
+local events = require "luagent.base.bus"
+local cost = require "luagent.observe.cost"
 
 -- A price nobody ships, so the expected figures are computed here.
 local PRICE = { input = 1.5, output = 4, cache_read = 0.25, cache_write = 2 }
@@ -57,7 +57,7 @@ describe("cost", function()
   before_each(function()
     luagent.configure { log_sink = function() end }
     luagent.clock.virtual()
-    require("luagent.endpoint").reset()
+    require("luagent.model.endpoint").reset()
     cost.stop()
     cost.start()
     assert(cost.set_prices { ["test-model"] = PRICE })
@@ -119,10 +119,10 @@ describe("cost", function()
   end)
 
   it("finds dated and vendor-prefixed names, and takes overrides from a file", function()
-    assert.equal(require("luagent.prices")["claude-3-5-haiku"], cost.price("claude-3-5-haiku-20241022"))
-    assert.equal(require("luagent.prices")["gpt-4o-mini"], cost.price("openai/gpt-4o-mini"))
-    assert.equal(require("luagent.prices")["gpt-4o-mini"], cost.price("gpt-4o-mini-2024-07-18"))
-    assert.equal(require("luagent.prices")["claude-3-5-haiku"], cost.price("claude-3-5-haiku-latest"))
+    assert.equal(require("luagent.observe.prices")["claude-3-5-haiku"], cost.price("claude-3-5-haiku-20241022"))
+    assert.equal(require("luagent.observe.prices")["gpt-4o-mini"], cost.price("openai/gpt-4o-mini"))
+    assert.equal(require("luagent.observe.prices")["gpt-4o-mini"], cost.price("gpt-4o-mini-2024-07-18"))
+    assert.equal(require("luagent.observe.prices")["claude-3-5-haiku"], cost.price("claude-3-5-haiku-latest"))
     -- a dated name of a later version with a price of its own takes that one
     assert.equal(5, cost.price("claude-opus-4-5-20251101").input)
     assert.equal(15, cost.price("claude-opus-4-1-20250805").input)
@@ -261,7 +261,7 @@ describe("luagent.configure{max_cost=}", function()
   it("caps the run without any other step: setting it starts the meter", function()
     luagent.configure { log_sink = function() end }
     luagent.clock.virtual()
-    require("luagent.endpoint").reset()
+    require("luagent.model.endpoint").reset()
     cost.stop() -- no meter, as in a script that never asked for one
     assert(cost.set_prices { ["test-model"] = PRICE })
     luagent.configure { max_cost = 0 }

@@ -6,9 +6,9 @@
 -- error or the install path. The nulls a server may send where a value is
 -- optional are no error. The OpenAI cases run with the C fast path on and
 -- off (host/chunk.c must decline what the adapter refuses).
-local openai = require "luagent.providers.openai"
-local anthropic = require "luagent.providers.anthropic"
-local responses = require "luagent.providers.openai_responses"
+local openai = require "luagent.model.providers.openai"
+local anthropic = require "luagent.model.providers.anthropic"
+local responses = require "luagent.model.providers.openai_responses"
 
 local ADAPTERS = { openai = openai, anthropic = anthropic, openai_responses = responses }
 

@@ -4,7 +4,7 @@
 -- killed process's claim (its pid is gone) is taken over; a run that ends
 -- lets its claim go. Real processes; the waits are bounded generously.
 local helpers = require "spec.support.helpers"
-local store_mod = require "luagent.journal.sqlite"
+local store_mod = require "luagent.agent.journal.sqlite"
 
 local q = helpers.quote
 local lines = helpers.lines

@@ -6,7 +6,7 @@
 -- in its tracker file) ran exactly once, and the only model request sent
 -- twice is the one of the turn in flight at the kill.
 local helpers = require "spec.support.helpers"
-local json = require "luagent.json"
+local json = require "luagent.base.json"
 
 local q = helpers.quote
 

@@ -4,7 +4,7 @@
 -- by `luagent runs resolve`; divergence between script and journal; a
 -- damaged journal reported and left alone; `luagent runs` and its help.
 local helpers = require "spec.support.helpers"
-local json = require "luagent.json"
+local json = require "luagent.base.json"
 
 local q = helpers.quote
 
@@ -98,7 +98,7 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     assert.equal(2, bad.code)
     assert.matches("has no unfinished call 'call_9'", bad.stderr)
     -- not while another process runs it: refused, naming that process
-    local store = assert(require("luagent.journal.sqlite").open(env.LUAGENT_HOME .. "/runs.db"))
+    local store = assert(require("luagent.agent.journal.sqlite").open(env.LUAGENT_HOME .. "/runs.db"))
     assert(store.db:exec("INSERT INTO claims VALUES ('" .. id .. "', 4242, 'elsewhere', 'b/7', "
       .. "(julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)"))
     local busy = sh(env, "runs", "resolve", id, "call_mockcall_2", "--not-done")
@@ -158,7 +158,7 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
   it("reports a tool call at a position where the journal has another call", function()
     local id = crashed("after")
     -- the journal says another transfer ran at this position
-    local store = assert(require("luagent.journal.sqlite").open(dir .. "/runs.db"))
+    local store = assert(require("luagent.agent.journal.sqlite").open(dir .. "/runs.db"))
     assert(store.db:exec([[UPDATE steps SET data = json_set(data, '$.arguments', '{"amount":500,"to":"EVE"}')
       WHERE pos = 'payer#1/1/t2/c1']]))
     store:close()
@@ -269,7 +269,7 @@ describe("the run journal file", function()
     assert.equal(0, r.code, r.stderr)
     assert.equal(0, sh({}, "runs", "--journal", good).code)
     -- fold the WAL into the file, then cut it
-    local store = assert(require("luagent.journal.sqlite").open(good))
+    local store = assert(require("luagent.agent.journal.sqlite").open(good))
     assert(store.db:exec("PRAGMA wal_checkpoint(TRUNCATE)"))
     store:close()
     local whole = helpers.slurp(good)

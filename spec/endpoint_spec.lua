@@ -1,9 +1,9 @@
--- Shared protection per endpoint (lua/luagent/endpoint.lua): one breaker,
+-- Shared protection per endpoint (lua/luagent/model/endpoint/init.lua): one breaker,
 -- one retry budget and one cooldown per key, shared by every caller; the
 -- error records and events it produces; 100 callers against a provider that
 -- always fails; cooldown release with jitter; health().
-local endpoint = require "luagent.endpoint"
-local errors = require "luagent.errors"
+local endpoint = require "luagent.model.endpoint"
+local errors = require "luagent.base.errors"
 local core = require "luagent.core"
 
 -- The types of a list of events, in order.

@@ -2,7 +2,7 @@
 -- "kind: message" for records made in C and in Lua, and every kind the core
 -- can make is in errors.kinds and documented in EVENTS.md.
 local core = require "luagent.core"
-local errors = require "luagent.errors"
+local errors = require "luagent.base.errors"
 local luagent = require "luagent"
 
 -- The kinds of EVENTS.md's "Error records" table.

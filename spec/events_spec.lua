@@ -1,10 +1,10 @@
--- The event bus (lua/luagent/events.lua): who gets which event in which
+-- The event bus (lua/luagent/base/bus.lua): who gets which event in which
 -- order, and what happens when a consumer raises: it is removed and
 -- reported once, the consumers after it still get the event, and a
 -- cancellation goes on to the publisher.
-local events = require "luagent.events"
-local errors = require "luagent.errors"
-local log = require "luagent.log"
+local events = require "luagent.base.bus"
+local errors = require "luagent.base.errors"
+local log = require "luagent.observe.log"
 
 -- Collects the log's lines while fn runs.
 local function logged(fn)

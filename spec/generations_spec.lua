@@ -1,4 +1,4 @@
--- OpenRouter's late cost lookup (lua/luagent/generations.lua) against the
+-- OpenRouter's late cost lookup (lua/luagent/observe/generations.lua) against the
 -- mock's generation endpoint (GET /api/v1/generation?id=, 404 until
 -- `generation_delay` seconds after the generation), on the virtual clock:
 -- asked again with backoff while it answers 404, within a bound; and
@@ -7,10 +7,10 @@
 local luagent = require "luagent"
 local core = require "luagent.core"
 local mock = require "luagent.mock"
-local json = require "luagent.json"
-local generations = require "luagent.generations"
-local journal = require "luagent.journal"
-local events = require "luagent.events"
+local json = require "luagent.base.json"
+local generations = require "luagent.observe.generations"
+local journal = require "luagent.agent.journal"
+local events = require "luagent.base.bus"
 local helpers = require "helpers"
 
 local srv

@@ -5,7 +5,7 @@
 local luagent = require "luagent"
 local server = require "testserver"
 local helpers = require "helpers"
-local policy = require "luagent.policy"
+local policy = require "luagent.model.policy"
 
 local SSE = { "Content-Type: text/event-stream", "Connection: close" }
 
@@ -179,7 +179,7 @@ end)
 
 describe("--events jsonl against a hostile server", function()
   it("writes non-finite numbers as null and text as UTF-8, and keeps writing", function()
-    assert.equal('{"n":null,"type":"x"}', require("luagent.events").to_json { type = "x", n = 1 / 0 })
+    assert.equal('{"n":null,"type":"x"}', require("luagent.base.bus").to_json { type = "x", n = 1 / 0 })
     local script = [[
       package.path = "spec/support/?.lua;" .. package.path
       local luagent = require "luagent"

@@ -6,8 +6,8 @@
 -- an error before answering (GOAWAY, curl code 16) are retried.
 local luagent = require "luagent"
 local core = require "luagent.core"
-local http = require "luagent.http"
-local classify = require "luagent.classify"
+local http = require "luagent.base.http"
+local classify = require "luagent.model.classify"
 local h2 = require "h2server"
 local server = require "testserver"
 local helpers = require "helpers"
@@ -155,7 +155,7 @@ describe("http.request options", function()
     local script = [[
       package.path = "spec/support/?.lua;" .. package.path
       local core = require "luagent.core"
-      local http = require "luagent.http"
+      local http = require "luagent.base.http"
       local srv = require("testserver").serve(function(conn) conn:read(); conn:write("not TLS\r\n\r\n") end, { raw = true })
       local url = "https://127.0.0.1:" .. srv.port .. "/"
       local _, err = http.request { url = url, timeout = { total = 10 } }

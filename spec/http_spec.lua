@@ -1,7 +1,7 @@
 -- The HTTP transport over loopback: each way a request can fail has its own
 -- error kind and fields; streams, cancellation, flow control and concurrency.
 local luagent = require "luagent"
-local http = require "luagent.http"
+local http = require "luagent.base.http"
 local server = require "testserver"
 
 local function sse_head(extra)

@@ -61,7 +61,7 @@ describe("luarocks make --local", function()
     ok, out = sh(string.format([[cd / && eval "$(HOME=%s luarocks --lua-version 5.4 path)" && lua5.4 -e '
       local luagent = require "luagent"
       local core = require "luagent.core"
-      local policy = require "luagent.policy"
+      local policy = require "luagent.model.policy"
       local found = package.searchpath("yoagent", policy.path)
       print(core.version, found)']], h.quote(home)))
     assert(ok, out)

@@ -6,9 +6,9 @@
 local luagent = require "luagent"
 local core = require "luagent.core"
 local mock = require "luagent.mock"
-local journal = require "luagent.journal"
-local store_mod = require "luagent.journal.sqlite"
-local owner = require "luagent.journal.owner"
+local journal = require "luagent.agent.journal"
+local store_mod = require "luagent.agent.journal.sqlite"
+local owner = require "luagent.agent.journal.owner"
 
 local function tempdb()
   local p = os.tmpname()
@@ -431,7 +431,7 @@ describe("a durable agent", function()
     local append = store.append
     store.append = function(st, id, step)
       if step.kind == "call" then
-        return nil, require("luagent.errors").new("journal", "writing step " .. step.pos .. ": disk I/O error")
+        return nil, require("luagent.base.errors").new("journal", "writing step " .. step.pos .. ": disk I/O error")
       end
       return append(st, id, step)
     end
@@ -653,7 +653,7 @@ describe("a durable agent", function()
   end)
 
   it("bounds what a tool's check found, as a result is", function()
-    local tools = require "luagent.tools"
+    local tools = require "luagent.agent.tools"
     local t = assert(tools.check { name = "big", description = "B", run = function() end,
       check = function() return ("x"):rep(5000) end })
     local text = tools.check_outcome(t, { id = "c1", arguments = {} }, { agent = "a",

@@ -3,7 +3,7 @@
 -- against a plain Lua statement of the same rules over random and hostile
 -- input (invalid UTF-8, control bytes, surrogates, non-finite numbers).
 local core = require "luagent.core"
-local json = require "luagent.json"
+local json = require "luagent.base.json"
 local cjson = require "cjson"
 
 -- The rules in Lua: every byte that does not start a valid UTF-8

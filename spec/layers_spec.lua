@@ -9,7 +9,7 @@
 --
 -- Every string literal naming a module counts as a dependency (so a name
 -- in a table of lazily loaded modules counts too); a literal ending in "."
--- that is concatenated ("luagent.providers." .. name) stands for every
+-- that is concatenated ("luagent.model.providers." .. name) stands for every
 -- module under it.
 
 local ROOT = "lua"
@@ -123,11 +123,11 @@ end
 describe("the require graph of lua/luagent", function()
   it("finds the modules and their requires", function()
     assert.truthy(all["luagent"], "lua/luagent/init.lua is the face")
-    assert.truthy(all["luagent.retry"])
+    assert.truthy(all["luagent.model.call"])
     assert.truthy(all["luagent.mock"])
-    assert.truthy(graph["luagent.retry"]["luagent.endpoint"])
+    assert.truthy(graph["luagent.model.call"]["luagent.model.endpoint"])
     -- a prefix stands for the modules under it
-    assert.truthy(graph["luagent.provider"]["luagent.providers.anthropic"])
+    assert.truthy(graph["luagent.model.provider"]["luagent.model.providers.anthropic"])
   end)
 
   it("keeps every product module away from the mock and the simulation", function()

@@ -1,4 +1,4 @@
--- Structured logs (lua/luagent/log.lua): one line per event worth logging,
+-- Structured logs (lua/luagent/observe/log.lua): one line per event worth logging,
 -- with the same leading fields everywhere (time, level, agent, model or
 -- tool and call id, trace and span id, message), JSON or a compact text
 -- form; content only when asked, cut and passed through the policy's
@@ -8,10 +8,10 @@
 -- lines and nothing else).
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
-local log = require "luagent.log"
-local trace = require "luagent.trace"
-local policy = require "luagent.policy"
+local retry = require "luagent.model.call"
+local log = require "luagent.observe.log"
+local trace = require "luagent.observe.trace"
+local policy = require "luagent.model.policy"
 local helpers = require "spec.support.helpers"
 local cjson = require "cjson"
 
@@ -72,7 +72,7 @@ end
 describe("log lines", function()
   before_each(function()
     luagent.clock.virtual()
-    require("luagent.endpoint").reset()
+    require("luagent.model.endpoint").reset()
   end)
   after_each(function()
     luagent.clock.real()
@@ -175,7 +175,7 @@ describe("log lines", function()
     local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "info",
       log_format = "json", log_content = true }
     log.start()
-    require("luagent.events").publish { type = "tool_execution_end", name = "lookup", call_id = "c9",
+    require("luagent.base.bus").publish { type = "tool_execution_end", name = "lookup", call_id = "c9",
       attempts = 1, duration = 0.01, error = { kind = "tool_error", message = "no such record 123" } }
     log.stop()
     luagent.configure(saved)
@@ -200,7 +200,7 @@ describe("the default sink's lines", function()
   -- log consumer writing with the default sink in `format`; returns the
   -- text written to stderr.
   local function three_lines(format)
-    local events = require "luagent.events"
+    local events = require "luagent.base.bus"
     local written = {}
     local stderr, level, saved_format = io.stderr, log.level(), log.format
     io.stderr = { write = function(_, ...) for _, s in ipairs({ ... }) do written[#written + 1] = s end end }
@@ -264,7 +264,7 @@ describe("the text form, for a terminal", function()
       log_format = "text", log_content = true }
     log.start()
     local ok, err = pcall(function()
-      for _, ev in ipairs(evs) do require("luagent.events").publish(ev) end
+      for _, ev in ipairs(evs) do require("luagent.base.bus").publish(ev) end
       log.write("warn", "a library message about " .. HOSTILE, { file = HOSTILE })
     end)
     log.stop()
@@ -359,7 +359,7 @@ describe("luagent run --log", function()
 end)
 
 describe("log.duration", function()
-  local log = require "luagent.log"
+  local log = require "luagent.observe.log"
   it("writes seconds, milliseconds or microseconds, rounded as the float formats round", function()
     assert.equal("37.968s", log.duration(37.968))
     assert.equal("1.000s", log.duration(1))

@@ -7,9 +7,9 @@
 -- that would hang without the fix has a bound of its own, so the spec fails
 -- instead of hanging the suite.
 local luagent = require "luagent"
-local mcp = require "luagent.mcp"
+local mcp = require "luagent.agent.tools.mcp"
 local mock = require "luagent.mock"
-local json = require "luagent.json"
+local json = require "luagent.base.json"
 local helpers = require "helpers"
 
 local SERVER = { "lua5.4", "spec/fixtures/mcp/hostile_server.lua" }

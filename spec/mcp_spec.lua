@@ -8,9 +8,9 @@
 -- node servers are skipped, with the reason, without node or `make peers`.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
-local tools = require "luagent.tools"
-local json = require "luagent.json"
+local retry = require "luagent.model.call"
+local tools = require "luagent.agent.tools"
+local json = require "luagent.base.json"
 local peers = require "peers"
 local helpers = require "helpers"
 
@@ -164,7 +164,7 @@ describe("an MCP tool set on server-everything (stdio)", function()
   it("calls tools: text, structured content as JSON, images described, errors as error results", function()
     local set = assert(luagent.tools.mcp { command = cmd })
     local t = set:snapshot().tools
-    local pol = require("luagent.policy").tool_section(nil)
+    local pol = require("luagent.model.policy").tool_section(nil)
     local function run(name, args)
       return tools.execute(t[name], { id = "c", name = name, arguments = args }, { policy = pol })
     end
@@ -198,7 +198,7 @@ describe("an MCP tool set on server-everything (stdio)", function()
     local set = assert(luagent.tools.mcp { command = cmd, timeout = 0.3 })
     local sent = record_sent(set)
     local tool = set:snapshot().tools["trigger-long-running-operation"]
-    local pol = require("luagent.policy").tool_section(nil)
+    local pol = require("luagent.model.policy").tool_section(nil)
     local t0 = luagent.now()
     local out = tools.execute(tool, call("c1", tool.name, { duration = 30, steps = 30 }), { policy = pol })
     assert.is_true(luagent.now() - t0 < 5)
@@ -519,7 +519,7 @@ describe("the protocol with a small server", function()
     local set = assert(fake(nil, { ping_interval = 0.05, ping_timeout = 0.2, tool_policy = { trust_hints = true },
       restart = { strategy = "fixed", base = 0.01 } }))
     local out = tools.execute(set:snapshot().tools.read_slow, call("c", "read_slow"),
-      { policy = require("luagent.policy").tool_section(TOOL_POLICY) })
+      { policy = require("luagent.model.policy").tool_section(TOOL_POLICY) })
     assert.equal("read_slow done", out.content)
     assert.equal(2, out.attempts)
     assert.equal(1, set:status().restarts)
@@ -596,7 +596,7 @@ describe("a broken server", function()
   end)
 
   it("rejects bad trust_hints and overrides in a tool policy, naming the field", function()
-    local policy = require "luagent.policy"
+    local policy = require "luagent.model.policy"
     local _, err = policy.check_tool_section({ trust_hints = "yes" })
     assert.equal('tool_policy: trust_hints must be true, false, or a list of MCP server names (got "yes")', err.message)
     _, err = policy.check_tool_section({ overrides = { echo = { read_only = "no" } } })

@@ -2,7 +2,7 @@
 -- divergence messages, and replay through mock.handle (byte-identical
 -- events, order, faults on top of a recording, recorded pacing).
 local cjson = require "cjson"
-local cassette = require "luagent.cassette"
+local cassette = require "luagent.base.cassette"
 local replies = require "luagent.mock.replies"
 local mock = require "luagent.mock"
 

@@ -2,7 +2,7 @@
 -- per request, seeded probabilities, and the help text that documents it.
 local faults = require "luagent.mock.faults"
 local help = require "luagent.mock.help"
-local errors = require "luagent.errors"
+local errors = require "luagent.base.errors"
 
 -- Parses a spec that must be valid and returns its single fault.
 local function one(spec)

@@ -6,7 +6,7 @@
 local luagent = require "luagent"
 local core = require "luagent.core"
 local mock = require "luagent.mock"
-local cassette = require "luagent.cassette"
+local cassette = require "luagent.base.cassette"
 local helpers = require "helpers"
 
 -- Reads from conn until EOF (or `limit` seconds); returns what came.
@@ -118,7 +118,7 @@ describe("cassette headers", function()
   end)
 
   it("never reach the wire as a header of their own", function()
-    local x = assert(require("luagent.json").decode(line))
+    local x = assert(require("luagent.base.json").decode(line))
     x.status = 200
     local state = assert(mock.state { cassette = cassette.player({ x }, "c.jsonl") })
     local plan = mock.handle(state, { method = "POST", path = "/v1/chat/completions",

@@ -8,7 +8,7 @@
 -- a fault documented without a wire test fails here.
 local luagent = require "luagent"
 local core = require "luagent.core"
-local http = require "luagent.http"
+local http = require "luagent.base.http"
 local mock = require "luagent.mock"
 local faults = require "luagent.mock.faults"
 local help = require "luagent.mock.help"

@@ -1,4 +1,4 @@
--- OTLP/HTTP export (lua/luagent/trace.lua) through the real binary: an
+-- OTLP/HTTP export (lua/luagent/observe/trace.lua) through the real binary: an
 -- agent run (a 503 retried, a tool) exported with `--otlp http://...` to a
 -- real OTLP receiver, @elastic/mockotlpserver (a peer: skipped, and counted
 -- as such, without node or `make peers`), which accepts it and whose own
@@ -11,8 +11,8 @@ local helpers = require "spec.support.helpers"
 local peers = require "peers"
 local luagent = require "luagent"
 local core = require "luagent.core"
-local http = require "luagent.http"
-local trace = require "luagent.trace"
+local http = require "luagent.base.http"
+local trace = require "luagent.observe.trace"
 local testserver = require "spec.support.testserver"
 local cjson = require "cjson"
 

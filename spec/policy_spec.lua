@@ -1,6 +1,6 @@
--- Policies (lua/luagent/policy.lua and policies/*.lua): loading, checking,
+-- Policies (lua/luagent/model/policy.lua and policies/*.lua): loading, checking,
 -- defaults, each bundled policy's delays, broken files, and reloading.
-local policies = require "luagent.policy"
+local policies = require "luagent.model.policy"
 local core = require "luagent.core"
 
 local FIX = "spec/fixtures/policies/"

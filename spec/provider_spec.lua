@@ -114,7 +114,7 @@ describe("provider:stream", function()
     srv = nil
     -- a recording of the same failures
     local rec_path = os.tmpname()
-    local recorder = assert(require("luagent.record").open(rec_path))
+    local recorder = assert(require("luagent.observe.record").open(rec_path))
     luagent.configure { record = recorder }
     srv = server.serve(stream_handler { error_event = true })
     p = provider(srv.url)

@@ -4,13 +4,13 @@
 package.path = "lua/?.lua;lua/?/init.lua;" .. package.path
 
 local cjson = require "cjson"
-local errors = require "luagent.errors"
-local common = require "luagent.providers.common"
+local errors = require "luagent.base.errors"
+local common = require "luagent.model.providers.common"
 
 local ADAPTERS = {
-  openai = require "luagent.providers.openai",
-  anthropic = require "luagent.providers.anthropic",
-  openai_responses = require "luagent.providers.openai_responses",
+  openai = require "luagent.model.providers.openai",
+  anthropic = require "luagent.model.providers.anthropic",
+  openai_responses = require "luagent.model.providers.openai_responses",
 }
 local PREFIX = { openai = "openai", anthropic = "anthropic", openai_responses = "responses" }
 local KEY = "sk-TESTKEY-123"

@@ -4,7 +4,7 @@
 -- over, abort during backoff, retry-safe mode and policy hot reload.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local events = require "luagent.events"
+local events = require "luagent.base.bus"
 
 local logs, saved_log
 before_each(function()
@@ -14,7 +14,7 @@ before_each(function()
   luagent.clock.virtual()
   -- every spec starts on fresh endpoints: a mock's port may be one an
   -- earlier spec's endpoint (breaker, budget, cooldown) is keyed by
-  require("luagent.endpoint").reset()
+  require("luagent.model.endpoint").reset()
 end)
 after_each(function()
   luagent.configure(saved_log)
@@ -155,7 +155,7 @@ describe("the event contract", function()
   end)
 
   it("logs one INFO line per retry at log level info, none at the default warn", function()
-    local log = require "luagent.log"
+    local log = require "luagent.observe.log"
     local before = log.level()
     call("503@1-2")
     assert.equal(0, #logs)
@@ -252,7 +252,7 @@ describe("policy files", function()
     path = dir .. "/mine.lua"
   end)
   after_each(function()
-    require("luagent.policy").forget(path)
+    require("luagent.model.policy").forget(path)
     os.execute("rm -rf " .. dir)
   end)
 
@@ -276,7 +276,7 @@ describe("policy files", function()
     write("return { max_retries = 0 }\n")
     local _, n = call("503@1-5", { policy = path })
     assert.equal(1, n)
-    local loader = require("luagent.policy").watched(path)
+    local loader = require("luagent.model.policy").watched(path)
     local v = loader.version
     write("return { max_retries = 3,\n  backoff = { strategy = 'fixed', base = 1 } }\n")
     settle(loader, v)
@@ -442,7 +442,7 @@ describe("cancellation, breakage and protection settings", function()
 end)
 
 describe("a call that failed for good", function()
-  local classify = require "luagent.classify"
+  local classify = require "luagent.model.classify"
 
   it("returns an error marked final: not retryable, the reason, the attempts, the last attempt's error as cause", function()
     local evs, n = call("503", { policy = { max_retries = 2 } })
@@ -546,7 +546,7 @@ end)
 
 describe("a cooldown another call set", function()
   it("is part of the wait announced, and no hold follows it", function()
-    local endpoint = require "luagent.endpoint"
+    local endpoint = require "luagent.model.endpoint"
     local srv = assert(mock.start { faults = "503@1", seed = 7 })
     local base = srv.url .. "/v1"
     -- another agent's 429 lands while this attempt fails: a classify hook
@@ -599,7 +599,7 @@ describe("which deadline fired", function()
 end)
 
 describe("a context overflow", function()
-  local compact = require "luagent.compact"
+  local compact = require "luagent.model.compact"
 
   -- A conversation long enough to shorten: a task, two tool rounds, a question.
   local function history()

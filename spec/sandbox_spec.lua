@@ -1,10 +1,10 @@
--- The sandbox for user Lua (lua/luagent/sandbox.lua, host/sandbox.c,
+-- The sandbox for user Lua (lua/luagent/base/sandbox.lua, host/sandbox.c,
 -- host/pattern.c): every way a hook could freeze the host or exhaust its
 -- memory is stopped within the bounds and reported with file:line.
-local sandbox = require "luagent.sandbox"
-local policies = require "luagent.policy"
-local classify = require "luagent.classify"
-local errors = require "luagent.errors"
+local sandbox = require "luagent.base.sandbox"
+local policies = require "luagent.model.policy"
+local classify = require "luagent.model.classify"
+local errors = require "luagent.base.errors"
 local core = require "luagent.core"
 local helpers = require "spec.support.helpers"
 
@@ -105,7 +105,7 @@ describe("sandbox.call", function()
     -- in a process of its own, bounded: a stop the coroutine catches for
     -- ever would hang
     local r = helpers.run_script_within(30, [[
-      local sandbox = require "luagent.sandbox"
+      local sandbox = require "luagent.base.sandbox"
       local function body()
         coroutine.wrap(function()
           while true do pcall(function() for _ = 1, 1e9 do end end) end
@@ -254,7 +254,7 @@ describe("sandbox.run", function()
 
   it("makes os.exit in a tool fail: a tool does not end the host", function()
     local r = helpers.run_script([[
-      print(require("luagent.sandbox").run(function() os.exit(3) end, {}, { wall = 5 }))
+      print(require("luagent.base.sandbox").run(function() os.exit(3) end, {}, { wall = 5 }))
     ]])
     assert.equal(0, r.code, r.stderr)
     assert.matches("^false\t[^\n]*:1: os%.exit: not allowed in a tool %(sandboxed code%)", r.stdout)
@@ -269,7 +269,7 @@ describe("sandbox.run", function()
         local name, v = debug.getupvalue(os.exit, i)
         if name == "exit" then exit = v end
       end
-      local sandbox = require "luagent.sandbox"
+      local sandbox = require "luagent.base.sandbox"
       sandbox.run(function()
         return sandbox.call(function() exit(4, true) end, {}, { wall = 5 })
       end, {}, { wall = 5 })

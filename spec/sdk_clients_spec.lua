@@ -8,7 +8,7 @@
 -- in-process mock could not answer while this spec waits for node.
 -- Skipped, and counted as such, without node or the packages.
 local luagent = require "luagent"
-local http = require "luagent.http"
+local http = require "luagent.base.http"
 local cjson = require "cjson"
 local peers = require "peers"
 local helpers = require "helpers"

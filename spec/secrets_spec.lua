@@ -1,8 +1,8 @@
--- The one key scrubber (lua/luagent/secrets.lua): every form of a key,
+-- The one key scrubber (lua/luagent/base/secrets.lua): every form of a key,
 -- the end of a text that may start a key, and cutting a body so that no
 -- prefix of a key survives.
-local secrets = require "luagent.secrets"
-local json = require "luagent.json"
+local secrets = require "luagent.base.secrets"
+local json = require "luagent.base.json"
 
 -- A key no other spec registers (the registry lasts the whole process).
 local KEY = 'sk-UNIT/scrub+0123"x'

@@ -1,15 +1,15 @@
 -- The endpoint state shared between hosts through Redis
--- (lua/luagent/endpoint/redis.lua, host/redis.c), against a real
+-- (lua/luagent/model/endpoint/redis.lua, host/redis.c), against a real
 -- redis-server started on a free port in a temporary folder and stopped
 -- after; skipped, saying so, when redis-server is not installed (`make
 -- test` installs it). Real time throughout: Redis's clock is the shared
 -- one, so open intervals here are short (tens of milliseconds).
 local luagent = require "luagent"
 local core = require "luagent.core"
-local endpoint = require "luagent.endpoint"
-local shared = require "luagent.endpoint.redis"
-local http = require "luagent.http"
-local log = require "luagent.log"
+local endpoint = require "luagent.model.endpoint"
+local shared = require "luagent.model.endpoint.redis"
+local http = require "luagent.base.http"
+local log = require "luagent.observe.log"
 local mock = require "luagent.mock"
 local cjson = require "cjson"
 local helpers = require "helpers"
@@ -677,7 +677,7 @@ describe("endpoint state shared through Redis", function()
   end)
 
   it("is named in health() and validated in policies", function()
-    local policy = require "luagent.policy"
+    local policy = require "luagent.model.policy"
     local p = assert(policy.new { shared = { redis = "redis://127.0.0.1:6380/2", prefix = "x:" } })
     assert.same({ redis = "redis://127.0.0.1:6380/2", prefix = "x:" }, p.shared)
     local _, err = policy.new { shared = { redis = "http://x" } }

@@ -27,7 +27,7 @@ local URL_TOKEN = "mcpurltoken-4242-secret"
 local SCRIPT = [==[
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local json = require "luagent.json"
+local json = require "luagent.base.json"
 local K1, K2, K3 = os.getenv("OPENAI_API_KEY"), os.getenv("ANTHROPIC_API_KEY"), os.getenv("OPENROUTER_API_KEY")
 local dir = assert(os.getenv("TOOL_KEYS_DIR"))
 
@@ -221,8 +221,8 @@ describe("a command tool's env =", function()
   it("adds to the reduced environment, false takes a variable out, and a credential given is scrubbed", function()
     local r = helpers.tempfile([[
 local luagent = require "luagent"
-local tools = require "luagent.tools"
-local policy = require "luagent.policy"
+local tools = require "luagent.agent.tools"
+local policy = require "luagent.model.policy"
 local t = tools.new { name = "env", description = "Its environment", command = { "env" },
   env = { GIVEN = os.getenv("ANTHROPIC_API_KEY"), GITHUB_TOKEN = "ghp-given-on-purpose-0042", HOME = false,
     EXTRA = "plain" } }

@@ -4,7 +4,7 @@
 -- each call. Real file watching (inotify) on the real clock.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local tools = require "luagent.tools"
+local tools = require "luagent.agent.tools"
 local helpers = require "spec.support.helpers"
 
 local function write(path, text)
@@ -88,7 +88,7 @@ describe("tools.dir", function()
     return out
   end
 
-  local CAP = require("luagent.policy").limits.max_bytes
+  local CAP = require("luagent.model.policy").limits.max_bytes
 
   -- Should reading the FIFO at `path` ever block again, a writer ends the
   -- wait after 3 s (opening read-write never blocks), so the spec fails

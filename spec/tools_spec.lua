@@ -1,8 +1,8 @@
 -- Tool definitions, the JSON Schema subset for arguments, the result bound,
 -- and the policy's `tool` section.
-local tools = require "luagent.tools"
-local schema = require "luagent.tools.schema"
-local policy = require "luagent.policy"
+local tools = require "luagent.agent.tools"
+local schema = require "luagent.agent.tools.schema"
+local policy = require "luagent.model.policy"
 
 describe("schema.check", function()
   local s = { type = "object", additionalProperties = false, required = { "path", "mode" }, properties = {
@@ -53,7 +53,7 @@ describe("schema.check", function()
 end)
 
 describe("json.decode_strict (tool arguments)", function()
-  local json = require "luagent.json"
+  local json = require "luagent.base.json"
   local function why(text) return select(2, json.decode_strict(text, "arguments")) end
 
   it("decodes what every JSON reader reads the same way", function()
@@ -168,14 +168,14 @@ describe("the policy's tool section", function()
   end)
 end)
 
--- A Lua tool runs in the sandbox of policy hooks (lua/luagent/sandbox.lua,
+-- A Lua tool runs in the sandbox of policy hooks (lua/luagent/base/sandbox.lua,
 -- host/sandbox.c): the bounded matcher, a wall-time bound its count hook
 -- checks on the wall clock at an interval bounded in time, a memory bound,
 -- and a cancellation at its timeout that a pcall loop cannot outlive. What
 -- it returns or raises is read inside those bounds.
 describe("a Lua tool's progress", function()
   it("is sent as a plain copy, scrubbed: the tool's own table, its token in it, stays as it was", function()
-    local secrets = require "luagent.secrets"
+    local secrets = require "luagent.base.secrets"
     local token = "tok-" .. string.rep("q", 24)
     secrets.register(token)
     local state = setmetatable({ token = token, n = 1 }, { __index = function() return "from a metatable" end })
@@ -197,7 +197,7 @@ end)
 describe("a Lua tool's bounds", function()
   local core = require "luagent.core"
   local luagent = require "luagent"
-  local errors = require "luagent.errors"
+  local errors = require "luagent.base.errors"
 
   local was_virtual
   before_each(function()
@@ -347,7 +347,7 @@ describe("a Lua tool's bounds", function()
   end)
 
   it("keeps the fields of an error record a tool returns, as a plain copy", function()
-    local errors = require "luagent.errors"
+    local errors = require "luagent.base.errors"
     local o = call({ run = function()
       return nil, errors.new("http", "upstream said 503", { status = 503, retryable = false, body = "busy" })
     end })

@@ -1,4 +1,4 @@
--- Traces (lua/luagent/trace.lua) from the file export: an agent run against
+-- Traces (lua/luagent/observe/trace.lua) from the file export: an agent run against
 -- the mock provider on loopback (a 503 on the first model request, a tool
 -- that fails once and is retried), on the virtual clock, exported as OTLP
 -- JSON lines and read back span by span: names, kinds, parent links, ids,
@@ -7,10 +7,10 @@
 -- tree `luagent run --trace` prints.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local retry = require "luagent.retry"
-local trace = require "luagent.trace"
-local events = require "luagent.events"
-local errors = require "luagent.errors"
+local retry = require "luagent.model.call"
+local trace = require "luagent.observe.trace"
+local events = require "luagent.base.bus"
+local errors = require "luagent.base.errors"
 local cjson = require "cjson"
 local testserver = require "spec.support.testserver"
 local slurp = require("spec.support.helpers").slurp
@@ -60,7 +60,7 @@ end
 -- Publishes the events of a model call made outside any agent, answered
 -- at the first attempt, as the retry loop would.
 local function bare_call(id)
-  local events = require "luagent.events"
+  local events = require "luagent.base.bus"
   events.publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
   events.publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
     request_model = "m", provider_kind = "openai", status = 200 }
@@ -79,7 +79,7 @@ describe("trace, from the OTLP file export", function()
   before_each(function()
     luagent.configure { log_sink = function() end }
     luagent.clock.virtual()
-    require("luagent.endpoint").reset()
+    require("luagent.model.endpoint").reset()
   end)
   after_each(function()
     luagent.configure { log_sink = false }
@@ -369,7 +369,7 @@ describe("trace, from the OTLP file export", function()
   end)
 
   it("leaves an attempt a refused retry ended as provider_retry wrote it (each attribute once)", function()
-    local events = require "luagent.events"
+    local events = require "luagent.base.bus"
     local file = os.tmpname()
     assert(trace.start { file = file })
     local usage = { input_tokens = 3, output_tokens = 1, cache_read_tokens = 0, cache_write_tokens = 0 }
@@ -557,7 +557,7 @@ describe("trace and span ids (core.random_id)", function()
     local helpers = require "spec.support.helpers"
     local script = helpers.tempfile([[
       math.randomseed(42)
-      print(require("luagent.trace").hex_id(32))
+      print(require("luagent.observe.trace").hex_id(32))
     ]], ".lua")
     local a = helpers.run("run", script)
     local b = helpers.run("run", script)

@@ -8,7 +8,7 @@
 -- the machine may be loaded.
 local luagent = require "luagent"
 local core = require "luagent.core"
-local http = require "luagent.http"
+local http = require "luagent.base.http"
 local mock = require "luagent.mock"
 local cjson = require "cjson"
 local helpers = require "helpers"

@@ -12,23 +12,23 @@
 --   providers   {base_urls={[kind]=url}, api_key=}: every provider made
 --               without a base_url points there (the embedded mock), or
 --               nil
---   record      a recorder (lua/luagent/record.lua) tapping every provider
+--   record      a recorder (lua/luagent/observe/record.lua) tapping every provider
 --               request (`--record FILE`), or nil
 --   policy_path where bare policy names are looked for ("a/?.lua;b/?.lua");
---               nil for the default (lua/luagent/policy.lua)
+--               nil for the default (lua/luagent/model/policy.lua)
 --   options     what `luagent run` was asked for (retry_safe, seed, tools),
 --               read as luagent.options; {} elsewhere
---   log_level   the threshold of the library's own lines (lua/luagent/log.lua)
+--   log_level   the threshold of the library's own lines (lua/luagent/observe/log.lua)
 --   log_sink    where those lines go: function(level, line)
 --   log_format  "auto" (JSON unless stderr is a terminal), "json" or
 --               "text" (`--log-format`)
 --   log_content message content in log lines, cut and redacted
 --               (`--log-content`); default false
 --   max_cost    the run's cost cap in the price table's currency
---               (`--max-cost`; lua/luagent/cost.lua), or nil
+--               (`--max-cost`; lua/luagent/observe/cost.lua), or nil
 --   durable     every agent of the script is durable (`--durable`)
 --   journal_file the run journal's file (`--journal FILE`); nil: the
---               default (lua/luagent/journal.lua, path)
+--               default (lua/luagent/agent/journal/init.lua, path)
 --   run_info    what a durable run records of itself: {script=, args=,
 --               options=, cwd=}; nil: the script and arguments of _G.arg
 local M = {}
@@ -45,7 +45,7 @@ local CHECKS = {
   record = function(v) return type(v) == "table" and type(v.begin) == "function", "a recorder (record.open)" end,
   policy_path = function(v) return type(v) == "string", "a search path string" end,
   options = function(v) return type(v) == "table", "a table" end,
-  log_level = function(v) return require("luagent.log").LEVELS[v] ~= nil, "debug, info, warn, error or off" end,
+  log_level = function(v) return require("luagent.observe.log").LEVELS[v] ~= nil, "debug, info, warn, error or off" end,
   log_sink = function(v) return type(v) == "function", "a function(level, line)" end,
   log_format = function(v) return v == "auto" or v == "json" or v == "text", "auto, json or text" end,
   log_content = function(v) return type(v) == "boolean", "true or false" end,
@@ -58,25 +58,25 @@ local CHECKS = {
 -- Settings that belong to another module's state: how to read and set them.
 local DELEGATED = {
   log_level = {
-    get = function() return require("luagent.log").level() end,
-    set = function(v) require("luagent.log").set_level(v or "warn") end,
+    get = function() return require("luagent.observe.log").level() end,
+    set = function(v) require("luagent.observe.log").set_level(v or "warn") end,
   },
   log_format = {
-    get = function() return require("luagent.log").format end,
-    set = function(v) require("luagent.log").set_format(v or "auto") end,
+    get = function() return require("luagent.observe.log").format end,
+    set = function(v) require("luagent.observe.log").set_format(v or "auto") end,
   },
   max_cost = {
     get = function() return settings.max_cost end,
     -- a cap needs the meter that counts against it
     set = function(v)
       settings.max_cost = v
-      if v then require("luagent.cost").start() end
+      if v then require("luagent.observe.cost").start() end
     end,
   },
   log_sink = {
-    get = function() return require("luagent.log").sink end,
+    get = function() return require("luagent.observe.log").sink end,
     set = function(v)
-      local log = require "luagent.log"
+      local log = require "luagent.observe.log"
       log.sink = v or log.default_sink
     end,
   },

@@ -1,7 +1,7 @@
 -- luagent: the public Lua API. Tasks, time and errors come from the C core;
 -- larger areas (http, events, log, json, agent, tools) load on first use.
 local core = require "luagent.core"
-local errors = require "luagent.errors"
+local errors = require "luagent.base.errors"
 local config = require "luagent.config"
 
 local M = {
@@ -65,30 +65,30 @@ function M.deadline(seconds, fn, ...)
 end
 
 -- provider("kind/model") or provider{kind=, model=, base_url=, api_key=,
--- headers=} -> a provider; see lua/luagent/provider.lua.
+-- headers=} -> a provider; see lua/luagent/model/provider.lua.
 function M.provider(spec)
-  return require("luagent.provider").new(spec)
+  return require("luagent.model.provider").new(spec)
 end
 
 -- stream{model=, messages=, system=, tools=, policy=, max_tokens=} ->
 -- iterator of events, retries included; complete{...} -> the final message,
--- or nil, err. See lua/luagent/retry.lua.
-function M.stream(opts) return require("luagent.retry").stream(opts) end
-function M.complete(opts) return require("luagent.retry").complete(opts) end
+-- or nil, err. See lua/luagent/model/call.lua.
+function M.stream(opts) return require("luagent.model.call").stream(opts) end
+function M.complete(opts) return require("luagent.model.call").complete(opts) end
 
 -- health([now]) -> {[endpoint] = {state=, failures=, consecutive=, trips=,
 -- tokens=, cooldown_until=, open_until=, backend=}}: the shared protection
 -- state; backend is "local", or "redis" when it is shared between hosts.
 function M.health(now)
-  return require("luagent.endpoint").health(now or core.now())
+  return require("luagent.model.endpoint").health(now or core.now())
 end
 
 -- Areas loaded on first use. These and the fields above are the whole public
 -- face: any other name raises, so a typo (`luagent.sleeep`) is found at once.
 -- Test-bench modules (luagent.mock, luagent.sim) are required by name.
 local LAZY = {
-  http = "luagent.http", events = "luagent.events", log = "luagent.log",
-  json = "luagent.json", agent = "luagent.agent", tools = "luagent.tools",
+  http = "luagent.base.http", events = "luagent.base.bus", log = "luagent.observe.log",
+  json = "luagent.base.json", agent = "luagent.agent.loop", tools = "luagent.agent.tools",
 }
 
 setmetatable(M, {

@@ -5,8 +5,8 @@
 -- once it answers HTTP, killed by stop(). Paths are relative to the checkout
 -- root, where specs run.
 local luagent = require "luagent"
-local http = require "luagent.http"
-local errors = require "luagent.errors"
+local http = require "luagent.base.http"
+local errors = require "luagent.base.errors"
 local cjson = require "cjson"
 
 local M = {

@@ -1,6 +1,6 @@
 -- `luagent mock`: its flags, and serving until interrupted.
 local core = require "luagent.core"
-local errors = require "luagent.errors"
+local errors = require "luagent.base.errors"
 local mserver = require "luagent.mock.server"
 
 local M = {}

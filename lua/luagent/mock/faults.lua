@@ -10,7 +10,7 @@
 -- one request (first match wins). Probabilities use a counter-based
 -- generator keyed by (seed, request number, fault position), so a run is
 -- reproducible whatever order concurrent requests arrive in.
-local errors = require "luagent.errors"
+local errors = require "luagent.base.errors"
 
 local M = {}
 

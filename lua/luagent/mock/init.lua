@@ -13,7 +13,7 @@
 --   cli.lua      `luagent mock`
 --   generations.lua  OpenRouter's generation lookup (GET /api/v1/generation)  pure
 --   replies.lua, faults.lua, help.lua: wire formats, fault specs, help text
--- The cassette format is lua/luagent/cassette.lua (recording shares it).
+-- The cassette format is lua/luagent/base/cassette.lua (recording shares it).
 local request = require "luagent.mock.request"
 local plan = require "luagent.mock.plan"
 local state = require "luagent.mock.state"

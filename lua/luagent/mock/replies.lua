@@ -6,7 +6,7 @@
 --
 -- A response here is a table {status=, headers={{name, value}...},
 -- events={{event=, data=}...}} for a stream, or {status=, headers=, body=}.
-local json = require "luagent.json"
+local json = require "luagent.base.json"
 
 local M = {}
 

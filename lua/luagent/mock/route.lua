@@ -5,7 +5,7 @@
 -- state.now.
 local faults = require "luagent.mock.faults"
 local replies = require "luagent.mock.replies"
-local cassette = require "luagent.cassette"
+local cassette = require "luagent.base.cassette"
 local plan = require "luagent.mock.plan"
 local mstate = require "luagent.mock.state"
 local generations = require "luagent.mock.generations"
@@ -14,7 +14,7 @@ local M = {}
 
 local respond, json = plan.respond, plan.json
 
--- Where each provider kind (lua/luagent/provider.lua) finds its endpoints
+-- Where each provider kind (lua/luagent/model/provider.lua) finds its endpoints
 -- on this server, as paths under its URL (see replies.formats).
 local BASE_PATHS = { openai = "/v1", anthropic = "/v1", openai_responses = "/v1", openrouter = "/api/v1" }
 

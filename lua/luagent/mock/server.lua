@@ -3,7 +3,7 @@
 -- each with its plan (lua/luagent/mock/route.lua) on the core's TCP
 -- primitives. Its tasks are daemons.
 local core = require "luagent.core"
-local errors = require "luagent.errors"
+local errors = require "luagent.base.errors"
 local replies = require "luagent.mock.replies"
 local request = require "luagent.mock.request"
 local plan = require "luagent.mock.plan"

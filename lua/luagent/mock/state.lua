@@ -2,9 +2,9 @@
 -- request count and the request log window. M.handle
 -- (lua/luagent/mock/route.lua) reads and updates it.
 local core = require "luagent.core"
-local errors = require "luagent.errors"
+local errors = require "luagent.base.errors"
 local faults = require "luagent.mock.faults"
-local cassette = require "luagent.cassette"
+local cassette = require "luagent.base.cassette"
 
 local M = {}
 

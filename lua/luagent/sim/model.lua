@@ -47,7 +47,7 @@ U uniform in [0, 1))
   on host (i - 1) % N + 1), as when many luagent processes call one
   provider. The three guarded strategies then run twice: ":shared", one
   budget, breaker and cooldown for all hosts (what a shared Redis state
-  gives, lua/luagent/endpoint/redis.lua; modelled without its round trip),
+  gives, lua/luagent/model/endpoint/redis.lua; modelled without its round trip),
   and ":local", one per host (each process on its own). The other
   strategies share nothing, so hosts do not change them. Where all clients
   start at time 0 the first wave goes out before any guard has seen a
@@ -210,7 +210,7 @@ local function new_guards(sc, strat)
   if strat.breaker then g.breaker = core.breaker(sc.breaker) end
   if strat.cooldown then
     endpoint_runs = endpoint_runs + 1
-    g.endpoint = require("luagent.endpoint").get(
+    g.endpoint = require("luagent.model.endpoint").get(
       fmt("luagent-sim:%s:%d", sc.name, endpoint_runs), { cooldown = sc.cooldown })
   end
   return g

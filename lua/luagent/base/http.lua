@@ -1,0 +1,244 @@
+-- HTTP on the loop: luagent.http.request{...} returns a response once its
+-- headers arrive; the body is read as a stream (SSE events, NDJSON lines or
+-- raw chunks). A failure while the body streams is raised from the iterator
+-- and left in resp.error, so a loop over events never ends silently on a cut
+-- stream. Transport failures are error records (lua/luagent/EVENTS.md):
+-- the core reports what curl saw (code, message, errno, phase) under the
+-- neutral kind `transport`, and M.name_kind below names the kind; whether a
+-- failure is worth another attempt is lua/luagent/model/classify.lua's business.
+local core = require "luagent.core"
+local errors = require "luagent.base.errors"
+local secrets = require "luagent.base.secrets"
+
+local M = {}
+
+-- Error bodies are kept up to this size in `http` error records (scrubbed
+-- of keys before the cut: lua/luagent/base/secrets.lua).
+M.ERROR_BODY_MAX = 64 * 1024
+
+-- The kind of a failure curl reported, by its code (curl/curl.h). Codes
+-- 7, 55 and 56 depend on more facts (M.name_kind); the rest stay `transport`.
+M.curl_kinds = {
+  [5] = "dns", [6] = "dns",         -- couldn't resolve proxy, host
+  [28] = "timeout",                 -- the connect timeout (the only one curl runs)
+  [35] = "tls", [58] = "tls", [59] = "tls", [60] = "tls", [77] = "tls",
+  [83] = "tls", [90] = "tls", [91] = "tls", -- handshake, certificates, pinning
+  [52] = "eof",                     -- got nothing
+  [18] = "truncated",               -- partial file
+  [8] = "protocol", [61] = "protocol", -- weird server reply, bad content encoding
+  [16] = "protocol", [92] = "protocol", -- HTTP/2 framing, HTTP/2 stream
+}
+
+-- Phrases of curl's message for a receive error that mean the response
+-- itself was malformed (chunked framing it could not parse, headers over its
+-- limit or without a colon): a fault of the server's bytes, not of the
+-- connection.
+M.malformed_phrases = { "chunked-encoding", "response headers", "Header without colon" }
+
+local function malformed(message)
+  for _, phrase in ipairs(M.malformed_phrases) do
+    if message:find(phrase, 1, true) then return true end
+  end
+  return false
+end
+
+-- name_kind(err) -> err: gives a `transport` record from the core (one with
+-- a curl_code) the kind its facts mean (EVENTS.md, "Error records"). Other
+-- records are returned as they are.
+function M.name_kind(err)
+  local code = err.curl_code
+  if err.kind ~= "transport" or not code or code == 0 then return err end
+  local kind = M.curl_kinds[code]
+  if code == 7 then
+    kind = (err.errno == nil or err.errno == "ECONNREFUSED") and "refused" or nil
+  elseif code == 55 or code == 56 then
+    if code == 56 and malformed(err.message) then
+      kind = "protocol"
+    elseif err.errno == "ECONNRESET" or err.errno == "EPIPE" then
+      kind = "reset"
+    else
+      kind = err.status and "truncated" or "eof"
+    end
+  end
+  if kind == "timeout" then err.which = "connect" end
+  err.kind = kind or "transport"
+  return err
+end
+
+local Response = {}
+Response.__index = Response
+
+-- Raises `err` after recording it on the response.
+local function raise(resp, err)
+  err = M.name_kind(err)
+  resp.error = err
+  error(err, 0)
+end
+
+-- resp:next_event() -> the next SSE event {event=, data=, id=, retry=,
+-- offset=} (offset: the body byte just past the event), nil at the end, or
+-- nil and the error record of a failure (also left in resp.error).
+function Response:next_event()
+  local ev, err = self._req:event()
+  if ev then
+    if self._tap then self._tap:event(ev) end
+    return ev
+  end
+  if err then
+    err = M.name_kind(err)
+    self.error = err
+    return nil, err
+  end
+  return nil
+end
+
+-- resp:events() -> iterator of SSE events (resp:next_event()); a failure
+-- is raised.
+function Response:events()
+  return function()
+    local ev, err = self:next_event()
+    if err then error(err, 0) end
+    return ev
+  end
+end
+
+-- resp:read() -> the next chunk of raw body bytes, or nil at the end.
+function Response:read()
+  local chunk, err = self._req:read()
+  if chunk then
+    if self._tap then self._tap:chunk(chunk) end
+    return chunk
+  end
+  if err then raise(self, err) end
+  return nil
+end
+
+-- resp:lines() -> iterator of body lines without their line ends (NDJSON);
+-- a last line without a newline is returned too.
+function Response:lines()
+  local pending, pos, done = "", 1, false
+  return function()
+    while true do
+      local nl = pending:find("\n", pos, true)
+      if nl then
+        local line = pending:sub(pos, nl - 1):gsub("\r$", "")
+        pos = nl + 1
+        return line
+      end
+      if done then
+        if pos <= #pending then
+          local line = pending:sub(pos)
+          pending, pos = "", 1
+          return line
+        end
+        return nil
+      end
+      local chunk = self:read()
+      if chunk then
+        pending, pos = pending:sub(pos) .. chunk, 1
+      else
+        done = true
+      end
+    end
+  end
+end
+
+-- resp:body([max]) -> the whole remaining body (up to `max` bytes, default
+-- unlimited); for small responses.
+function Response:body(max)
+  local parts, size = {}, 0
+  while true do
+    local chunk = self:read()
+    if not chunk then break end
+    parts[#parts + 1] = chunk
+    size = size + #chunk
+    if max and size >= max then break end
+  end
+  local s = table.concat(parts)
+  if max and #s > max then s = s:sub(1, max) end
+  return s
+end
+
+-- resp:info() -> {bytes=, delivered=, done=, partial=}.
+function Response:info() return self._req:info() end
+
+-- resp:close(): aborts the transfer (if still running) and frees it; the
+-- tap's exchange ends here (with the error the body raised, if any).
+function Response:close()
+  self._req:close()
+  local tap = self._tap
+  self._tap = false
+  if tap then tap:finish(self.error) end
+end
+Response.__close = Response.close
+
+-- request{method=, url=, headers=, body=, timeout={connect=, first_byte=,
+-- idle=, total=}, sse={max_line=, max_event=}, max_buffer=, http_errors=true,
+-- http_version=, ca_file=, tap=} -> resp {status=, headers=} | nil, err.
+-- max_buffer: body bytes received and not yet read that a response holds
+-- before its transfer pauses until they are read (the rest waits in the
+-- socket). Default: 64 KiB, or 16 KiB once the process's responses hold
+-- 4 MiB in all (many streams at once).
+-- With http_errors (the default), a status >= 400 is returned as nil and an
+-- `http` error record with status, headers and the body (up to 64 KiB).
+-- http_version: "2" (the default: HTTP/2 when TLS offers it, else 1.1),
+-- "1.1", or "2-prior-knowledge" (HTTP/2 from the first byte, h2c on plain
+-- TCP). ca_file: the CA bundle for TLS; default $CURL_CA_BUNDLE, else
+-- $SSL_CERT_FILE, else curl's own.
+-- `tap` observes the exchange as it happens (recording does:
+-- lua/luagent/observe/record.lua): tap:begin(opts) returns an observer told
+-- :response(status, headers), each :event(sse) the body delivers as SSE,
+-- each raw :chunk(bytes) read, and once :finish(err) (err: the failure,
+-- nil when the body ended or the response was closed).
+function M.request(opts)
+  if type(opts) ~= "table" then error("http.request: expects a table", 2) end
+  if opts.ca_file == nil then
+    local ca = os.getenv("CURL_CA_BUNDLE") or os.getenv("SSL_CERT_FILE")
+    if ca then
+      local copy = {}
+      for k, v in pairs(opts) do copy[k] = v end
+      copy.ca_file, opts = ca, copy
+    end
+  end
+  local tap = opts.tap and opts.tap:begin(opts)
+  local req, err = core.http_request(opts)
+  if not req then
+    err = M.name_kind(err)
+    if tap then tap:finish(err) end
+    return nil, err
+  end
+  -- _tap is false, not nil, without a tap: read per event, it is found
+  -- without looking into the metatable
+  local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req,
+    _tap = tap or false }, Response)
+  if tap then tap:response(resp.status, resp.headers) end
+  if resp.status >= 400 and opts.http_errors ~= false then
+    local limit = M.ERROR_BODY_MAX + secrets.margin
+    local ok, body = pcall(resp.body, resp, limit)
+    resp._tap = false -- this exchange ends with the error record below
+    resp:close()
+    if not ok and errors.is_cancel(body) then error(body, 0) end -- the tap's exchange is dropped
+    body = ok and secrets.cut(body, M.ERROR_BODY_MAX, #body >= limit) or ""
+    err = secrets.scrub(errors.new("http", string.format("HTTP %d", resp.status), {
+      status = resp.status, headers = resp.headers, body = body,
+    }))
+    if tap then tap:finish(err) end
+    return nil, err
+  end
+  return resp
+end
+
+-- fetch{...} -> {status=, headers=, body=} | nil, err: a request read whole.
+function M.fetch(opts)
+  local resp, err = M.request(opts)
+  if not resp then return nil, err end
+  local ok, body = pcall(resp.body, resp)
+  resp:close()
+  if not ok then
+    if errors.is_cancel(body) or not errors.is(body) then error(body, 0) end
+    return nil, body
+  end
+  return { status = resp.status, headers = resp.headers, body = body }
+end
+
+return M

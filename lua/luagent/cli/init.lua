@@ -1,0 +1,666 @@
+-- The command line: `luagent run`, `luagent help`, ... Exit codes: 0 success,
+-- 1 the script failed, 2 usage error (unknown command or flag, missing file;
+-- a run another process runs), 3 a durable run stopped on outcome_unknown,
+-- 74 an output file could not be written (--events, --otlp FILE), 130
+-- interrupted (SIGINT), 143 terminated (SIGTERM).
+local core = require "luagent.core"
+local config = require "luagent.config"
+local secrets = require "luagent.base.secrets"
+local outfile = require "luagent.base.outfile"
+local flags = require "luagent.cli.flags"
+
+local M = {}
+
+local USAGE = [[
+usage: luagent <command> [options] [args...]
+
+luagent runs LLM agents written in Lua on one event loop, with retries,
+backoff and a shared circuit breaker in a small C core.
+
+commands:
+  run FILE.lua [args...]   run a Lua script as the main task
+  mock [options]           serve the mock provider (luagent mock --help)
+  sim [options]            the contention simulation (luagent help sim)
+  resume RUN_ID            continue a durable run where it stopped
+  runs [show|resolve|gc]   list, inspect, settle and delete durable runs
+  cost settle RUN_ID       look up what each OpenRouter generation of a run
+                           cost, failed attempts included (luagent help cost)
+  mcp list -- CMD [ARGS]   an MCP server's tools and their flags (luagent help mcp)
+  help [TOPIC]             show help: run, resume, runs, cost, faults, sim, mcp
+
+options:
+  -h, --help               show this help
+  -V, --version            show the version
+
+exit codes: 0 done; 1 the script failed; 2 usage error, missing file, or a
+durable run another process is running; 3 a durable run stopped on
+outcome_unknown (settle it with 'luagent runs resolve', then resume); 74
+an output file (--events, --otlp FILE) could not be written; 130
+interrupted (Ctrl-C); 143 terminated (SIGTERM).
+
+Run 'luagent help run' for the options of a command.
+]]
+
+local HELP = {}
+
+HELP.run = [[
+usage: luagent run [options] FILE.lua [args...]
+
+Runs FILE.lua as the main task on the event loop, with `arg` set as `lua`
+does (arg[0] = FILE.lua, arg[1..] = args), and waits for every task it
+spawned (daemon tasks excepted).
+
+The embedded default: when no provider key is set (OPENAI_API_KEY,
+ANTHROPIC_API_KEY, OPENROUTER_API_KEY) and there is a cassette (--cassette,
+or FILE.cassette.jsonl beside the script), or when --mock, --faults or
+--cassette is given, luagent starts its mock provider on loopback in this process, points
+every provider at it, and says so on stderr. Traffic still goes through
+libcurl and real sockets.
+
+options:
+  --policy FILE       retry policy for calls that name none (watched: edits
+                      apply to the next attempt; a broken edit keeps the old)
+  --faults SPEC       inject faults into the mock (see 'luagent help faults')
+  --cassette FILE     replay this recorded run from the mock (at its
+                      recorded pace; --fast replays without pauses)
+  --mock              use the mock provider even when a key is set
+  --seed N            seed for the mock's faults and the retry jitter
+  --record FILE       save every model exchange of this run as a cassette
+  --events jsonl:FILE write every event as one JSON line to FILE (created or
+                      truncated; /dev/fd/N for a descriptor), away from
+                      what the script prints; jsonl:- (or jsonl) writes to
+                      stdout, for scripts that print nothing themselves
+  --retry-safe        hold each attempt's events until it succeeds (for
+                      pipes and logs); applies to --events and to scripts
+                      that read luagent.options.retry_safe
+  --virtual-clock     run on the virtual clock: sleeps, backoff waits and
+                      timeouts complete at once, in order, and luagent.now()
+                      jumps (tests, demos); while a reply from outside the
+                      process is awaited (a provider, Redis, a child
+                      process) time runs as on the real clock
+  --log LEVEL         log lines on stderr, one per event worth logging and
+                      per library message: debug, info (calls, tools, each
+                      retry), warn (default: what needs a look), error, off;
+                      LUAGENT_LOG=LEVEL does the same. With it, luagent's
+                      own notes on stderr are log lines too
+  --log-format F      json (default when stderr is not a terminal), text
+                      (default on a terminal; NO_COLOR honoured) or auto
+  --log-content       add message content (answers, tool arguments and
+                      results) to log lines: cut to 2 KiB and passed through
+                      the policy's redact(text) hook
+  --trace             print the span tree of every agent run, with
+                      durations, on stderr at the end
+  --otlp FILE|URL     export spans after the OpenTelemetry GenAI conventions:
+                      to FILE as OTLP JSON lines, or to an OTLP/HTTP
+                      collector at URL (http://host:4318; /v1/traces is
+                      added). OTEL_EXPORTER_OTLP_ENDPOINT does the same;
+                      OTEL_EXPORTER_OTLP_TIMEOUT bounds a post (ms, 5000)
+  --cost              print the cost table (per agent, and the costliest
+                      turns) on stderr at the end ('luagent cost settle'
+                      looks up later what OpenRouter billed for each
+                      generation, failed attempts included)
+  --prices FILE       a Lua file returning model prices (dollars per million
+                      tokens) laid over lua/luagent/observe/prices.lua
+  --max-cost N        refuse any model call once the run has cost N dollars
+  --tools DIR         load a tool set from DIR (every *.lua file returns a
+                      tool or a list of tools; watched and reloaded between
+                      turns) as luagent.options.tools
+  --durable           journal every agent of the script (as durable = true):
+                      the run id is printed at the start; after a crash or
+                      a failure, 'luagent resume RUN_ID' continues it
+  --journal FILE      the run journal (SQLite) of durable agents (default
+                      $LUAGENT_HOME/runs.db, else .luagent/runs.db here)
+  -h, --help          show this help
+
+LUAGENT_REDIS_URL=redis://HOST:PORT/DB shares every endpoint's circuit
+breaker, retry budget and cooldown with the other hosts using that Redis
+(a policy's `shared` field overrides it; see policies/README.md).
+
+Exit codes: 0 done; 1 the script raised an error (printed as
+"luagent: FILE:LINE: message" with a traceback); 2 usage error or missing
+file; 3 the script's durable run stopped on outcome_unknown (a tool with no
+safety flag may have done its work: 'luagent runs resolve', then 'luagent
+resume'), whether or not the script raised it (unless it ends with os.exit;
+a run that is not durable leaves its exit code to its script); 130
+interrupted (the first Ctrl-C cancels the main task and lets it clean up,
+even while its Lua is busy; a second exits at once); 143 the same for
+SIGTERM (a graceful stop: the call in flight ends with an aborted event and
+is still recorded); 74 the script went well but an output file (--events,
+--otlp FILE) could not be written (a full disk: said once on stderr, naming
+the file, through the log, so not with --log off; the run went on without
+it).
+]]
+
+HELP.resume = [[
+usage: luagent resume [options] RUN_ID
+
+Continues a durable run (luagent run --durable, or agents made with
+durable = true) where it stopped: runs the run's script again, in the
+folder it started in, with its arguments and the options it was run with
+(--policy, --cassette, --mock, --seed, --fast, --tools, --retry-safe;
+options given here win; --faults, --events, --record and --log are this
+invocation's own). Steps memoized by position:
+
+  - finished model turns and tool calls are answered from the journal: no
+    request, no tool run; their events carry replayed = true;
+  - a tool call that started and never finished runs again if the tool is
+    read_only or idempotent; else the tool's check(args, ctx) decides (a
+    result: it happened; nil: it runs); else the run stops again with
+    outcome_unknown until 'luagent runs resolve' settles it;
+  - a script that no longer matches its journal (other messages, another
+    tool or other arguments at the same position) stops with a divergence
+    error naming the step.
+
+A run has one runner at a time: the process that runs it (luagent run, or
+resume) holds its claim in the journal, refreshes it every 10 s and lets
+it go when the run ends. A resume of a run another process holds is
+refused, naming it (pid@host, since when); the claim of a process that is
+gone (on this host: its pid no longer runs; on another: no heartbeat for
+60 s) is taken over.
+
+options: those of 'luagent run' (see 'luagent help run'), and
+  --journal FILE      the run journal (default $LUAGENT_HOME/runs.db, else
+                      .luagent/runs.db here; it must exist: resume creates
+                      none)
+
+Exit codes as for run (3: the run stopped on outcome_unknown again); 2 also
+when the run is not in the journal, there is no journal file, or another
+process is running the run.
+]]
+
+-- `luagent runs` keeps its help with its code, loaded when asked for
+setmetatable(HELP, { __index = function(_, topic)
+  if topic == "runs" then return require("luagent.cli.runs").HELP end
+  if topic == "cost" then return require("luagent.cli.cost").HELP end
+end })
+
+-- Every line luagent prints on stderr (errors, the script's own top-level
+-- error with its traceback, which may carry a tool's, a model's or a
+-- server's text) is scrubbed of keys and escaped for the terminal.
+local function say(fmt, ...)
+  io.stderr:write(core.terminal_text(secrets.text(string.format(fmt, ...)), true), "\n")
+end
+
+-- The exit status of a run that went well but could not write all its
+-- outputs (--events, --otlp FILE: a full disk): sysexits.h's EX_IOERR.
+local EXIT_OUTPUT = 74
+
+local function usage_error(fmt, ...)
+  say("luagent: " .. fmt, ...)
+  say("Run 'luagent --help' for usage.")
+  return 2
+end
+
+-- Formats a failed task's error: "message" plus its traceback.
+local function describe_error(err)
+  if type(err) == "table" then
+    local text = tostring(err)
+    if err.traceback then text = text .. "\n" .. err.traceback end
+    return text
+  end
+  return tostring(err)
+end
+
+-- Options of `luagent run`: name -> true when it takes a value.
+local RUN_FLAGS = {
+  policy = true, faults = true, cassette = true, seed = true, record = true, events = true, log = true,
+  tools = true, journal = true, ["log-format"] = true, otlp = true, prices = true, ["max-cost"] = true,
+  mock = false, ["retry-safe"] = false, fast = false, ["virtual-clock"] = false, durable = false,
+  ["log-content"] = false, trace = false, cost = false,
+}
+
+-- Parses run's options; returns opts, index of FILE, or nil, message.
+local function parse_run_args(args)
+  local opts, i = flags.parse(args, RUN_FLAGS, "run")
+  if not opts or opts.help then return opts, i end
+  if opts.events then
+    local dest = opts.events == "jsonl" and "-" or opts.events:match("^jsonl:(.+)$")
+    if not dest then
+      return nil, string.format("run: --events wants 'jsonl:FILE' or 'jsonl:-', not '%s'", opts.events)
+    end
+    opts.events = dest
+  end
+  if opts.log and not require("luagent.observe.log").LEVELS[opts.log] then
+    return nil, string.format("run: --log wants debug, info, warn, error or off, not '%s'", opts.log)
+  end
+  local fmt = opts["log-format"]
+  if fmt and fmt ~= "json" and fmt ~= "text" and fmt ~= "auto" then
+    return nil, string.format("run: --log-format wants json, text or auto, not '%s'", fmt)
+  end
+  local cap = opts["max-cost"]
+  if cap and not (tonumber(cap) and tonumber(cap) >= 0 and tonumber(cap) < math.huge) then
+    return nil, string.format("run: --max-cost wants a number of dollars >= 0, not '%s'", cap)
+  end
+  if opts.seed and not math.tointeger(tonumber(opts.seed)) then
+    return nil, string.format("run: --seed wants an integer, got '%s'", opts.seed)
+  end
+  return opts, i
+end
+
+-- Sets up logs, traces and cost (the bus's observers) as the options ask;
+-- returns their cleanup (exports, the tree, the cost table: true, or nil
+-- and the message of an output file that could not be written), or nil
+-- and an exit code after reporting the problem.
+local function observe(opts, usage_error)
+  local log = require "luagent.observe.log"
+  -- tracing and the cost meter are loaded only when asked for (startup)
+  local trace, cost
+  if opts.cost or opts.prices or opts["max-cost"] then cost = require "luagent.observe.cost" end
+  if opts.prices then
+    local ok, err = cost.load_prices(opts.prices)
+    if not ok then return nil, usage_error("run: --prices: %s", err) end
+  end
+  config.set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false,
+               max_cost = opts["max-cost"] and tonumber(opts["max-cost"]) or false }
+  -- --otlp FILE and a collector (--otlp URL, or the OTEL_ variables) may go together
+  local file = opts.otlp and not opts.otlp:match("^https?://") and opts.otlp or nil
+  local url = not file and opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    or os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+  if url == "" then url = nil end
+  -- spans are built when asked for, or when log lines at info carry their ids
+  if opts.trace or file or url or log.enabled("info") then
+    trace = require "luagent.observe.trace"
+    -- a post's bound, in milliseconds as OpenTelemetry's variables give it
+    local timeout_ms = tonumber(os.getenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
+      or os.getenv("OTEL_EXPORTER_OTLP_TIMEOUT") or "")
+    local ok, err = trace.start { tree = opts.trace, file = file, url = url,
+      max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
+      batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")),
+      timeout = timeout_ms and timeout_ms > 0 and timeout_ms < math.huge and timeout_ms / 1000 or nil }
+    if not ok then return nil, usage_error("run: --otlp: %s", err) end
+  end
+  if cost then cost.start() end
+  -- `--log off` asked for silence: no consumer at all
+  if opts.log ~= "off" then log.start() end
+  return function()
+    log.stop()
+    local ok, err = true, nil
+    if trace then ok, err = trace.stop(opts.trace and io.stderr or nil) end
+    if cost then
+      if opts.cost then io.stderr:write(table.concat(cost.report(), "\n"), "\n") end
+      cost.stop()
+    end
+    return ok, err
+  end
+end
+
+local function any_key()
+  for _, name in ipairs({ "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY" }) do
+    local v = os.getenv(name)
+    if v and v ~= "" then return true end
+  end
+  return false
+end
+
+-- Sets up what the options ask for before the script runs: the embedded
+-- mock, recording, event output, the default policy. Returns a cleanup
+-- function (it answers true, or nil and a message when an output file,
+-- --events or --otlp, could not be written: reported once when it
+-- happened), or nil and an exit code after reporting the problem.
+local function prepare(opts, file)
+  local events = require "luagent.base.bus"
+  local seed = opts.seed and math.tointeger(tonumber(opts.seed))
+  local log = require "luagent.observe.log"
+  if opts.log then config.set { log_level = opts.log } end
+  -- with a log level asked for, luagent's own notes are log lines too
+  local explicit_log = opts.log or os.getenv("LUAGENT_LOG")
+  local function note(fmt, ...)
+    if explicit_log then log.write("info", (string.format(fmt, ...):gsub("^luagent: ", ""))) else say(fmt, ...) end
+  end
+  local options = { retry_safe = opts["retry-safe"] or false, seed = seed }
+  config.set { options = options }
+  local cleanups = {}
+  local failure -- the first output file that could not be written
+  local function output(ok, err)
+    if not ok then failure = failure or err end
+  end
+  local events_out -- --events jsonl:FILE, opened before anything starts
+  if opts.events == "-" then
+    events_out = outfile.wrap(io.stdout, "stdout")
+  elseif opts.events then
+    local err
+    events_out, err = outfile.open(opts.events)
+    if not events_out then
+      return nil, usage_error("run: --events: cannot open '%s': %s", opts.events, (err:gsub("^[^:]*: ", "")))
+    end
+  end
+  if events_out then cleanups[#cleanups + 1] = function() output(events_out:close()) end end
+  if opts.policy then
+    local fh = io.open(opts.policy, "r")
+    if not fh then return nil, usage_error("run: cannot open policy '%s'", opts.policy) end
+    fh:close()
+    local ok, err = pcall(require("luagent.model.policy").watched, opts.policy)
+    if not ok then
+      say("luagent: %s", tostring(type(err) == "table" and err.message or err))
+      return nil, 1
+    end
+    config.set { policy = opts.policy }
+  end
+  if seed then config.set { seed = seed } end
+  -- before the mock starts, so a bad --prices or --otlp leaves nothing behind
+  local obs, code = observe(opts, usage_error)
+  if not obs then
+    for i = #cleanups, 1, -1 do cleanups[i]() end
+    return nil, code
+  end
+  -- runs last: after the script's own files and the mock are closed
+  table.insert(cleanups, 1, function() output(obs()) end)
+  if opts.tools then
+    local set, err = require("luagent.agent.tools").dir(opts.tools)
+    if not set then return nil, usage_error("run: --tools: %s", err.message) end
+    options.tools = set
+    cleanups[#cleanups + 1] = function() set:close() end
+  end
+  local cassette = opts.cassette
+  if not cassette then
+    local own = file:gsub("%.lua$", "") .. ".cassette.jsonl"
+    local fh = io.open(own, "r")
+    if fh then fh:close() cassette = own end
+  end
+  -- an explicit cassette or fault spec means the mock, key or not
+  local use_mock = opts.mock or opts.faults or opts.cassette or (not any_key() and cassette)
+  if opts.cassette then
+    local fh = io.open(opts.cassette, "r")
+    if not fh then return nil, usage_error("run: cannot open cassette '%s'", opts.cassette) end
+    fh:close()
+  end
+  if use_mock then
+    local mock = require "luagent.mock"
+    -- a replay streams at its recorded pace, as the live run did
+    -- a resumed run starts mid-cassette: the replay finds the exchange
+    local srv, err = mock.start { cassette = cassette, faults = opts.faults, seed = seed or 0,
+                                  recorded_speed = cassette ~= nil and not opts.fast, seek = opts.resuming }
+    if not srv then
+      if err and err.kind == "usage" then return nil, usage_error("run: %s", err.message) end
+      say("luagent: %s", tostring(err))
+      return nil, 1
+    end
+    config.set { providers = { base_urls = srv.base_urls, api_key = "mock-key" } }
+    local what = {}
+    if cassette then what[#what + 1] = "replaying " .. cassette end
+    if opts.faults then what[#what + 1] = "faults " .. opts.faults end
+    note("luagent: %s: using the embedded mock provider at %s%s",
+      any_key() and "as asked" or "no API key set", srv.url,
+      #what > 0 and " (" .. table.concat(what, ", ") .. ")" or "")
+    cleanups[#cleanups + 1] = function()
+      for _, d in ipairs(srv:divergences()) do log.write("warn", "cassette divergence: " .. d) end
+      srv:close()
+    end
+  end
+  if opts.record then
+    local rec, err = require("luagent.observe.record").open(opts.record)
+    if not rec then return nil, usage_error("run: %s", err) end
+    config.set { record = rec }
+    cleanups[#cleanups + 1] = function()
+      rec:close()
+      note("luagent: recorded %d exchange(s) to %s", rec.count, opts.record)
+    end
+  end
+  if opts.events then
+    local sink = events.jsonl(events_out)
+    if opts["retry-safe"] then sink = events.retry_safe_consumer(sink) end
+    cleanups[#cleanups + 1] = events.subscribe(sink)
+  end
+  return function()
+    for i = #cleanups, 1, -1 do cleanups[i]() end
+    if failure then return nil, failure end
+    return true
+  end
+end
+
+-- The exit code of a durable run whose agent stopped on outcome_unknown:
+-- a tool with no safety flag may have done its work, so resuming again
+-- stops again; someone has to settle the call (`luagent runs resolve`).
+M.EXIT_OUTCOME_UNKNOWN = 3
+
+-- The durable run of this process ends: its status (unless an agent wrote
+-- one) and its claim let go, so the next resume need not wait. Returns the
+-- run (nil when there is none).
+local function end_run(failed)
+  local journal = package.loaded["luagent.agent.journal"]
+  local run = journal and journal.current_run
+  if not run then return nil end
+  if failed ~= nil and not run.last_status then run:status(failed and "failed" or "done") end
+  run:release()
+  return run
+end
+
+-- Runs FILE (already checked to load) with its arguments under the
+-- options. Returns the exit code.
+local function execute(opts, file, chunk, script_args)
+  _G.arg = script_args
+
+  if opts["virtual-clock"] then core.clock_virtual() end
+  local cleanup, code = prepare(opts, file)
+  if not cleanup then -- a usage error: the run did not start well
+    end_run(true)
+    return code
+  end
+  -- a script that ends with os.exit still gets its exports, tree and cost
+  -- table written, the mock closed and its run's claim let go; and the
+  -- state is closed, as at a normal end, so what it holds is let go (a
+  -- child still running has its process group killed)
+  local exit, cleaned, written = os.exit, false, true
+  local function clean()
+    if cleaned then return written end
+    cleaned = true
+    written = cleanup()
+    return written
+  end
+  os.exit = function(status)
+    -- a tool (or hook) is code of the run, not its owner: it fails instead
+    if core.sandbox_running() then error("os.exit: not allowed in a tool (sandboxed code)", 2) end
+    local ok, done = pcall(clean)
+    if not ok then say("luagent: while exiting: %s", tostring(done)) end
+    local ended, err = pcall(end_run)
+    if not ended then say("luagent: while exiting: %s", tostring(err)) end
+    -- a success whose outputs could not all be written is none
+    if ok and not done and (status == nil or status == true or status == 0) then status = EXIT_OUTPUT end
+    return exit(status, true)
+  end
+  local main = core.spawn(chunk, table.unpack(script_args))
+  core.on_sigint(main)
+  local finished, stuck = core.run()
+  os.exit = exit
+  local outputs_written = clean()
+  -- a script that failed, or whose tasks deadlocked, did not end its run
+  -- well
+  local ok, ended = pcall(end_run, not finished or main:status() ~= "done")
+  if not ok then say("luagent: while ending the run: %s", tostring(ended)) end
+  local run = ok and ended or nil
+  local unknown = run and run.stopped_unknown and M.EXIT_OUTCOME_UNKNOWN
+  if main:status() == "failed" then
+    local _, err = pcall(main.join, main)
+    local stopped, sig = core.interrupted()
+    if stopped and type(err) == "table" and err.kind == "cancelled" then
+      say(sig == 15 and "luagent: terminated" or "luagent: interrupted")
+      return 128 + sig
+    end
+    say("luagent: %s", describe_error(err))
+    return unknown or 1
+  end
+  if not finished then
+    say("luagent: deadlock: %d task(s) wait on something that can never happen", stuck)
+    return 1
+  end
+  local stopped, sig = core.interrupted()
+  if stopped then return 128 + sig end
+  if unknown then
+    say("luagent: run %s stopped on outcome_unknown (exit %d): settle the call with 'luagent runs resolve', "
+      .. "then resume", run.id, unknown)
+    return unknown
+  end
+  return outputs_written and 0 or EXIT_OUTPUT
+end
+
+-- Loads FILE as a chunk: chunk, or nil and the exit code after saying why.
+local function load_script(file, cmd)
+  local fh, open_err = io.open(file, "r")
+  if not fh then return nil, usage_error("%s: cannot open '%s': %s", cmd, file, open_err:gsub("^[^:]*: ", "")) end
+  fh:close()
+  local chunk, load_err = loadfile(file, "t")
+  if not chunk then
+    say("luagent: %s", load_err)
+    return nil, 1
+  end
+  return chunk
+end
+
+-- The journal of a run to resume: the store, or nil and the exit code (2:
+-- there is no journal file; nothing is created).
+local function open_journal(opts)
+  local journal = require "luagent.agent.journal"
+  local store, err = journal.open(opts.journal, { existing = true })
+  if not store then
+    say("luagent: %s%s", err.missing and "resume: " or "", tostring(err.missing and err.message or err))
+    return nil, err.missing and 2 or 1
+  end
+  return store
+end
+
+-- Options of `luagent run` a durable run records, for `luagent resume`
+-- (faults, events, recording and logging belong to one invocation).
+local RECORDED = { "policy", "cassette", "mock", "seed", "fast", "tools", "retry-safe", "durable" }
+
+-- Parses the options of run or resume: opts, index of the first other
+-- argument; or nil, exit code (usage error, or --help shown).
+local function parse_or_help(args, cmd)
+  local opts, i = parse_run_args(args)
+  if not opts then return nil, usage_error("%s", (i:gsub("^run:", cmd .. ":"))) end
+  if opts.help then
+    io.write(HELP[cmd])
+    return nil, 0
+  end
+  return opts, i
+end
+
+function M.run(args)
+  local opts, i = parse_or_help(args, "run")
+  if not opts then return i end
+  local file = args[i]
+  if not file then return usage_error("run: missing FILE.lua") end
+  local chunk, code = load_script(file, "run")
+  if not chunk then return code end
+  local script_args = { [0] = file, [-1] = args[0] }
+  for j = i + 1, #args do script_args[#script_args + 1] = args[j] end
+  if opts.durable or opts.journal then
+    local journal = require "luagent.agent.journal"
+    local recorded = {}
+    for _, k in ipairs(RECORDED) do recorded[k] = opts[k] end
+    local list = {}
+    for j = 1, #script_args do list[j] = script_args[j] end
+    -- --journal alone: the run starts with the first durable agent
+    config.set { journal_file = opts.journal or false, durable = opts.durable or false,
+      run_info = { script = file, args = list, options = recorded, cwd = os.getenv("PWD") } }
+    if opts.durable then
+      local run, err = journal.current()
+      if not run then
+        say("luagent: %s", tostring(err))
+        return 1
+      end
+    end
+  end
+  return execute(opts, file, chunk, script_args)
+end
+
+-- `luagent resume [options] RUN_ID`: the run's script again, with its
+-- arguments, recorded options (those given here win) and run id.
+function M.resume(args)
+  local opts, i = parse_or_help(args, "resume")
+  if not opts then return i end
+  local id = args[i]
+  if not id then return usage_error("resume: missing RUN_ID ('luagent runs' lists them)") end
+  if args[i + 1] then return usage_error("resume: unexpected argument '%s'", args[i + 1]) end
+  local journal = require "luagent.agent.journal"
+  local store, code = open_journal(opts)
+  if not store then return code end
+  local run, err = journal.resume(store, id)
+  if not run then
+    store:close()
+    if err and err.kind == "usage" then return usage_error("resume: %s", err.message) end
+    say("luagent: %s%s", err and err.holder and "resume: " or "", err and err.holder and err.message or tostring(err))
+    return err and err.holder and 2 or 1 -- another process runs it
+  end
+  local rec = run.record
+  local here = os.getenv("PWD")
+  if rec.cwd and here and rec.cwd ~= here then
+    run:release()
+    store:close()
+    return usage_error("resume: run %s started in %s; resume it from there", id, rec.cwd)
+  end
+  for k, v in pairs(rec.options or {}) do
+    if opts[k] == nil then opts[k] = v end
+  end
+  opts.resuming = true
+  local chunk
+  chunk, code = load_script(rec.script, "resume")
+  if not chunk then
+    run:release()
+    return code
+  end
+  local script_args = { [0] = rec.script, [-1] = args[0] }
+  for j, a in ipairs(rec.args or {}) do script_args[j] = a end
+  journal.use(run)
+  config.set { durable = rec.options and rec.options.durable or false }
+  say("luagent: resuming run %s (%s; %d step(s) in the journal%s)", id, rec.script, #rec.steps,
+    rec.status == "done" and "; it had finished: every step replays" or "")
+  return execute(opts, rec.script, chunk, script_args)
+end
+
+-- Topics beyond the built-in ones live with their area; the rest (faults,
+-- the mock's own topics) are the mock's.
+local function help(topic)
+  if not topic then
+    io.write(USAGE)
+    return 0
+  end
+  if HELP[topic] then
+    io.write(HELP[topic])
+    return 0
+  end
+  local module = ({ sim = "luagent.sim.help", mcp = "luagent.cli.mcp_help" })[topic]
+  local ok, text = pcall(require, module or "luagent.mock.help")
+  if ok and type(text) == "table" and text[topic] then
+    io.write(text[topic])
+    return 0
+  end
+  return usage_error("help: unknown topic '%s'", topic)
+end
+
+local COMMANDS = {
+  run = M.run,
+  help = function(args) return help(args[1]) end,
+  mock = function(args) return require("luagent.mock").main(args) end,
+  sim = function(args) return require("luagent.sim").main(args) end,
+  resume = function(args) return M.resume(args) end,
+  runs = function(args) return require("luagent.cli.runs").main(args, say, usage_error) end,
+  cost = function(args) return require("luagent.cli.cost").main(args, say, usage_error) end,
+  mcp = function(args) return require("luagent.cli.mcp").main(args) end,
+}
+
+-- main(argv, root) -> exit code. argv[0] is the program, argv[1] the command.
+function M.main(argv, root)
+  M.root = root
+  if root then
+    require("luagent.config").set { policy_path = "policies/?.lua;" .. root .. "/policies/?.lua" }
+  end
+  local cmd = argv[1]
+  if cmd == nil or cmd == "-h" or cmd == "--help" then
+    io.write(USAGE)
+    return cmd and 0 or 2
+  elseif cmd == "-V" or cmd == "--version" then
+    io.write(string.format("luagent %s (%s, libcurl %s, libuv %s)\n",
+      core.version, core.lua_release, core.curl_version, core.uv_version))
+    return 0
+  end
+  local handler = COMMANDS[cmd]
+  if not handler then
+    if cmd:sub(1, 1) == "-" then return usage_error("unknown flag '%s'", cmd) end
+    return usage_error("unknown command '%s'", cmd)
+  end
+  local args = { [0] = argv[0] }
+  for j = 2, #argv do args[#args + 1] = argv[j] end
+  return handler(args)
+end
+
+return M

@@ -1,0 +1,559 @@
+-- The retry loop: one model call, attempted until it succeeds, fails for
+-- good, or runs out of attempts or time. Each step is an event, in an order
+-- frozen by spec/retry_spec.lua and documented in EVENTS.md:
+--
+--   attempt events ... message_end{stop_reason="error", error_message=
+--   "attempt N of M failed and will be retried: <error>", message=<what it
+--   had streamed>} (only if the attempt had opened a message), provider_retry{attempt, max_attempts, error,
+--   error_message, delay, delay_ms}, stream_reset (before the next attempt's first event, if an
+--   earlier attempt had streamed anything), attempt events ..., message_end.
+--
+-- Events of the shared endpoint (circuit_*, retry_budget_exhausted,
+-- cooldown) come after the failed attempt's message_end, before its
+-- provider_retry. The final failure is never followed by provider_retry; it
+-- ends the stream with message_end{stop_reason="error", error=<record>,
+-- final=true}, the record marked final (retryable = false, reason,
+-- attempts, cause = the last attempt's error). A context overflow whose
+-- on_context_overflow hook returns a shorter message list is resent once:
+-- context_compacted{before, after, messages}, then provider_retry with no
+-- wait.
+-- Cancellation (connecting, streaming or backing off) ends the call at once
+-- with one final event and then raises `cancelled` (cancellation always
+-- raises): message_end{stop_reason="aborted"} when no message of the call
+-- is left without its end, else (cancelled during a backoff after the
+-- failed attempt's message_end) call_aborted. The final event is delivered
+-- like any other (to the caller and the bus); the next pull raises, and so
+-- does leaving the loop after it. During a backoff, no further request is
+-- sent.
+local luagent_core = require "luagent.core"
+local errors = require "luagent.base.errors"
+local classify = require "luagent.model.classify"
+local policies = require "luagent.model.policy"
+local provider_mod = require "luagent.model.provider"
+local events = require "luagent.base.bus"
+local endpoint = require "luagent.model.endpoint"
+local queue = require "luagent.base.queue"
+local log = require "luagent.observe.log"
+local config = require "luagent.config"
+local add_usage = require("luagent.base.usage").add
+
+local M = {}
+
+-- The policy of calls that name none and the jitter seed of calls that
+-- give none are settings (lua/luagent/config.lua: policy, seed). Diagnostic
+-- lines go to lua/luagent/observe/log.lua: a retry's at level info, what needs a
+-- look at warn; the events carry them always.
+
+-- Gates asked before every attempt, before any request: function(opts)
+-- -> nil, or an error record that ends the call at once (final, not
+-- retried). lua/luagent/observe/cost.lua adds the max_cost cap here.
+M.gates = {}
+
+------------------------------------------------------------------------------
+-- Usage arithmetic
+------------------------------------------------------------------------------
+
+-- Classes of failure that say something about the provider: they count
+-- against the endpoint's breaker and budget. Auth errors, context overflow,
+-- bad requests and the caller's own cancellation do not.
+local COUNTED = { rate_limited = true, overloaded = true, server = true, transport = true, timeout = true }
+
+-- The endpoint of a call, or nil when the policy turns protection off. The
+-- endpoint is configured by the first policy that reaches it (its state is
+-- shared; a later policy's breaker and budget settings do not rebuild it).
+local function endpoint_for(provider, policy)
+  if not (policy.breaker or policy.budget or policy.cooldown) then return nil end
+  return endpoint.get(endpoint.key(provider.base_url), {
+    breaker = policy.breaker, budget = policy.budget, cooldown = policy.cooldown,
+    shared = policy.shared,
+  })
+end
+
+-- The error a call that failed for good returns and its final message_end
+-- carries: the fields of `err` (the last attempt's error, or the refusal or
+-- deadline that ended the call), marked final so that no layer above starts
+-- the cycle again (classify answers "permanent" for it): retryable = false,
+-- final = true, `reason`, `attempts`, and `cause`, the last attempt's own
+-- error (nil when no attempt was made).
+local function final_error(err, reason, attempts, last)
+  local f = {}
+  for k, v in pairs(err) do f[k] = v end
+  f.retryable, f.final, f.reason, f.attempts = false, true, reason, attempts
+  f.cause = last or err.cause
+  f.message = string.format("%s (final after %d attempt%s: %s)", tostring(err.message),
+    attempts, attempts == 1 and "" or "s", reason)
+  return setmetatable(f, getmetatable(err) or errors.metatable)
+end
+
+-- The wait the server's Retry-After imposes under policy p, for the
+-- endpoint's cooldown: what the policy obeys (capped at max_wait when it
+-- caps), or nil when the policy does not obey this one (honor = false, or
+-- more than max_wait and over_max is "give_up" or "backoff").
+local function obeyed_server_wait(p, retry_after)
+  local ra = p.retry_after
+  if not (retry_after and ra.honor) then return nil end
+  if not ra.max_wait or retry_after <= ra.max_wait then return retry_after end
+  if ra.over_max == "cap" then return ra.max_wait end
+  return nil
+end
+
+------------------------------------------------------------------------------
+-- The loop: one Call object per call, one method per state
+------------------------------------------------------------------------------
+--
+--   start      -> begin_attempt: the deadline, the endpoint's cooldown and
+--                 admission, then the request (-> streaming, waiting, done)
+--   streaming  -> next_event: one event of the attempt (-> done on its
+--                 message_end; a failure goes to `failed`)
+--   waiting    -> backoff: the wait before the next attempt (-> start)
+--   raise      -> raise: the call was cancelled; its final event was
+--                 delivered, now the cancellation is raised (-> done)
+--   done       -> the iterator returns nil
+--
+-- Every event goes through the call's queue and is published as the caller
+-- pulls it; `failed` decides what a failed attempt leads to, `abort` is the
+-- one exit for cancellation.
+
+local function seconds(v) return v and v > 0 and v or nil end
+
+local calls = 0 -- numbers the calls of this process: events carry `call`
+
+local Call = {}
+Call.__index = Call
+
+-- A call from stream's options (checked by M.stream).
+function Call.new(opts, provider, policy_src)
+  calls = calls + 1
+  local call_id = calls
+  -- a run-wide seed still gives each call its own jitter sequence
+  local run_seed = config.get("seed")
+  local seed = opts.seed or (run_seed and run_seed + call_id) or math.random(0, 2 ^ 31)
+  return setmetatable({
+    id = call_id, provider = provider, policy_src = policy_src, policy = policy_src:get(),
+    opts = opts,            -- the caller's (agent, agent_id; the gates see them)
+    rng = luagent_core.backoff_rng(seed),
+    request = {
+      system = opts.system, messages = opts.messages or {}, tools = opts.tools,
+      max_tokens = opts.max_tokens, temperature = opts.temperature,
+    },
+    started = luagent_core.now(),
+    out = queue.new(),
+    state = "start",        -- start | streaming | waiting | raise | done
+    attempt = 0,
+    it = nil, resp = nil,   -- the attempt's event iterator and response
+    opened = false,         -- the attempt opened a message (message_start)
+    text = {}, thinking = {}, -- what the attempt streamed: a failed one's message_end keeps it
+    response_ids = {},      -- the id each attempt's message had (OpenRouter's generation ids)
+    streamed_any = false,   -- an attempt streamed content a retry takes back
+    usage_total = nil, attempt_usage = nil,
+    delay = 0,              -- the wait of the waiting state
+    prev_delay = nil,       -- the last backoff (decorrelated jitter)
+    pending_error = nil,    -- what the raise state raises
+    ep = nil, was_probe = false,
+    last_err = nil,         -- the last attempt's own error
+    cut_by_deadline = nil,  -- the attempt's time limit is the total deadline's
+    compacted = false,      -- a context overflow was resent once already
+    open_end = false,       -- a message_end of the call closed no final message yet
+    attempt_started = nil,  -- the attempt's start (loop clock)
+    status = nil,           -- its HTTP status
+  }, Call)
+end
+
+-- What observers need on the call's final event and its provider_retry
+-- (EVENTS.md, "Call events"): when the call and its last attempt started,
+-- the last status, and what was asked of whom; the final event also the id
+-- of every attempt's message (a failed attempt's cost is looked up by it,
+-- lua/luagent/observe/generations.lua). Returns `ev`.
+function Call:describe(ev)
+  ev.started, ev.attempt_started, ev.status = self.started, self.attempt_started, self.status
+  local provider = self.provider
+  ev.request_model, ev.provider_kind, ev.endpoint = provider.model, provider.kind, provider.base_url
+  if ev.final and self.response_ids[1] then ev.response_ids = self.response_ids end
+  return ev
+end
+
+local function now() return luagent_core.now() end
+
+-- Seconds left before the policy's total deadline (nil: no deadline).
+function Call:time_left()
+  local deadline = seconds(self.policy.total_deadline)
+  return deadline and deadline - (now() - self.started)
+end
+
+-- Tells the endpoint how the attempt went (`counted` failures only);
+-- returns the events that caused.
+function Call:record(ok, counted)
+  if not self.ep then return {} end
+  local evs = self.ep:record(now(), ok, counted, self.was_probe)
+  self.was_probe = false
+  return evs
+end
+
+-- What the attempt produced before it failed or was aborted, as the
+-- assistant message its message_end carries (yoagent: the MessageEnd's
+-- content still holds it), or nil when the attempt opened no message or
+-- that message was closed already. Text and thinking only: a tool call of
+-- a failed attempt never runs. `stop_reason` says why it is incomplete.
+function Call:partial_message(stop_reason)
+  if not self.opened or self.open_end then return nil end
+  local msg = { role = "assistant", content = table.concat(self.text), incomplete = true, stop_reason = stop_reason }
+  if self.thinking[1] then msg.thinking = table.concat(self.thinking) end
+  return msg
+end
+
+-- Ends the call with its final failure.
+function Call:final_failure(err, reason)
+  err = final_error(err, reason, self.attempt, self.last_err)
+  self.out:push(self:describe { type = "message_end", stop_reason = "error", error = err,
+    message = self:partial_message("error"),
+    usage = self.attempt_usage, total_usage = self.usage_total, attempts = self.attempt, reason = reason,
+    final = true })
+  self.state = "done"
+end
+
+-- The one exit for cancellation, wherever it lands (connecting, streaming,
+-- backing off): the attempt in flight is released, the call's final event
+-- is queued (a message_end, unless the failed attempt's message_end was the
+-- last message event: then call_aborted, and no second message_end), and
+-- the cancellation is raised right after it is delivered: by the next
+-- pull, or by the loop's closing value when the caller leaves the loop.
+function Call:abort(err)
+  self:record(false, false) -- frees the breaker's probe slot if this was the probe
+  if self.resp then self.resp:close() self.resp = nil end
+  self.out:push(self:describe { type = self.open_end and "call_aborted" or "message_end",
+    stop_reason = "aborted", error = err, message = self:partial_message("aborted"), final = true,
+    total_usage = self.usage_total, attempts = self.attempt })
+  self.pending_error, self.state = err, "raise"
+end
+
+-- Runs the policy's on_context_overflow hook; returns the shorter message
+-- list it gave, or nil (the call then fails as it would without a hook).
+function Call:compact_request(err)
+  local request = self.request
+  local ok, res = policies.run_limited(self.policy.on_context_overflow, policies.limits.hook,
+    { error = err, request = request, attempt = self.attempt, messages = request.messages })
+  local what
+  if not ok then
+    what = tostring(res) .. " (on_context_overflow hook failed)"
+  elseif res == nil then
+    return nil
+  elseif type(res) ~= "table" or #res == 0 then
+    what = "on_context_overflow hook returned " .. (type(res) == "table" and "an empty list" or "a " .. type(res))
+      .. " (expected a list of messages, or nil)"
+  else
+    for i, m in ipairs(res) do
+      if type(m) ~= "table" or type(m.role) ~= "string" then
+        what = "on_context_overflow hook returned a list whose item " .. i .. " is not a message"
+        break
+      end
+    end
+  end
+  if what then log.write("warn", what) return nil end
+  return res
+end
+
+-- Says which deadline a timeout error hit: the attempt's own, or the call's.
+function Call:name_timeout(err)
+  local policy, attempt = self.policy, self.attempt
+  if err.which == "total" and self.cut_by_deadline then
+    err.which = "total_deadline"
+    err.message = string.format("the call's total deadline (%g s) passed during attempt %d",
+      policy.total_deadline, attempt)
+  elseif err.which == "total" then
+    err.which = "attempt"
+    err.message = string.format("attempt %d took longer than the attempt timeout (%g s)",
+      attempt, policy.attempt_timeout)
+  elseif err.which == "idle" and seconds(policy.idle_timeout) then
+    err.message = string.format("attempt %d: the stream was silent longer than the idle timeout (%g s)",
+      attempt, policy.idle_timeout)
+  end
+end
+
+-- What a classified failure leads to: the wait and its source ("backoff",
+-- "retry_after", "cooldown", "compaction"), or nil, the final reason and
+-- the error to end with.
+function Call:decide(err, d, shorter, left)
+  local policy, ep, attempt = self.policy, self.ep, self.attempt
+  local max_attempts = policy.max_retries + 1
+  if shorter and attempt < max_attempts and not (left and left <= 0) then return 0, "compaction" end
+  if not d.retryable then return nil, d.reason, err end
+  if attempt >= max_attempts then return nil, "no attempts left (" .. max_attempts .. ")", err end
+  local may, refusal = true, nil
+  if ep then may, refusal = ep:may_retry(err) end
+  if not may then return nil, "retry budget exhausted", refusal end
+  local wait, why = policies.delay(policy, attempt, d.retry_after, self.rng, self.prev_delay)
+  -- a cooldown another call set may hold this one longer: announce it
+  local held = wait and ep and policy.cooldown and ep:cooldown_wait(now() + wait, self.rng) or 0
+  if held > 0 then wait, why = wait + held, "cooldown" end
+  if not wait then return nil, why, err end -- the final error's message says it
+  if left and wait >= left then
+    return nil, string.format("the wait of %.3g s would pass the total deadline of %g s",
+      wait, policy.total_deadline), err
+  end
+  return wait, why
+end
+
+-- Announces a retry after `wait`: the attempt's own message_end (if it
+-- opened a message), the endpoint's events, context_compacted, then
+-- provider_retry; the log line and the on_retry hook.
+function Call:announce_retry(err, d, side, shorter, wait, why)
+  local out, policy, attempt = self.out, self.policy, self.attempt
+  local max_attempts = policy.max_retries + 1
+  local text = tostring(err)
+  if self.opened then
+    out:push { type = "message_end", stop_reason = "error", error = err, usage = self.attempt_usage,
+               message = self:partial_message("error"), error_message = string.format("attempt %d of %d failed and will be retried: %s",
+                 attempt, max_attempts, text) }
+    self.open_end = true
+  end
+  out:push_all(side)
+  if shorter then
+    -- the list itself, for callers that keep the history (an agent adopts it)
+    out:push { type = "context_compacted", attempt = attempt, before = #self.request.messages, after = #shorter,
+               messages = shorter }
+    self.request.messages, self.compacted = shorter, true
+  end
+  out:push(self:describe { type = "provider_retry", attempt = attempt, max_attempts = max_attempts,
+    error = err, error_message = text, delay = wait, delay_ms = math.floor(wait * 1000 + 0.5),
+    class = d.class, source = why, usage = self.attempt_usage })
+  -- the retry's own line, unless its provider_retry event is logged already
+  if log.enabled("info") and not log.logging_events() then
+    log.write("info", string.format("provider error (attempt %d/%d), retrying in %.2fs: %s",
+      attempt, max_attempts, wait, text))
+  end
+  if policy.on_retry then
+    local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
+      { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
+    if not ok then log.write("warn", tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
+  end
+  self.delay = wait
+  if why ~= "compaction" then self.prev_delay = wait end
+  self.state = "waiting"
+end
+
+-- Decides what a failed attempt leads to: a retry after a wait, or the end.
+function Call:failed(err)
+  if errors.is_cancel(err) then return self:abort(err) end
+  if not errors.is(err) then
+    self:record(false, false)
+    error(err, 0) -- a programming error (an adapter's bug) raises
+  end
+  if self.resp then self.resp:close() self.resp = nil end
+  if err.kind == "timeout" then self:name_timeout(err) end
+  local policy, ep = self.policy, self.ep
+  self.last_err = err
+  self.status = math.tointeger(err.status) or self.status
+  if type(err.usage) == "table" then self.attempt_usage = err.usage end -- what the cut stream had reported
+  self.usage_total = add_usage(self.usage_total, self.attempt_usage)
+  local left = self:time_left()
+  local d = classify.classify(err, {
+    attempt = self.attempt,
+    deadline_expired = left ~= nil and left <= 0,
+  }, policy)
+  err.class = err.class or d.class
+  local side = self:record(false, COUNTED[d.class] or false)
+  -- the endpoint holds everyone for as long as this policy obeys the
+  -- server (a capped Retry-After holds for the cap), so the wait this
+  -- call announces is the wait it makes
+  local hold = obeyed_server_wait(policy, d.retry_after)
+  if ep and policy.cooldown and hold and (d.class == "rate_limited" or d.class == "overloaded") then
+    for _, e in ipairs(ep:set_cooldown(now() + hold)) do side[#side + 1] = e end
+  end
+  local shorter
+  if d.class == "context_overflow" and policy.on_context_overflow and not self.compacted then
+    shorter = self:compact_request(err)
+  end
+  -- the endpoint's events follow the attempt's own message_end
+  local wait, why, final_err = self:decide(err, d, shorter, left)
+  if not wait then
+    self.out:push_all(side)
+    return self:final_failure(final_err, why)
+  end
+  self:announce_retry(err, d, side, shorter, wait, why)
+end
+
+-- State start: the next attempt, once the deadline, the endpoint's cooldown
+-- and its admission allow it.
+function Call:begin_attempt()
+  self.policy = self.policy_src:get() -- an edited policy applies from the next attempt
+  local policy = self.policy
+  local left = self:time_left()
+  if left and left <= 0 then
+    return self:final_failure(errors.new("timeout", string.format("total deadline of %g s passed",
+      policy.total_deadline), { which = "total_deadline" }), "the total deadline passed")
+  end
+  local ep = endpoint_for(self.provider, policy)
+  self.ep = ep
+  if ep then
+    -- a server-given wait holds every agent on this endpoint, released
+    -- with jitter; then the breaker and the retry budget must agree
+    local hold = policy.cooldown and ep:cooldown_wait(now(), self.rng) or 0
+    if hold > 0 then
+      if left and hold >= left then
+        return self:final_failure(errors.new("timeout", string.format(
+          "the endpoint's cooldown (%.3g s) would pass the total deadline", hold),
+          { which = "total_deadline" }), "cooldown past the total deadline")
+      end
+      self.delay, self.state = hold, "waiting"
+      return
+    end
+    local ok, probe_or_err, evs = ep:admit(self.attempt > 0, now())
+    self.out:push_all(evs)
+    if not ok then
+      return self:final_failure(probe_or_err, probe_or_err.kind == "circuit_open"
+        and "the endpoint's circuit is open" or "the endpoint's retry budget is exhausted")
+    end
+    self.was_probe = probe_or_err or false
+  end
+  for _, gate in ipairs(M.gates) do
+    local refusal = gate(self.opts)
+    if refusal then
+      self:record(false, false) -- frees the breaker's probe slot if this was the probe
+      return self:final_failure(refusal, refusal.reason or refusal.message)
+    end
+  end
+  self.attempt = self.attempt + 1
+  self.opened, self.attempt_usage, self.attempt_started, self.status = false, nil, now(), nil
+  self.text, self.thinking = {}, {}
+  local limit = seconds(policy.attempt_timeout)
+  self.cut_by_deadline = left ~= nil and (limit == nil or left < limit)
+  if left then limit = limit and math.min(limit, left) or left end
+  -- provider:stream -> iterator, nil, nil, response | nil, err
+  local provider = self.provider
+  local ok, stream, perr, _, r = pcall(provider.stream, provider, self.request, {
+    timeout = { total = limit, idle = seconds(policy.idle_timeout) },
+    max_bytes = policy.max_answer_bytes or nil,
+    headers = policy.traceparent and require("luagent.observe.trace").headers(self.id, self.attempt, self.opts) or nil,
+  })
+  if not ok then return self:failed(stream) end -- cancelled while connecting, or a bug
+  if not stream then return self:failed(perr) end
+  self.it, self.resp = stream, r
+  self.status = r and r.status
+  self.state = "streaming"
+end
+
+-- State streaming: one event of the attempt.
+function Call:next_event()
+  local ok, ev = pcall(self.it)
+  if not ok then return self:failed(ev) end
+  if ev == nil then -- adapters end with message_end; a bare end is a cut
+    return self:failed(errors.new("truncated", "stream ended without message_end"))
+  end
+  local out, t = self.out, ev.type
+  if self.attempt > 1 and self.streamed_any and not self.opened and t ~= "usage" then
+    out:push { type = "stream_reset", attempt = self.attempt }
+    self.streamed_any = false
+  end
+  if t == "message_start" then
+    self.opened, self.open_end = true, false
+    if ev.id then self.response_ids[#self.response_ids + 1] = ev.id end
+  elseif t == "text_delta" then
+    self.streamed_any = true
+    self.text[#self.text + 1] = ev.text
+  elseif t == "thinking_delta" then
+    self.streamed_any = true
+    self.thinking[#self.thinking + 1] = ev.text
+  elseif t == "tool_call_start" then
+    self.streamed_any = true
+  elseif t == "usage" then
+    self.attempt_usage = ev
+  elseif t == "message_end" then
+    local bad, why = classify.unusable(ev.message)
+    if bad then
+      return self:failed(errors.new("unusable", "unusable reply: " .. why, { unusable = true }))
+    end
+    self.resp = nil -- the provider closed it at its message_end
+    local side = self:record(true, true)
+    self.usage_total = add_usage(self.usage_total, self.attempt_usage)
+    ev.total_usage = self.usage_total
+    ev.attempts = self.attempt
+    ev.final = true
+    self:describe(ev)
+    self.state = "done"
+    out:push_all(side)
+  end
+  out:push(ev)
+end
+
+-- State waiting: the wait before the next attempt; no further request is
+-- sent when the call is cancelled here.
+function Call:backoff()
+  local ok, err = pcall(luagent_core.sleep, self.delay)
+  if ok then
+    self.state = "start"
+  elseif errors.is_cancel(err) then
+    self:abort(err)
+  else
+    error(err, 0)
+  end
+end
+
+-- State raise: the final event of a cancelled call was delivered.
+function Call:raise()
+  self.state = "done"
+  error(self.pending_error, 0)
+end
+
+local STEP = { start = Call.begin_attempt, streaming = Call.next_event, waiting = Call.backoff, raise = Call.raise }
+
+-- The next queued event, published on the bus as it is delivered, or nil.
+function Call:deliver()
+  local ev = self.out:pop()
+  if ev then
+    ev.call, ev.agent, ev.agent_id = self.id, self.opts.agent, self.opts.agent_id
+    events.publish(ev)
+  end
+  return ev
+end
+
+-- The next event of the call, or nil after the final one.
+function Call:pull()
+  while true do
+    local ev = self:deliver()
+    if ev then return ev end
+    if self.state == "done" then return nil end
+    STEP[self.state](self)
+  end
+end
+
+-- The closing value of the generic for: leaving the loop early aborts the
+-- attempt in flight at once; when the call was cancelled, what is left of
+-- it (its final event) goes to the bus and the cancellation is raised.
+function Call:close()
+  if self.resp then self.resp:close() self.resp = nil end
+  if self.state == "raise" then
+    while self:deliver() do end
+    self:raise()
+  end
+end
+
+-- stream{model=, messages=, system=, tools=, policy=, max_tokens=,
+-- temperature=, seed=} -> iterator of events (and, as the generic for's
+-- closing value, an object that aborts the attempt in flight when the loop
+-- is left early). `model` is "kind/model" or a provider. The iterator
+-- returns nil after the final message_end.
+function M.stream(opts)
+  if type(opts) ~= "table" then error("stream: expects a table", 2) end
+  local provider = opts.model
+  if provider == nil then error("stream: model is required", 2) end
+  if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(provider) end
+  local call = Call.new(opts, provider, policies.resolve(opts.policy, 2, "stream"))
+  local closer = setmetatable({}, { __close = function() call:close() end })
+  return function() return call:pull() end, nil, nil, closer
+end
+
+-- complete{...} -> the final assistant message (with .usage, .total_usage
+-- and .attempts), or nil and the error record of the final failure.
+function M.complete(opts)
+  local final -- the last message_end is the call's outcome
+  for ev in M.stream(opts) do
+    if ev.type == "message_end" then final = ev end
+  end
+  if not final then return nil, errors.new("truncated", "the call ended without an answer") end
+  if final.stop_reason == "error" then return nil, final.error end
+  local msg = final.message or {}
+  msg.stop_reason, msg.usage, msg.total_usage, msg.attempts = final.stop_reason, final.usage, final.total_usage, final.attempts
+  return msg
+end
+
+return M
