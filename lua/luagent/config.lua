@@ -1,9 +1,8 @@
--- One configuration surface for the process: what `luagent run` sets from
--- its flags, and what an embedder or a spec sets through
--- luagent.configure{...}. The settings live here and nowhere else; the
--- modules that use them read them here at the moment they need them, so a
--- change applies from the next call. Scripts read them the same way under
--- `luagent run` or a plain lua5.4 (luagent.configure() returns a copy).
+-- The settings of a runtime: what `luagent run` sets from its flags and an
+-- embedder or a spec through luagent.runtime{...} or luagent.configure{...}.
+-- This file owns the list of settings and their checks; each runtime owns
+-- its values (a Settings object, lua/luagent/runtime.lua), read at the
+-- moment they are needed, so a change applies from the next call.
 --
 --   policy      the policy of calls that name none: a name, a file or a
 --               table (default "default"; `--policy FILE`)
@@ -12,8 +11,8 @@
 --   providers   {base_urls={[kind]=url}, api_key=}: every provider made
 --               without a base_url points there (the embedded mock), or
 --               nil
---   record      a recorder (lua/luagent/observe/record.lua) tapping every provider
---               request (`--record FILE`), or nil
+--   record      a recorder (lua/luagent/observe/record.lua) tapping every
+--               provider request (`--record FILE`), or nil
 --   policy_path where bare policy names are looked for ("a/?.lua;b/?.lua");
 --               nil for the default (lua/luagent/model/policy.lua)
 --   options     what `luagent run` was asked for (retry_safe, seed, tools),
@@ -33,10 +32,10 @@
 --               options=, cwd=}; nil: the script and arguments of _G.arg
 local M = {}
 
-local settings = { policy = "default", options = {} }
+M.LOG_LEVELS = { debug = 1, info = 2, warn = 3, error = 4, off = 5 }
 
--- Checks of each setting's value (nil is always fine: it clears it).
-local CHECKS = {
+-- Each setting's check (nil is always fine: it clears it) and default.
+M.CHECKS = {
   policy = function(v) return type(v) == "string" or type(v) == "table", "a name, a file or a table" end,
   seed = function(v) return math.tointeger(v) ~= nil, "an integer" end,
   providers = function(v)
@@ -45,7 +44,7 @@ local CHECKS = {
   record = function(v) return type(v) == "table" and type(v.begin) == "function", "a recorder (record.open)" end,
   policy_path = function(v) return type(v) == "string", "a search path string" end,
   options = function(v) return type(v) == "table", "a table" end,
-  log_level = function(v) return require("luagent.observe.log").LEVELS[v] ~= nil, "debug, info, warn, error or off" end,
+  log_level = function(v) return M.LOG_LEVELS[v] ~= nil, "debug, info, warn, error or off" end,
   log_sink = function(v) return type(v) == "function", "a function(level, line)" end,
   log_format = function(v) return v == "auto" or v == "json" or v == "text", "auto, json or text" end,
   log_content = function(v) return type(v) == "boolean", "true or false" end,
@@ -55,78 +54,64 @@ local CHECKS = {
   run_info = function(v) return type(v) == "table" and type(v.script) == "string", "a table {script=, args=, options=, cwd=}" end,
 }
 
--- Settings that belong to another module's state: how to read and set them.
-local DELEGATED = {
-  log_level = {
-    get = function() return require("luagent.observe.log").level() end,
-    set = function(v) require("luagent.observe.log").set_level(v or "warn") end,
-  },
-  log_format = {
-    get = function() return require("luagent.observe.log").format end,
-    set = function(v) require("luagent.observe.log").set_format(v or "auto") end,
-  },
-  max_cost = {
-    get = function() return settings.max_cost end,
-    -- a cap needs the meter that counts against it
-    set = function(v)
-      settings.max_cost = v
-      if v then require("luagent.observe.cost").start() end
-    end,
-  },
-  log_sink = {
-    get = function() return require("luagent.observe.log").sink end,
-    set = function(v)
-      local log = require "luagent.observe.log"
-      log.sink = v or log.default_sink
-    end,
-  },
-}
+-- The value a setting has when unset (nil for those not listed).
+local DEFAULTS = { policy = "default", log_level = "warn", log_format = "auto" }
+local function default(name)
+  if name == "options" then return {} end
+  return DEFAULTS[name]
+end
+
+local Settings = {}
+Settings.__index = Settings
+
+-- new([t [, api]]) -> settings holding t's values (checked as set does);
+-- settings.on_change(name, value), when set, is told of every change.
+function M.new(t, api)
+  local self = setmetatable({ values = {}, on_change = nil }, Settings)
+  for name in pairs(M.CHECKS) do self.values[name] = default(name) end
+  if t then self:set(t, api or "luagent.runtime", 4) end
+  return self
+end
 
 -- get(name) -> the value of one setting. An unknown name raises.
-function M.get(name)
-  if not CHECKS[name] then error("luagent.config: no setting '" .. tostring(name) .. "'", 2) end
-  if DELEGATED[name] then return DELEGATED[name].get() end
-  return settings[name]
+function Settings:get(name)
+  if not M.CHECKS[name] then error("luagent.config: no setting '" .. tostring(name) .. "'", 2) end
+  return self.values[name]
 end
 
 -- set{name=value, ...} -> the previous values of the names given (pass
--- them back to set to restore them). `false` clears a setting (back to its
--- default). An unknown name or a bad value raises and changes nothing.
-function M.set(t)
-  if type(t) ~= "table" then error("luagent.configure: expects a table", 3) end
+-- them back to set to restore them; false for those that were unset).
+-- `false` clears a setting (back to its default). An unknown name or a
+-- bad value raises and changes nothing. `api` names the caller in errors.
+function Settings:set(t, api, level)
+  api, level = api or "luagent.configure", level or 3
+  if type(t) ~= "table" then error(api .. ": expects a table", level) end
   for k, v in pairs(t) do
-    local check = CHECKS[k]
-    if not check then error("luagent.configure: no setting '" .. tostring(k) .. "'", 3) end
+    local check = M.CHECKS[k]
+    if not check then error(api .. ": no setting '" .. tostring(k) .. "'", level) end
     if v ~= false then
       local ok, want = check(v)
       if not ok then
-        error(string.format("luagent.configure: %s must be %s, got %s", k, want, type(v) == "string"
-          and "'" .. v .. "'" or tostring(v)), 3)
+        error(string.format("%s: %s must be %s, got %s", api, k, want, type(v) == "string"
+          and "'" .. v .. "'" or tostring(v)), level)
       end
     end
   end
   local old = {}
   for k, v in pairs(t) do
-    old[k] = M.get(k)
+    old[k] = self.values[k]
     if old[k] == nil then old[k] = false end
-    if v == false then v = nil end
-    if DELEGATED[k] then
-      DELEGATED[k].set(v)
-    elseif k == "policy" then
-      settings[k] = v or "default"
-    elseif k == "options" then
-      settings[k] = v or {}
-    else
-      settings[k] = v
-    end
+    if v == false then v = default(k) end
+    self.values[k] = v
+    if self.on_change then self.on_change(k, v) end
   end
   return old
 end
 
 -- A shallow copy of every setting.
-function M.all()
+function Settings:all()
   local out = {}
-  for k in pairs(CHECKS) do out[k] = M.get(k) end
+  for k, v in pairs(self.values) do out[k] = v end
   return out
 end
 

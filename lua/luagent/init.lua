@@ -1,12 +1,17 @@
--- luagent: the public Lua API. Tasks, time and errors come from the C core;
--- larger areas (http, events, log, json, agent, tools) load on first use.
+-- luagent: the public Lua API, an explicit list of names. Tasks and time
+-- come from the C core; everything of a running host belongs to a runtime
+-- (lua/luagent/runtime.lua). The face keeps a default runtime, made on
+-- first use, so a script that never names one works unchanged:
+-- luagent.stream{...} is luagent.default_runtime():stream{...}.
+--
+-- This is a composition root: the runtime and the larger areas (http,
+-- events, log, json, agent, tools) load on first use, for start-up time.
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
-local config = require "luagent.config"
+local deadline = require "luagent.base.deadline"
 
 local M = {
   version = core.version,
-  core = core,
   errors = errors,
   spawn = core.spawn,    -- spawn(fn, ...) -> task
   sleep = core.sleep,    -- sleep(seconds), cancellable
@@ -19,18 +24,42 @@ local M = {
     real = core.clock_real,
     is_virtual = core.clock_is_virtual,
   },
+  -- deadline(seconds, fn, ...) -> fn's results, or raises `timeout`
+  -- (lua/luagent/base/deadline.lua)
+  deadline = deadline,
 }
 
--- configure{policy=, seed=, providers=, record=, policy_path=, options=,
--- log_level=, log_sink=, log_format=, log_content=, max_cost=, ...} -> the previous values of the settings given
--- (false for those that were unset): the one configuration surface of the
--- process (lua/luagent/config.lua says what each is; false clears one).
--- configure() -> a copy of every setting. `luagent run` sets them from its
--- flags; scripts read them the same way with or without it.
-function M.configure(t)
-  if t == nil then return config.all() end
-  return config.set(t)
+local default -- the default runtime
+
+-- runtime{...} -> a new runtime with these settings (lua/luagent/config.lua
+-- lists them): its own bus, policy, endpoints, cost cap and log sink.
+function M.runtime(settings)
+  return require("luagent.runtime").new(settings)
 end
+
+-- default_runtime([rt]) -> the default runtime, made on first use; with rt,
+-- rt becomes the default (what `luagent run` does with the runtime it
+-- builds from its flags) and the previous default is returned.
+function M.default_runtime(rt)
+  if rt ~= nil then
+    if getmetatable(rt) ~= require("luagent.runtime").Runtime then
+      error("default_runtime: expects a runtime (luagent.runtime{...})", 2)
+    end
+    local was = default
+    default = rt
+    return was
+  end
+  if not default then default = require("luagent.runtime").new() end
+  return default
+end
+local rt = M.default_runtime
+
+-- configure{policy=, seed=, providers=, record=, policy_path=, options=,
+-- log_level=, log_sink=, log_format=, log_content=, max_cost=, ...} -> the
+-- previous values of the settings given (false for those that were unset):
+-- the settings of the default runtime (lua/luagent/config.lua says what each
+-- is; false clears one). configure() -> a copy of every setting.
+function M.configure(t) return rt():configure(t) end
 
 -- daemon(fn, ...) -> task: a task that run() and `luagent run` do not wait
 -- for (servers, watchers).
@@ -38,69 +67,67 @@ function M.daemon(fn, ...)
   return core.spawn(fn, ...):set_daemon(true)
 end
 
--- deadline(seconds, fn, ...) -> fn's results. Runs fn as a child task and
--- cancels it when the time is up, raising an error of kind `timeout` (which
--- = "deadline"). If the caller is cancelled meanwhile, the child is too.
-function M.deadline(seconds, fn, ...)
-  if type(seconds) ~= "number" or seconds ~= seconds then error("deadline: seconds must be a number", 2) end
-  if type(fn) ~= "function" then error("deadline: fn must be a function", 2) end
-  if seconds == math.huge then return fn(...) end -- no deadline at all
-  local child = core.spawn(fn, ...)
-  local expired = {}
-  local watchdog = core.spawn(function()
-    core.sleep(seconds)
-    child:cancel(expired)
-  end)
-  local res = table.pack(pcall(child.join, child))
-  watchdog:cancel()
-  if res[1] then return table.unpack(res, 2, res.n) end
-  local err = res[2]
-  if child:status() ~= "done" and child:status() ~= "failed" then
-    child:cancel() -- the caller itself was cancelled while waiting
-  elseif errors.is(err) and err.kind == "cancelled" and err.reason == expired then
-    err = errors.new("timeout", string.format("deadline of %g s exceeded", seconds),
-      { which = "deadline", seconds = seconds })
-  end
-  error(err, 0)
-end
-
 -- provider("kind/model") or provider{kind=, model=, base_url=, api_key=,
 -- headers=} -> a provider; see lua/luagent/model/provider.lua.
-function M.provider(spec)
-  return require("luagent.model.provider").new(spec)
-end
+function M.provider(spec) return rt():provider(spec) end
 
 -- stream{model=, messages=, system=, tools=, policy=, max_tokens=} ->
 -- iterator of events, retries included; complete{...} -> the final message,
 -- or nil, err. See lua/luagent/model/call.lua.
-function M.stream(opts) return require("luagent.model.call").stream(opts) end
-function M.complete(opts) return require("luagent.model.call").complete(opts) end
+function M.stream(opts) return rt():stream(opts) end
+function M.complete(opts) return rt():complete(opts) end
 
 -- health([now]) -> {[endpoint] = {state=, failures=, consecutive=, trips=,
 -- tokens=, cooldown_until=, open_until=, backend=}}: the shared protection
 -- state; backend is "local", or "redis" when it is shared between hosts.
-function M.health(now)
-  return require("luagent.model.endpoint").health(now or core.now())
-end
+function M.health(now) return rt():health(now or core.now()) end
 
--- Areas loaded on first use. These and the fields above are the whole public
--- face: any other name raises, so a typo (`luagent.sleeep`) is found at once.
--- Test-bench modules (luagent.mock, luagent.sim) are required by name.
-local LAZY = {
-  http = "luagent.base.http", events = "luagent.base.bus", log = "luagent.observe.log",
-  json = "luagent.base.json", agent = "luagent.agent.loop", tools = "luagent.agent.tools",
+-- subscribe(fn [, types]) -> unsubscribe function: the default runtime's events.
+function M.subscribe(fn, types) return rt():subscribe(fn, types) end
+
+-- Areas made on first use: name -> a function building the area's face.
+local AREAS = {
+  http = function() return require "luagent.base.http" end,
+  json = function() return require "luagent.base.json" end,
+  log = function() return require "luagent.observe.log" end,
+  tools = function() return require "luagent.agent.tools" end,
+  -- agent{...} -> an agent of the default runtime (lua/luagent/agent/loop.lua)
+  agent = function()
+    local loop = require "luagent.agent.loop"
+    return setmetatable({ Agent = loop.Agent, defaults = loop.defaults,
+      new = function(opts) return rt():agent(opts) end },
+      { __call = function(_, opts) return rt():agent(opts) end })
+  end,
+  -- the default runtime's bus, and the consumers a script wires itself
+  events = function()
+    local bus = require "luagent.base.bus"
+    local jsonl = require "luagent.observe.jsonl"
+    local retry_safe = require "luagent.observe.retry_safe"
+    return {
+      subscribe = function(fn, opts) return rt().bus:subscribe(fn, opts) end,
+      publish = function(ev) return rt().bus:publish(ev) end,
+      plain = bus.plain, to_json = bus.to_json, jsonl = jsonl.jsonl,
+      retry_safe = function(iter) return retry_safe.retry_safe(iter, rt().diag) end,
+      retry_safe_filter = function(sink) return retry_safe.retry_safe_filter(sink, rt().diag) end,
+      retry_safe_consumer = function(sink) return retry_safe.retry_safe_consumer(sink, rt().diag) end,
+    }
+  end,
 }
 
+-- These and the fields above are the whole public face: any other name
+-- raises, so a typo (`luagent.sleeep`) is found at once. Test-bench modules
+-- (luagent.mock, luagent.sim) are required by name.
 setmetatable(M, {
   __index = function(t, k)
     -- what `luagent run` was asked for (retry_safe, seed, tools); {} elsewhere
-    if k == "options" then return config.get("options") end
-    if not LAZY[k] then
+    if k == "options" then return rt().settings:get("options") end
+    local make = AREAS[k]
+    if not make then
       error(string.format("luagent: no public name '%s'", tostring(k)), 2)
     end
-    local mod = require(LAZY[k])
-    rawset(t, k, mod)
-    return mod
+    local area = make()
+    rawset(t, k, area)
+    return area
   end,
   __newindex = function(t, k, v)
     if k == "options" then error("luagent.options is read-only: use luagent.configure{options=...}", 2) end

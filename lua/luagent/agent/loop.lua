@@ -15,14 +15,13 @@
 -- "Conversation history", which every adapter sends.
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
-local events = require "luagent.base.bus"
 local json = require "luagent.base.json"
 local queue = require "luagent.base.queue"
 local retry = require "luagent.model.call"
 local policies = require "luagent.model.policy"
 local provider_mod = require "luagent.model.provider"
 local tools = require "luagent.agent.tools"
-local config = require "luagent.config"
+local journal = require "luagent.agent.journal"
 local add_usage = require("luagent.base.usage").add
 
 local M = {}
@@ -61,16 +60,16 @@ local function tool_sources(spec)
   return sources
 end
 
--- new{name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
+-- new(rt, {name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
--- durable=, max_cost=} -> agent. `model` is "kind/model" or a provider.
+-- durable=, max_cost=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider.
 -- durable = true journals its runs (journal.lua); nil follows `luagent run
 -- --durable`. Raises on misuse.
-function M.new(opts)
+function M.new(rt, opts)
   if type(opts) ~= "table" then error("agent: expects a table", 2) end
   if opts.model == nil then error("agent: model is required", 2) end
   local provider = opts.model
-  if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(provider) end
+  if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
   local tool_policy
   if opts.tool_policy ~= nil then
     local err
@@ -86,8 +85,9 @@ function M.new(opts)
   if max_cost ~= nil and not (type(max_cost) == "number" and max_cost >= 0 and max_cost < math.huge) then
     error("agent: max_cost must be a number >= 0 (a cost in the price table's currency)", 2)
   end
-  if max_cost then require("luagent.observe.cost").start() end -- the meter that holds the cap
+  if max_cost then rt:meter("cost") end -- the meter that holds the cap
   local self = setmetatable({
+    rt = rt,
     name = name,
     id = string.format("%s-%08x", name, math.random(0, 0x7fffffff)),
     provider = provider,
@@ -114,7 +114,7 @@ end
 -- section of its retry policy (a name, file, table, or the default).
 function Agent:current_tool_policy()
   if self.tool_policy then return self.tool_policy end
-  local ok, holder = pcall(policies.resolve, self.policy)
+  local ok, holder = pcall(self.rt.policies.resolve, self.rt.policies, self.policy)
   local p = ok and holder:get()
   if type(p) == "table" then
     local good, pol = pcall(policies.new, p)
@@ -283,10 +283,10 @@ end
 -- nil; nil, err when the journal cannot be opened.
 function Agent:journal_begin()
   local durable = self.durable
-  if durable == nil then durable = config.get("durable") or false end
+  if durable == nil then durable = self.rt.settings:get("durable") or false end
   if not durable then return nil end
   if not self.binder then
-    local b, err = require("luagent.agent.journal").bind(self)
+    local b, err = journal.bind(self)
     if not b then return nil, err end
     self.binder = b
   end
@@ -359,10 +359,10 @@ function Agent:run_turns(emit, push)
                 total_usage = known.total_usage, attempts = known.attempts, stop_reason = known.stop_reason }
       emit(final)
     else ok, cerr = pcall(function()
-      for ev in retry.stream { model = self.provider, system = self.system, messages = self.messages,
+      for ev in retry.stream(self.rt, { model = self.provider, system = self.system, messages = self.messages,
                                tools = box.specs, policy = self.policy, max_tokens = self.max_tokens,
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
-                               max_cost = self.max_cost } do
+                               max_cost = self.max_cost }) do
         push(ev)
         local t = ev.type
         if t == "context_compacted" then
@@ -445,7 +445,7 @@ function Agent:start()
   local function emit(ev)
     ev.agent, ev.agent_id = self.name, self.id
     if self.journal then self.journal:observe(ev) end
-    events.publish(ev)
+    self.rt.bus:publish(ev)
     deliver(ev)
   end
   local failure -- a programming error in the run (a bug, a misused API)
@@ -514,4 +514,4 @@ function Agent:run(text)
   return last
 end
 
-return setmetatable(M, { __call = function(_, opts) return M.new(opts) end })
+return M

@@ -4,6 +4,7 @@
 -- 74 an output file could not be written (--events, --otlp FILE), 130
 -- interrupted (SIGINT), 143 terminated (SIGTERM).
 local core = require "luagent.core"
+local luagent = require "luagent"
 local config = require "luagent.config"
 local secrets = require "luagent.base.secrets"
 local outfile = require "luagent.base.outfile"
@@ -220,7 +221,7 @@ local function parse_run_args(args)
     end
     opts.events = dest
   end
-  if opts.log and not require("luagent.observe.log").LEVELS[opts.log] then
+  if opts.log and not config.LOG_LEVELS[opts.log] then
     return nil, string.format("run: --log wants debug, info, warn, error or off, not '%s'", opts.log)
   end
   local fmt = opts["log-format"]
@@ -241,7 +242,7 @@ end
 -- returns their cleanup (exports, the tree, the cost table: true, or nil
 -- and the message of an output file that could not be written), or nil
 -- and an exit code after reporting the problem.
-local function observe(opts, usage_error)
+local function observe(rt, opts, usage_error)
   local log = require "luagent.observe.log"
   -- tracing and the cost meter are loaded only when asked for (startup)
   local trace, cost
@@ -250,8 +251,8 @@ local function observe(opts, usage_error)
     local ok, err = cost.load_prices(opts.prices)
     if not ok then return nil, usage_error("run: --prices: %s", err) end
   end
-  config.set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false,
-               max_cost = opts["max-cost"] and tonumber(opts["max-cost"]) or false }
+  rt.settings:set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false,
+                    max_cost = opts["max-cost"] and tonumber(opts["max-cost"]) or false }
   -- --otlp FILE and a collector (--otlp URL, or the OTEL_ variables) may go together
   local file = opts.otlp and not opts.otlp:match("^https?://") and opts.otlp or nil
   local url = not file and opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -263,22 +264,22 @@ local function observe(opts, usage_error)
     -- a post's bound, in milliseconds as OpenTelemetry's variables give it
     local timeout_ms = tonumber(os.getenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
       or os.getenv("OTEL_EXPORTER_OTLP_TIMEOUT") or "")
-    local ok, err = trace.start { tree = opts.trace, file = file, url = url,
+    local ok, err = trace.start(rt, { tree = opts.trace, file = file, url = url,
       max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
       batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")),
-      timeout = timeout_ms and timeout_ms > 0 and timeout_ms < math.huge and timeout_ms / 1000 or nil }
+      timeout = timeout_ms and timeout_ms > 0 and timeout_ms < math.huge and timeout_ms / 1000 or nil })
     if not ok then return nil, usage_error("run: --otlp: %s", err) end
   end
-  if cost then cost.start() end
+  if cost then cost.start(rt) end
   -- `--log off` asked for silence: no consumer at all
-  if opts.log ~= "off" then log.start() end
+  if opts.log ~= "off" then log.start(rt) end
   return function()
     log.stop()
     local ok, err = true, nil
     if trace then ok, err = trace.stop(opts.trace and io.stderr or nil) end
     if cost then
       if opts.cost then io.stderr:write(table.concat(cost.report(), "\n"), "\n") end
-      cost.stop()
+      cost.stop(rt)
     end
     return ok, err
   end
@@ -297,18 +298,19 @@ end
 -- function (it answers true, or nil and a message when an output file,
 -- --events or --otlp, could not be written: reported once when it
 -- happened), or nil and an exit code after reporting the problem.
-local function prepare(opts, file)
-  local events = require "luagent.base.bus"
+local function prepare(rt, opts, file)
+  local jsonl = require "luagent.observe.jsonl"
+  local retry_safe = require "luagent.observe.retry_safe"
   local seed = opts.seed and math.tointeger(tonumber(opts.seed))
   local log = require "luagent.observe.log"
-  if opts.log then config.set { log_level = opts.log } end
+  if opts.log then rt.settings:set { log_level = opts.log } end
   -- with a log level asked for, luagent's own notes are log lines too
   local explicit_log = opts.log or os.getenv("LUAGENT_LOG")
   local function note(fmt, ...)
     if explicit_log then log.write("info", (string.format(fmt, ...):gsub("^luagent: ", ""))) else say(fmt, ...) end
   end
   local options = { retry_safe = opts["retry-safe"] or false, seed = seed }
-  config.set { options = options }
+  rt.settings:set { options = options }
   local cleanups = {}
   local failure -- the first output file that could not be written
   local function output(ok, err)
@@ -329,16 +331,16 @@ local function prepare(opts, file)
     local fh = io.open(opts.policy, "r")
     if not fh then return nil, usage_error("run: cannot open policy '%s'", opts.policy) end
     fh:close()
-    local ok, err = pcall(require("luagent.model.policy").watched, opts.policy)
+    local ok, err = pcall(rt.policies.watched, rt.policies, opts.policy)
     if not ok then
       say("luagent: %s", tostring(type(err) == "table" and err.message or err))
       return nil, 1
     end
-    config.set { policy = opts.policy }
+    rt.settings:set { policy = opts.policy }
   end
-  if seed then config.set { seed = seed } end
+  if seed then rt.settings:set { seed = seed } end
   -- before the mock starts, so a bad --prices or --otlp leaves nothing behind
-  local obs, code = observe(opts, usage_error)
+  local obs, code = observe(rt, opts, usage_error)
   if not obs then
     for i = #cleanups, 1, -1 do cleanups[i]() end
     return nil, code
@@ -375,7 +377,7 @@ local function prepare(opts, file)
       say("luagent: %s", tostring(err))
       return nil, 1
     end
-    config.set { providers = { base_urls = srv.base_urls, api_key = "mock-key" } }
+    rt.settings:set { providers = { base_urls = srv.base_urls, api_key = "mock-key" } }
     local what = {}
     if cassette then what[#what + 1] = "replaying " .. cassette end
     if opts.faults then what[#what + 1] = "faults " .. opts.faults end
@@ -390,16 +392,16 @@ local function prepare(opts, file)
   if opts.record then
     local rec, err = require("luagent.observe.record").open(opts.record)
     if not rec then return nil, usage_error("run: %s", err) end
-    config.set { record = rec }
+    rt.settings:set { record = rec }
     cleanups[#cleanups + 1] = function()
       rec:close()
       note("luagent: recorded %d exchange(s) to %s", rec.count, opts.record)
     end
   end
   if opts.events then
-    local sink = events.jsonl(events_out)
-    if opts["retry-safe"] then sink = events.retry_safe_consumer(sink) end
-    cleanups[#cleanups + 1] = events.subscribe(sink)
+    local sink = jsonl.jsonl(events_out)
+    if opts["retry-safe"] then sink = retry_safe.retry_safe_consumer(sink, rt.diag) end
+    cleanups[#cleanups + 1] = rt.bus:subscribe(sink)
   end
   return function()
     for i = #cleanups, 1, -1 do cleanups[i]() end
@@ -427,11 +429,11 @@ end
 
 -- Runs FILE (already checked to load) with its arguments under the
 -- options. Returns the exit code.
-local function execute(opts, file, chunk, script_args)
+local function execute(rt, opts, file, chunk, script_args)
   _G.arg = script_args
 
   if opts["virtual-clock"] then core.clock_virtual() end
-  local cleanup, code = prepare(opts, file)
+  local cleanup, code = prepare(rt, opts, file)
   if not cleanup then -- a usage error: the run did not start well
     end_run(true)
     return code
@@ -534,6 +536,18 @@ local function parse_or_help(args, cmd)
   return opts, i
 end
 
+-- The runtime of `luagent run` and `luagent resume`, made through the same
+-- constructor an embedder calls and made the default one, which the
+-- script's luagent.stream{...} and luagent.agent{...} use. Bare policy
+-- names are looked for here, then beside the executable.
+local function host_runtime()
+  local rt = luagent.runtime {
+    policy_path = M.root and ("policies/?.lua;" .. M.root .. "/policies/?.lua") or nil,
+  }
+  luagent.default_runtime(rt)
+  return rt
+end
+
 function M.run(args)
   local opts, i = parse_or_help(args, "run")
   if not opts then return i end
@@ -543,6 +557,7 @@ function M.run(args)
   if not chunk then return code end
   local script_args = { [0] = file, [-1] = args[0] }
   for j = i + 1, #args do script_args[#script_args + 1] = args[j] end
+  local rt = host_runtime()
   if opts.durable or opts.journal then
     local journal = require "luagent.agent.journal"
     local recorded = {}
@@ -550,17 +565,17 @@ function M.run(args)
     local list = {}
     for j = 1, #script_args do list[j] = script_args[j] end
     -- --journal alone: the run starts with the first durable agent
-    config.set { journal_file = opts.journal or false, durable = opts.durable or false,
+    rt.settings:set { journal_file = opts.journal or false, durable = opts.durable or false,
       run_info = { script = file, args = list, options = recorded, cwd = os.getenv("PWD") } }
     if opts.durable then
-      local run, err = journal.current()
+      local run, err = journal.current(rt.settings)
       if not run then
         say("luagent: %s", tostring(err))
         return 1
       end
     end
   end
-  return execute(opts, file, chunk, script_args)
+  return execute(rt, opts, file, chunk, script_args)
 end
 
 -- `luagent resume [options] RUN_ID`: the run's script again, with its
@@ -601,10 +616,11 @@ function M.resume(args)
   local script_args = { [0] = rec.script, [-1] = args[0] }
   for j, a in ipairs(rec.args or {}) do script_args[j] = a end
   journal.use(run)
-  config.set { durable = rec.options and rec.options.durable or false }
+  local rt = host_runtime()
+  rt.settings:set { durable = rec.options and rec.options.durable or false }
   say("luagent: resuming run %s (%s; %d step(s) in the journal%s)", id, rec.script, #rec.steps,
     rec.status == "done" and "; it had finished: every step replays" or "")
-  return execute(opts, rec.script, chunk, script_args)
+  return execute(rt, opts, rec.script, chunk, script_args)
 end
 
 -- Topics beyond the built-in ones live with their area; the rest (faults,
@@ -641,9 +657,6 @@ local COMMANDS = {
 -- main(argv, root) -> exit code. argv[0] is the program, argv[1] the command.
 function M.main(argv, root)
   M.root = root
-  if root then
-    require("luagent.config").set { policy_path = "policies/?.lua;" .. root .. "/policies/?.lua" }
-  end
   local cmd = argv[1]
   if cmd == nil or cmd == "-h" or cmd == "--help" then
     io.write(USAGE)

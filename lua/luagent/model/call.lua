@@ -25,29 +25,29 @@
 -- like any other (to the caller and the bus); the next pull raises, and so
 -- does leaving the loop after it. During a backoff, no further request is
 -- sent.
+-- Every call belongs to a runtime (lua/luagent/runtime.lua), whose state
+-- it uses and never a module's: its settings (the policy of calls that name
+-- none, the jitter seed of calls that give none), its policy cache, its
+-- endpoints, its bus (every event is published there as it is delivered),
+-- its diagnostics (a retry's line at info, what needs a look at warn; the
+-- events carry them always), and its two control points, which observers
+-- register in and the call layer owns:
+--   rt.admission   function(opts) -> nil, or an error record that ends the
+--                  call at once (final, not retried), asked before every
+--                  attempt, before any request (the cost cap)
+--   rt.decorators  function(call) -> headers to add to the attempt's
+--                  request, or nil (tracing's traceparent); `call` has id,
+--                  attempt, opts and policy
 local luagent_core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local classify = require "luagent.model.classify"
 local policies = require "luagent.model.policy"
 local provider_mod = require "luagent.model.provider"
-local events = require "luagent.base.bus"
 local endpoint = require "luagent.model.endpoint"
 local queue = require "luagent.base.queue"
-local log = require "luagent.observe.log"
-local config = require "luagent.config"
 local add_usage = require("luagent.base.usage").add
 
 local M = {}
-
--- The policy of calls that name none and the jitter seed of calls that
--- give none are settings (lua/luagent/config.lua: policy, seed). Diagnostic
--- lines go to lua/luagent/observe/log.lua: a retry's at level info, what needs a
--- look at warn; the events carry them always.
-
--- Gates asked before every attempt, before any request: function(opts)
--- -> nil, or an error record that ends the call at once (final, not
--- retried). lua/luagent/observe/cost.lua adds the max_cost cap here.
-M.gates = {}
 
 ------------------------------------------------------------------------------
 -- Usage arithmetic
@@ -61,9 +61,9 @@ local COUNTED = { rate_limited = true, overloaded = true, server = true, transpo
 -- The endpoint of a call, or nil when the policy turns protection off. The
 -- endpoint is configured by the first policy that reaches it (its state is
 -- shared; a later policy's breaker and budget settings do not rebuild it).
-local function endpoint_for(provider, policy)
+local function endpoint_for(rt, provider, policy)
   if not (policy.breaker or policy.budget or policy.cooldown) then return nil end
-  return endpoint.get(endpoint.key(provider.base_url), {
+  return rt.endpoints:get(endpoint.key(provider.base_url), {
     breaker = policy.breaker, budget = policy.budget, cooldown = policy.cooldown,
     shared = policy.shared,
   })
@@ -116,19 +116,18 @@ end
 
 local function seconds(v) return v and v > 0 and v or nil end
 
-local calls = 0 -- numbers the calls of this process: events carry `call`
-
 local Call = {}
 Call.__index = Call
 
--- A call from stream's options (checked by M.stream).
-function Call.new(opts, provider, policy_src)
-  calls = calls + 1
-  local call_id = calls
+-- A call of runtime rt from stream's options (checked by M.stream).
+function Call.new(rt, opts, provider, policy_src)
+  rt.calls = rt.calls + 1 -- the runtime numbers its calls: events carry `call`
+  local call_id = rt.calls
   -- a run-wide seed still gives each call its own jitter sequence
-  local run_seed = config.get("seed")
+  local run_seed = rt.settings:get("seed")
   local seed = opts.seed or (run_seed and run_seed + call_id) or math.random(0, 2 ^ 31)
   return setmetatable({
+    rt = rt,
     id = call_id, provider = provider, policy_src = policy_src, policy = policy_src:get(),
     opts = opts,            -- the caller's (agent, agent_id; the gates see them)
     rng = luagent_core.backoff_rng(seed),
@@ -248,7 +247,7 @@ function Call:compact_request(err)
       end
     end
   end
-  if what then log.write("warn", what) return nil end
+  if what then self.rt.diag:write("warn", what) return nil end
   return res
 end
 
@@ -316,15 +315,14 @@ function Call:announce_retry(err, d, side, shorter, wait, why)
   out:push(self:describe { type = "provider_retry", attempt = attempt, max_attempts = max_attempts,
     error = err, error_message = text, delay = wait, delay_ms = math.floor(wait * 1000 + 0.5),
     class = d.class, source = why, usage = self.attempt_usage })
-  -- the retry's own line, unless its provider_retry event is logged already
-  if log.enabled("info") and not log.logging_events() then
-    log.write("info", string.format("provider error (attempt %d/%d), retrying in %.2fs: %s",
-      attempt, max_attempts, wait, text))
-  end
+  -- the retry's own line; the log leaves it out when it logs the
+  -- provider_retry event itself (the line is "about" that event)
+  self.rt.diag:write("info", string.format("provider error (attempt %d/%d), retrying in %.2fs: %s",
+    attempt, max_attempts, wait, text), nil, "provider_retry")
   if policy.on_retry then
     local ok, herr = policies.run_limited(policy.on_retry, policies.limits.hook,
       { attempt = attempt, max_attempts = max_attempts, error = err, decision = d, delay = wait })
-    if not ok then log.write("warn", tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
+    if not ok then self.rt.diag:write("warn", tostring(herr) .. " (on_retry hook failed; retrying anyway)") end
   end
   self.delay = wait
   if why ~= "compaction" then self.prev_delay = wait end
@@ -349,6 +347,7 @@ function Call:failed(err)
   local d = classify.classify(err, {
     attempt = self.attempt,
     deadline_expired = left ~= nil and left <= 0,
+    diag = self.rt.diag,
   }, policy)
   err.class = err.class or d.class
   local side = self:record(false, COUNTED[d.class] or false)
@@ -382,7 +381,7 @@ function Call:begin_attempt()
     return self:final_failure(errors.new("timeout", string.format("total deadline of %g s passed",
       policy.total_deadline), { which = "total_deadline" }), "the total deadline passed")
   end
-  local ep = endpoint_for(self.provider, policy)
+  local ep = endpoint_for(self.rt, self.provider, policy)
   self.ep = ep
   if ep then
     -- a server-given wait holds every agent on this endpoint, released
@@ -405,8 +404,8 @@ function Call:begin_attempt()
     end
     self.was_probe = probe_or_err or false
   end
-  for _, gate in ipairs(M.gates) do
-    local refusal = gate(self.opts)
+  for _, admit in ipairs(self.rt.admission) do
+    local refusal = admit(self.opts)
     if refusal then
       self:record(false, false) -- frees the breaker's probe slot if this was the probe
       return self:final_failure(refusal, refusal.reason or refusal.message)
@@ -418,12 +417,21 @@ function Call:begin_attempt()
   local limit = seconds(policy.attempt_timeout)
   self.cut_by_deadline = left ~= nil and (limit == nil or left < limit)
   if left then limit = limit and math.min(limit, left) or left end
+  -- the request decorators' headers (a trace's traceparent)
+  local headers
+  for _, decorate in ipairs(self.rt.decorators) do
+    local h = decorate(self)
+    if h then
+      headers = headers or {}
+      for k, v in pairs(h) do headers[k] = v end
+    end
+  end
   -- provider:stream -> iterator, nil, nil, response | nil, err
   local provider = self.provider
   local ok, stream, perr, _, r = pcall(provider.stream, provider, self.request, {
     timeout = { total = limit, idle = seconds(policy.idle_timeout) },
     max_bytes = policy.max_answer_bytes or nil,
-    headers = policy.traceparent and require("luagent.observe.trace").headers(self.id, self.attempt, self.opts) or nil,
+    headers = headers,
   })
   if not ok then return self:failed(stream) end -- cancelled while connecting, or a bug
   if not stream then return self:failed(perr) end
@@ -501,7 +509,7 @@ function Call:deliver()
   local ev = self.out:pop()
   if ev then
     ev.call, ev.agent, ev.agent_id = self.id, self.opts.agent, self.opts.agent_id
-    events.publish(ev)
+    self.rt.bus:publish(ev)
   end
   return ev
 end
@@ -527,26 +535,26 @@ function Call:close()
   end
 end
 
--- stream{model=, messages=, system=, tools=, policy=, max_tokens=,
--- temperature=, seed=} -> iterator of events (and, as the generic for's
+-- stream(rt, {model=, messages=, system=, tools=, policy=, max_tokens=,
+-- temperature=, seed=}) -> iterator of events of a call of runtime rt (and, as the generic for's
 -- closing value, an object that aborts the attempt in flight when the loop
 -- is left early). `model` is "kind/model" or a provider. The iterator
 -- returns nil after the final message_end.
-function M.stream(opts)
+function M.stream(rt, opts)
   if type(opts) ~= "table" then error("stream: expects a table", 2) end
   local provider = opts.model
   if provider == nil then error("stream: model is required", 2) end
-  if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(provider) end
-  local call = Call.new(opts, provider, policies.resolve(opts.policy, 2, "stream"))
+  if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
+  local call = Call.new(rt, opts, provider, rt.policies:resolve(opts.policy, 2, "stream"))
   local closer = setmetatable({}, { __close = function() call:close() end })
   return function() return call:pull() end, nil, nil, closer
 end
 
--- complete{...} -> the final assistant message (with .usage, .total_usage
+-- complete(rt, {...}) -> the final assistant message (with .usage, .total_usage
 -- and .attempts), or nil and the error record of the final failure.
-function M.complete(opts)
+function M.complete(rt, opts)
   local final -- the last message_end is the call's outcome
-  for ev in M.stream(opts) do
+  for ev in M.stream(rt, opts) do
     if ev.type == "message_end" then final = ev end
   end
   if not final then return nil, errors.new("truncated", "the call ended without an answer") end

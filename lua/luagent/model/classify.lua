@@ -122,13 +122,13 @@ local function decision(class, retryable, reason)
   return { class = class, retryable = retryable, reason = reason }
 end
 
--- Sends a message to ctx.report, or to the log (luagent.log) when the caller
--- gave none.
+-- Sends a message to ctx.report, or to ctx.diag (the runtime's
+-- diagnostics, lua/luagent/base/diagnostics.lua) at warn.
 local function report(ctx, msg)
   if ctx.report then
     ctx.report(msg)
-  else
-    require("luagent.observe.log").write("warn", msg)
+  elseif ctx.diag then
+    ctx.diag:write("warn", msg)
   end
 end
 

@@ -6,8 +6,7 @@
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local compact = require "luagent.model.compact"
-local config = require "luagent.config"
-local log = require "luagent.observe.log"
+local redis = require "luagent.model.endpoint.redis"
 local sandbox = require "luagent.base.sandbox"
 
 local M = {}
@@ -225,7 +224,7 @@ local FIELDS = {
 -- shared = {redis = "redis://HOST:PORT/DB", prefix = "luagent:", timeout = 0.25}
 local SHARED_FIELDS = {
   redis = function(v)
-    local ok, why = require("luagent.model.endpoint.redis").parse_url(v)
+    local ok, why = redis.parse_url(v)
     return ok ~= nil, why
   end,
   prefix = check.string, timeout = check.positive,
@@ -528,16 +527,11 @@ function M.load(path)
 end
 
 -- The file for a policy name: a path (with a slash or ending in ".lua") as
--- is, a bare name ("yoagent") through M.search_path(). Returns nil, message
--- if absent.
-function M.find(name)
+-- is, a bare name ("yoagent") through `path` (a search path as
+-- package.path; default M.path). Returns nil, message if absent.
+function M.find(name, path)
   if name:find("[/\\]") or name:find("%.lua$") then return name end
-  return package.searchpath(name, M.search_path())
-end
-
--- Where bare names are looked for: the configured policy_path, else M.path.
-function M.search_path()
-  return config.get("policy_path") or M.path
+  return package.searchpath(name, path or M.path)
 end
 
 ------------------------------------------------------------------------------
@@ -605,23 +599,38 @@ function Loader:reload()
 end
 
 ------------------------------------------------------------------------------
--- Watched policy files
+-- A runtime's policies: watched files, names found, the configured policy
 ------------------------------------------------------------------------------
 
-local watched = {} -- path -> loader, shared by every call using that file
+local Cache = {}
+Cache.__index = Cache
+
+-- cache(settings, diag) -> the policy cache of a runtime: the loaders of the
+-- files its calls use (each loaded once and watched), the file each name
+-- was found as, the default policy (settings' `policy`) and search path
+-- (`policy_path`); a broken edit of a watched file is reported to diag.
+function M.cache(settings, diag)
+  return setmetatable({ settings = settings, diag = diag, loaders = {}, found = {} }, Cache)
+end
+
+-- Where bare names are looked for: the configured policy_path, else M.path.
+function Cache:search_path()
+  return self.settings:get("policy_path") or M.path
+end
 
 -- Starts a daemon task that reloads `loader` whenever its file changes and
--- reports a broken edit once per change (log level warn), keeping the
--- previous policy.
-local function watch(loader)
+-- reports a broken edit once per change (level warn), keeping the previous
+-- policy.
+function Cache:watch(loader)
   local w = core.watch(loader.path)
   if not w then return end
+  local diag = self.diag
   local task = core.spawn(function()
     while true do
       w:wait()
       local _, err = loader:reload()
       if err then
-        log.write("warn", "policy " .. tostring(err.message) .. " (the previous policy stays in force)")
+        diag:write("warn", "policy " .. tostring(err.message) .. " (the previous policy stays in force)")
       end
     end
   end)
@@ -629,35 +638,33 @@ local function watch(loader)
   loader.watcher = task
 end
 
--- The loader of the policy file `path`, loaded once per process and
--- watched: an edit applies to the next attempt of every call using it.
--- A first load that fails raises its error record.
-function M.watched(path)
-  local l = watched[path]
+-- cache:watched(path) -> the loader of the policy file `path`, loaded once
+-- per runtime and watched: an edit applies to the next attempt of every
+-- call using it. A first load that fails raises its error record.
+function Cache:watched(path)
+  local l = self.loaders[path]
   if l then return l end
   local loader, err = M.loader(path)
   if err then error(err, 0) end
-  watched[path] = loader
-  watch(loader)
+  self.loaders[path] = loader
+  self:watch(loader)
   return loader
 end
 
--- A name's file per search path, found once: package.searchpath opens
--- every candidate, which is not to be done for every call.
-local found = {} -- search path -> {name -> path}
-
--- resolve(spec [, level [, api]]) -> something whose :get() is the policy
--- in force for `spec`: a name or a file (its watched loader), a table
--- (checked now), an object with :get() (as is), or nil (the configured
--- policy, else the default). Raises a "usage" record for a name found
--- nowhere, or the table's error. `api` is the name of the function the
--- user called ("stream"; default "resolve"), which prefixes the error;
+-- cache:resolve(spec [, level [, api]]) -> something whose :get() is the
+-- policy in force for `spec`: a name or a file (its watched loader), a
+-- table (checked now), an object with :get() (as is), or nil (the
+-- configured policy, else the default). Raises a "usage" record for a name
+-- found nowhere, or the table's error. `api` is the name of the function
+-- the user called ("stream"; default "resolve"), which prefixes the error;
 -- `level` says whose line a wrong type's error names: 1 (default)
--- resolve's caller, 2 that caller's caller.
-function M.resolve(spec, level, api)
+-- resolve's caller, 2 that caller's caller. A name's file is found once per
+-- search path: package.searchpath opens every candidate, which is not to
+-- be done for every call.
+function Cache:resolve(spec, level, api)
   level = level or 1
   local prefix = api and api .. ": " or "resolve: "
-  if spec == nil then spec = config.get("policy") end
+  if spec == nil then spec = self.settings:get("policy") end
   if type(spec) == "table" and spec.get then return spec end
   if type(spec) == "table" then
     local p, err = M.new(spec, "policy table")
@@ -667,26 +674,25 @@ function M.resolve(spec, level, api)
   if type(spec) ~= "string" then
     error(prefix .. "policy must be a name, a file or a table", level + 1)
   end
-  local where = M.search_path()
-  local names = found[where]
+  local where = self:search_path()
+  local names = self.found[where]
   if not names then
     names = {}
-    found[where] = names
+    self.found[where] = names
   end
-  local path = names[spec] or M.find(spec)
+  local path = names[spec] or M.find(spec, where)
   if not path then
     error(errors.new("usage", prefix .. "no policy named '" .. spec .. "' (looked in " .. where .. ")"), 0)
   end
   names[spec] = path
-  return M.watched(path)
+  return self:watched(path)
 end
 
--- redact(text) -> `text` passed through the redact hook of the policy in
--- force (the configured one: a log line's content), under the hook
--- limits; `text` as is when that policy has no hook. Raises what the hook
--- raised.
-function M.redact(text)
-  local ok, holder = pcall(M.resolve)
+-- cache:redact(text) -> `text` passed through the redact hook of the
+-- configured policy (a log line's content), under the hook limits; `text`
+-- as is when that policy has no hook. Raises what the hook raised.
+function Cache:redact(text)
+  local ok, holder = pcall(self.resolve, self)
   local p = ok and holder:get()
   if not (type(p) == "table" and p.redact) then return text end
   local good, out = M.run_limited(p.redact, M.limits.hook, text)
@@ -694,14 +700,19 @@ function M.redact(text)
   return out
 end
 
--- Stops watching the policy file `path` and forgets its loader (specs; an
--- embedder that is done with a file).
-function M.forget(path)
-  found = {} -- a name may now be found elsewhere
-  local l = watched[path]
+-- cache:forget(path): stops watching the policy file `path` and forgets its
+-- loader (specs; an embedder that is done with a file).
+function Cache:forget(path)
+  self.found = {} -- a name may now be found elsewhere
+  local l = self.loaders[path]
   if not l then return end
   if l.watcher then l.watcher:cancel("policy forgotten") end
-  watched[path] = nil
+  self.loaders[path] = nil
+end
+
+-- cache:close(): stops every watcher; the runtime closes.
+function Cache:close()
+  for path in pairs(self.loaders) do self:forget(path) end
 end
 
 return M

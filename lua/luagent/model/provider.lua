@@ -7,7 +7,6 @@ local http = require "luagent.base.http"
 local errors = require "luagent.base.errors"
 local secrets = require "luagent.base.secrets"
 local json = require "luagent.base.json"
-local config = require "luagent.config"
 
 local M = {}
 
@@ -20,7 +19,8 @@ M.kinds = {
                  base_url = "https://openrouter.ai/api/v1" },
 }
 
--- Two settings (lua/luagent/config.lua) reach providers: `providers`, set by
+-- A provider belongs to a runtime (lua/luagent/runtime.lua): two of its
+-- settings (lua/luagent/config.lua) reach providers: `providers`, set by
 -- `luagent run` when the embedded mock provider stands in for every provider
 -- ({base_urls=<kind -> base URL, as the mock gives them>, api_key=
 -- <placeholder>}), and `record`, the recorder of `--record FILE`
@@ -41,10 +41,11 @@ function Provider:__tostring()
   return string.format("provider %s/%s at %s", self.kind, self.model, self.base_url)
 end
 
--- new("kind/model") or new{kind=, model=, base_url=, api_key=, headers=,
+-- new(rt, "kind/model") or new(rt, {kind=, model=, base_url=, api_key=, headers=,
 -- timeout=, http_version=} -> provider (http_version as luagent.http takes
 -- it: "2", "1.1", "2-prior-knowledge"). An unknown kind or a missing model raises.
-function M.new(spec)
+function M.new(rt, spec)
+  if type(rt) ~= "table" or not rt.settings then error("provider.new: expects a runtime first", 2) end
   if type(spec) == "string" then
     local kind, model = spec:match("^([%w_]+)/(.+)$")
     if not kind then error("provider: expected 'kind/model', got '" .. spec .. "'", 2) end
@@ -57,7 +58,7 @@ function M.new(spec)
   local adapter = require("luagent.model.providers." .. info.adapter)
   local base_url = spec.base_url or os.getenv(info.base_env) or info.base_url or adapter.default_base_url
   local key = spec.api_key or os.getenv(info.key_env)
-  local embedded = config.get("providers")
+  local embedded = rt.settings:get("providers")
   if embedded and not spec.base_url then
     base_url = embedded.base_urls[spec.kind]
     key = embedded.api_key -- a placeholder, not a secret
@@ -65,6 +66,7 @@ function M.new(spec)
     secrets.register(key) -- every output is scrubbed of it from now on
   end
   local p = setmetatable({
+    rt = rt,
     kind = spec.kind,
     model = spec.model,
     adapter = adapter,
@@ -242,7 +244,7 @@ function Provider:stream(request, opts)
   local resp, err = http.request {
     method = built.method, url = built.url, headers = built.headers, body = built.body,
     timeout = timeouts(self, opts and opts.timeout), http_version = self.http_version,
-    tap = config.get("record"),
+    tap = self.rt.settings:get("record"),
   }
   if resp then
     err = unexpected(resp)

@@ -9,10 +9,8 @@
 -- the cap is reached is refused with a `cost_limit` error before any
 -- request is sent. The totals of an agent's run are added to its
 -- `agent_end` event as `cost`.
-local config = require "luagent.config"
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
-local events = require "luagent.base.bus"
 local usage = require "luagent.base.usage"
 
 local M = {}
@@ -295,8 +293,7 @@ end
 
 -- The retry loop's gate: a refusal when a cap applies and is reached, or
 -- when a cap applies and the model has no price (the cap could not hold).
-local function gate(opts)
-  local run_limit = config.get("max_cost") -- `luagent run --max-cost N`
+local function gate(opts, run_limit)
   if not opts.max_cost and not run_limit then return nil end -- no cap: every call's case, no work
   local limits = {}
   if opts.max_cost then
@@ -330,22 +327,25 @@ end
 
 local unsubscribe
 
--- start(): subscribes the meter (once) and installs the cap's gate.
-function M.start()
+local admit -- the cap's admission check, while started
+
+-- start(rt): subscribes the meter (once) to runtime rt's bus and registers
+-- the cap in its admission list (the run's cap is rt's max_cost setting).
+function M.start(rt)
   if unsubscribe then return end
-  unsubscribe = events.subscribe(consume, { annotate = true, types = { "turn_start",
+  unsubscribe = rt.bus:subscribe(consume, { annotate = true, types = { "turn_start",
     "provider_retry", "message_end", "call_aborted", "agent_end" } })
-  local gates = require("luagent.model.call").gates
-  gates[#gates + 1] = gate
+  admit = function(opts) return gate(opts, rt.settings:get("max_cost")) end
+  rt.admission[#rt.admission + 1] = admit
 end
 
--- stop(): unsubscribes and forgets every meter.
-function M.stop()
+-- stop(rt): unsubscribes and forgets every meter.
+function M.stop(rt)
   if not unsubscribe then return end
   unsubscribe()
   unsubscribe = nil
-  local gates = require("luagent.model.call").gates
-  for i, g in ipairs(gates) do if g == gate then table.remove(gates, i) break end end
+  for i, g in ipairs(rt.admission) do if g == admit then table.remove(rt.admission, i) break end end
+  admit = nil
   reset()
 end
 

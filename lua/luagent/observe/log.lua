@@ -12,9 +12,7 @@
 -- (answers, tool arguments and results) only with `--log-content`, cut to
 -- M.content_max bytes and passed through the policy's `redact(text)` hook.
 -- Every line goes through the key scrubber (lua/luagent/base/secrets.lua).
-local config = require "luagent.config"
 local core = require "luagent.core"
-local events = require "luagent.base.bus"
 local json = require "luagent.base.json"
 local secrets = require "luagent.base.secrets"
 
@@ -184,7 +182,13 @@ end
 local reported -- a failing redact hook is reported once
 
 -- Whether lines carry message content (`--log-content`).
-local function content() return config.get("log_content") end
+local function content() return M.content end
+
+-- Whether lines carry content (the log_content setting of the runtime
+-- that started the log, lua/luagent/runtime.lua), and the redaction content
+-- goes through: the redact hook of that runtime's policy.
+M.content = false
+M.redact = function(text) return text end
 
 -- content_text(text) -> the text as a log line may carry it: cut to
 -- M.content_max bytes, passed through the redact hook of the policy in
@@ -195,7 +199,7 @@ function M.content_text(text)
   local cut = secrets.cut(more and text:sub(1, M.content_max + secrets.margin) or text, M.content_max, more)
   if more then cut = cut .. string.format("...[%d bytes]", #text) end
   do
-    local ok, red = pcall(require("luagent.model.policy").redact, cut)
+    local ok, red = pcall(M.redact, cut)
     if not ok or type(red) ~= "string" then
       if not reported then
         reported = true
@@ -427,9 +431,10 @@ end
 
 local unsubscribe -- the consumer's, while lines are made from events
 
--- start(): subscribes a consumer (once): events become log lines.
-function M.start()
-  if not unsubscribe then unsubscribe = events.subscribe(M.consumer(), { types = M.TYPES }) end
+-- start(rt): subscribes a consumer (once) to runtime rt's bus: events
+-- become log lines.
+function M.start(rt)
+  if not unsubscribe then unsubscribe = rt.bus:subscribe(M.consumer(), { types = M.TYPES }) end
 end
 
 -- stop(): unsubscribes it.

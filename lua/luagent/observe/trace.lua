@@ -21,7 +21,6 @@
 -- `luagent run --trace` at the end.
 local core = require "luagent.core"
 local json = require "luagent.base.json"
-local events = require "luagent.base.bus"
 local secrets = require "luagent.base.secrets"
 local log = require "luagent.observe.log"
 local queue = require "luagent.base.queue"
@@ -306,7 +305,7 @@ function H.agent_end(ev, now)
   usage_attrs(s, ev.usage)
   set(s, "luagent.stop_reason", ev.stop_reason)
   set(s, "luagent.turns", ev.turns)
-  if ev.cost and ev.cost.total then set(s, "luagent.observe.cost", ev.cost.total) end
+  if ev.cost and ev.cost.total then set(s, "luagent.cost", ev.cost.total) end
   if ev.stop_reason == "error" then fail(s, error_type(ev.error), ev.error and ev.error.message or ev.reason) end
   finish(s, now)
   root_done(s)
@@ -816,18 +815,18 @@ end
 local printed, exporters, closers = nil, {}, {}
 local tree_roots = {} -- finished traces whose tree lines are not yet in `printed`
 
--- start{tree=bool, file=path, url=base URL, headers="k=v,..", max_queue=,
--- batch=, timeout=}
--- -> true | nil, message. Subscribes the span builder (once) and the
+-- start(rt, {tree=bool, file=path, url=base URL, headers="k=v,..", max_queue=,
+-- batch=, timeout=})
+-- -> true | nil, message. Subscribes the span builder (once) to runtime rt's bus and the
 -- exporters asked for; with none, spans still give log lines their ids.
-function M.start(opts)
+function M.start(rt, opts)
   opts = opts or {}
   if not unsubscribe then
     offset = core.wall() - core.now()
     local types = {}
     for t in pairs(H) do types[#types + 1] = t end
     -- an annotator: it runs before the log lines that use its ids
-    unsubscribe = events.subscribe(consume, { annotate = true, types = types })
+    unsubscribe = rt.bus:subscribe(consume, { annotate = true, types = types })
   end
   if opts.file then
     local sink, close = M.file_exporter(opts.file)

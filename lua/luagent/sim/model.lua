@@ -104,6 +104,7 @@ SCENARIOS
           breaker, retry_after and cooldown as in book.
 ]]
 local core = require "luagent.core"
+local endpoint = require "luagent.model.endpoint"
 
 local M = {}
 
@@ -210,8 +211,8 @@ local function new_guards(sc, strat)
   if strat.breaker then g.breaker = core.breaker(sc.breaker) end
   if strat.cooldown then
     endpoint_runs = endpoint_runs + 1
-    g.endpoint = require("luagent.model.endpoint").get(
-      fmt("luagent-sim:%s:%d", sc.name, endpoint_runs), { cooldown = sc.cooldown })
+    g.endpoint = endpoint.new_local(fmt("luagent-sim:%s:%d", sc.name, endpoint_runs),
+      { cooldown = sc.cooldown }, endpoint.check_opts { cooldown = sc.cooldown })
   end
   return g
 end

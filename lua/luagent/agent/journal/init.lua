@@ -46,7 +46,7 @@
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local json = require "luagent.base.json"
-local config = require "luagent.config"
+local bus = require "luagent.base.bus"
 local owner = require "luagent.agent.journal.owner"
 local sqlite = require "luagent.agent.journal.sqlite"
 
@@ -250,12 +250,12 @@ end
 
 -- The run of a durable agent in a script started without --durable: one
 -- per process, in the default journal, for the script and its arguments.
-function M.current()
+function M.current(settings)
   if M.current_run then return M.current_run end
   if M.open_error then return nil, M.open_error end
-  local store, err = M.open(config.get("journal_file"))
+  local store, err = M.open(settings:get("journal_file"))
   if store then
-    local info = config.get("run_info")
+    local info = settings:get("run_info")
     if not info then
       local args = {}
       for i, a in ipairs(_G.arg or {}) do args[i] = a end
@@ -288,7 +288,7 @@ M.Binder = Binder
 -- Agents of one name are numbered in the order they first run (name#1,
 -- name#2, ...), so positions are stable when the script is.
 function M.bind(agent)
-  local run, err = M.current()
+  local run, err = M.current(agent.rt.settings)
   if not run then return nil, err end
   local n = (run.agent_count[agent.name] or 0) + 1
   run.agent_count[agent.name] = n
@@ -335,7 +335,7 @@ function Binder:write(step)
 end
 
 -- Plain data of a value for the journal (records become their fields).
-local function plain(v) return require("luagent.base.bus").plain(v) end
+local plain = bus.plain
 
 local function shorten(s, n)
   s = tostring(s)

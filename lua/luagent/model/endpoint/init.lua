@@ -33,8 +33,6 @@ local M = {}
 -- Default fraction of the remaining cooldown over which callers are released.
 M.default_jitter = 0.25
 
-local registry = {} -- key -> endpoint: the per-process state
-
 local Endpoint = {}
 Endpoint.__index = Endpoint
 Endpoint.__name = "luagent.Endpoint"
@@ -62,7 +60,7 @@ end
 
 -- Checks opts = {breaker=, budget=, cooldown={jitter=}} and returns the
 -- cooldown jitter; the C constructors check their own tables.
-local function check_opts(opts)
+function M.check_opts(opts)
   if opts == nil then return M.default_jitter end
   if type(opts) ~= "table" then misuse("get", "opts must be a table", 2) end
   for k in pairs(opts) do
@@ -85,7 +83,7 @@ local function check_opts(opts)
 end
 
 -- The in-process state of `key`: a new endpoint, registered nowhere.
-local function new_local(key, opts, jitter)
+function M.new_local(key, opts, jitter)
   local b, bu = opts and opts.breaker, opts and opts.budget
   return setmetatable({
     key = key,
@@ -95,44 +93,6 @@ local function new_local(key, opts, jitter)
     cooldown_until = nil, -- no cooldown yet
     seen = nil,           -- the latest `now` seen
   }, Endpoint)
-end
-
--- The endpoint for `key`, created on first use from `opts` ({breaker=<see
--- core.breaker>, budget=<see core.retry_budget>, cooldown={jitter=},
--- shared={redis=, prefix=, timeout=}}; false for breaker or budget means
--- none); later calls return the same endpoint and ignore `opts`. With
--- `shared` (or, when opts.shared is nil, LUAGENT_REDIS_URL set) the state
--- lives in Redis and is shared with every host using the same server and
--- prefix (lua/luagent/model/endpoint/redis.lua); shared = false keeps it local.
--- A bad option raises, naming the field, and registers nothing.
-function M.get(key, opts)
-  if type(key) ~= "string" or key == "" then misuse("get", "key must be a non-empty string", 1) end
-  local ep = registry[key]
-  if ep then return ep end
-  local jitter = check_opts(opts)
-  local shared = opts and opts.shared
-  local env = os.getenv("LUAGENT_REDIS_URL")
-  if shared == nil and env and env ~= "" then
-    local ok, why = require("luagent.model.endpoint.redis").parse_url(env)
-    if not ok then
-      local shown = env:gsub("^(redis://[^:/@]*:)[^@]*@", "%1***@") -- no password in a message
-      error(errors.new("usage", "LUAGENT_REDIS_URL must be " .. why .. " (got '" .. shown .. "')"), 0)
-    end
-    shared = { redis = env }
-  end
-  ep = new_local(key, opts, jitter)
-  if shared then
-    ep = require("luagent.model.endpoint.redis").new(ep, opts, shared)
-  end
-  registry[key] = ep
-  return ep
-end
-
--- Forgets every endpoint (specs; an embedder starting over).
-function M.reset()
-  registry = {}
-  local shared = package.loaded["luagent.model.endpoint.redis"]
-  if shared then shared.reset() end
 end
 
 ------------------------------------------------------------------------------
@@ -299,24 +259,6 @@ function Endpoint:snapshot(now)
     open_until = c.open_until, tokens = tokens, max_tokens = max,
     cooldown_until = self.cooldown_until, backend = "local",
   }
-end
-
--- A snapshot of every endpoint, as a fresh table the caller owns (state
--- "none" and no counts without a breaker, no tokens without a budget):
--- {[key] = {state=, failures=, consecutive=, calls=, trips=, probe_out=,
---  open_until= (nil while closed), tokens=, max_tokens=, cooldown_until=
---  (nil when none was set), backend= ("local", or "redis" while the state
---  is served by Redis; a Redis endpoint that fell back says "local" and
---  fallback=true)}}. The breaker's state is read at `now`; without
--- it, at the latest time each endpoint was given (an open time that ended
--- since then still reads "open").
-function M.health(now)
-  if now ~= nil and (type(now) ~= "number" or now ~= now) then
-    error("endpoint.health: now must be a number or nil", 2)
-  end
-  local out = {}
-  for key, ep in pairs(registry) do out[key] = ep:snapshot(now) end
-  return out
 end
 
 return M

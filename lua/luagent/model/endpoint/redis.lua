@@ -51,7 +51,6 @@
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local endpoint = require "luagent.model.endpoint"
-local log = require "luagent.observe.log"
 
 local M = {}
 
@@ -254,13 +253,18 @@ function M.parse_url(url)
 end
 
 ------------------------------------------------------------------------------
--- Connections: one per URL, shared by every endpoint of the process
+-- Connections: one per URL, shared by every endpoint of a pool (a
+-- runtime's registry owns one: lua/luagent/model/endpoint/registry.lua)
 ------------------------------------------------------------------------------
 
 local Client = {}
 Client.__index = Client
 
-local clients = {} -- url -> client
+-- pool(diag) -> connections by URL, their lines going to diag
+-- (lua/luagent/base/diagnostics.lua); M.close_pool(pool) closes them.
+function M.pool(diag)
+  return { clients = {}, diag = diag }
+end
 
 -- Joins `task`, letting only a cancellation of the caller through.
 local function join_quietly(task)
@@ -268,14 +272,16 @@ local function join_quietly(task)
   if not ok and errors.is_cancel(err) then error(err, 0) end
 end
 
--- The client of `url`, made on first use (nothing is connected yet).
-local function client_for(url, timeout)
+-- The client of `url` in `pool`, made on first use (nothing is connected yet).
+local function client_for(pool, url, timeout)
+  local clients = pool.clients
   local c = clients[url]
   if c then return c end
   local u = assert(M.parse_url(url)) -- checked by check_shared
   c = setmetatable({ url = u.shown, host = u.host, port = u.port, db = u.db, user = u.user,
                      password = u.password, timeout = timeout,
                      state = "new", conn = nil, shas = {}, trying = nil, retrier = nil,
+                     diag = pool.diag,
                      endpoints = {} }, Client) -- the shared endpoints it serves
   clients[url] = c
   return c
@@ -362,7 +368,7 @@ function Client:up(conn)
   local was = self.state
   self.conn, self.state = conn, "up"
   if was == "down" then
-    log.write("warn", "redis " .. self.url .. " is back: endpoint state is shared again")
+    self.diag:write("warn", "redis " .. self.url .. " is back: endpoint state is shared again")
   end
 end
 
@@ -372,7 +378,7 @@ end
 function Client:down(err)
   if self.conn then self.conn:close() self.conn = nil end
   if self.state ~= "down" then
-    log.write("warn", "redis " .. self.url .. " unreachable (" .. tostring(err)
+    self.diag:write("warn", "redis " .. self.url .. " unreachable (" .. tostring(err)
       .. "): endpoint state is local to this host until it returns")
   end
   self.state = "down"
@@ -494,11 +500,12 @@ end
 
 -- Wraps the in-process endpoint `fallback` (its state serves while Redis is
 -- down) in one whose state lives in Redis under shared.prefix .. "ep:" ..
--- key. `opts` are the endpoint's options (endpoint.get).
-function M.new(fallback, opts, shared)
+-- key, connected through `pool` (M.pool). `opts` are the endpoint's options
+-- (registry:get).
+function M.new(fallback, opts, shared, pool)
   check_shared(shared)
   local args = config_args(opts)
-  local client = client_for(shared.redis, shared.timeout or M.default_timeout)
+  local client = client_for(pool, shared.redis, shared.timeout or M.default_timeout)
   if client.state == "new" then -- start connecting now; the first admit waits for it
     client.state = "connecting"
     client:attempt()
@@ -745,8 +752,9 @@ function Shared:snapshot(now)
   }
 end
 
--- Closes every connection (specs; an embedder starting over).
-function M.reset()
+-- Closes every connection of `pool` (its registry closes or starts over).
+function M.close_pool(pool)
+  local clients = pool.clients
   for url, c in pairs(clients) do
     c:close()
     clients[url] = nil
