@@ -37,13 +37,13 @@ end
 
 local function observers_on()
   log.set_level("info")
-  assert(trace.start { tree = true, file = otlp })
-  cost.start()
+  assert(trace.start(luagent.default_runtime(), { tree = true, file = otlp }))
+  cost.start(luagent.default_runtime())
 end
 
 local function observers_off()
   trace.stop(devnull) -- the tree is printed, to nowhere
-  cost.stop()
+  cost.stop(luagent.default_runtime())
   log.set_level("warn")
 end
 

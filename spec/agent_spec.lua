@@ -4,7 +4,7 @@
 -- unknown tools, parallel calls, abort, the loop guard and max_turns.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local events = require "luagent.base.bus"
+local events = require("luagent").events
 local helpers = require "helpers"
 
 local srv, requests_seen

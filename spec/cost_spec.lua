@@ -7,7 +7,7 @@
 local luagent = require "luagent"
 local mock = require "luagent.mock"
 local retry = require "luagent.model.call"
-local events = require "luagent.base.bus"
+local events = require("luagent").events
 local cost = require "luagent.observe.cost"
 
 -- A price nobody ships, so the expected figures are computed here.
@@ -57,13 +57,13 @@ describe("cost", function()
   before_each(function()
     luagent.configure { log_sink = function() end }
     luagent.clock.virtual()
-    require("luagent.model.endpoint").reset()
-    cost.stop()
-    cost.start()
+    luagent.default_runtime().endpoints:reset()
+    cost.stop(luagent.default_runtime())
+    cost.start(luagent.default_runtime())
     assert(cost.set_prices { ["test-model"] = PRICE })
   end)
   after_each(function()
-    cost.stop()
+    cost.stop(luagent.default_runtime())
     luagent.configure { max_cost = false }
     luagent.configure { log_sink = false }
     luagent.clock.real()
@@ -261,13 +261,13 @@ describe("luagent.configure{max_cost=}", function()
   it("caps the run without any other step: setting it starts the meter", function()
     luagent.configure { log_sink = function() end }
     luagent.clock.virtual()
-    require("luagent.model.endpoint").reset()
-    cost.stop() -- no meter, as in a script that never asked for one
+    luagent.default_runtime().endpoints:reset()
+    cost.stop(luagent.default_runtime()) -- no meter, as in a script that never asked for one
     assert(cost.set_prices { ["test-model"] = PRICE })
     luagent.configure { max_cost = 0 }
     local ok, last, _, requests = pcall(run_agent, "openai", "test-model", nil)
     luagent.configure { max_cost = false, log_sink = false }
-    cost.stop()
+    cost.stop(luagent.default_runtime())
     luagent.clock.real()
     assert(ok, last)
     assert.equal("cost_limit", last.error.kind)

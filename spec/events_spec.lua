@@ -2,7 +2,7 @@
 -- order, and what happens when a consumer raises: it is removed and
 -- reported once, the consumers after it still get the event, and a
 -- cancellation goes on to the publisher.
-local events = require "luagent.base.bus"
+local events = require("luagent").events
 local errors = require "luagent.base.errors"
 local log = require "luagent.observe.log"
 

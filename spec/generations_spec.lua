@@ -10,7 +10,7 @@ local mock = require "luagent.mock"
 local json = require "luagent.base.json"
 local generations = require "luagent.observe.generations"
 local journal = require "luagent.agent.journal"
-local events = require "luagent.base.bus"
+local events = require("luagent").events
 local helpers = require "helpers"
 
 local srv
@@ -111,7 +111,7 @@ describe("luagent cost settle", function()
   after_each(function()
     if srv then srv:close() srv = nil end
     journal.use(nil)
-    require("luagent.config").set { durable = false }
+    require("luagent").configure { durable = false }
     luagent.configure { log_sink = false }
     os.execute("rm -rf " .. helpers.quote(dir))
   end)

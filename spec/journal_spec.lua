@@ -348,7 +348,7 @@ describe("a durable agent", function()
     journal.use(nil) -- the run lets its claim go and stops its heartbeat
     store:close()
     cleanup(p)
-    require("luagent.config").set { durable = false }
+    require("luagent").configure { durable = false }
     luagent.clock.real()
   end)
 

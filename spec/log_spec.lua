@@ -35,8 +35,8 @@ local function logged(level, opts)
   local saved = luagent.configure { log_sink = function(lvl, line) lines[#lines + 1] = line levels[#levels + 1] = lvl end,
     log_level = level, log_format = opts.format or "json", log_content = opts.content or false,
     policy = opts.redact and { redact = opts.redact } or false }
-  trace.start()
-  log.start() -- as under `luagent run`: the retry's own line is left to its event
+  trace.start(luagent.default_runtime())
+  log.start(luagent.default_runtime()) -- as under `luagent run`: the retry's own line is left to its event
   local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })
   local ok, err = pcall(function()
     local a = luagent.agent { name = "triage", tools = { lookup }, policy = { backoff = { strategy = "fixed", base = 0.5 } },
@@ -72,7 +72,7 @@ end
 describe("log lines", function()
   before_each(function()
     luagent.clock.virtual()
-    require("luagent.model.endpoint").reset()
+    luagent.default_runtime().endpoints:reset()
   end)
   after_each(function()
     luagent.clock.real()
@@ -174,8 +174,8 @@ describe("log lines", function()
     local lines = {}
     local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "info",
       log_format = "json", log_content = true }
-    log.start()
-    require("luagent.base.bus").publish { type = "tool_execution_end", name = "lookup", call_id = "c9",
+    log.start(luagent.default_runtime())
+    require("luagent").events.publish { type = "tool_execution_end", name = "lookup", call_id = "c9",
       attempts = 1, duration = 0.01, error = { kind = "tool_error", message = "no such record 123" } }
     log.stop()
     luagent.configure(saved)
@@ -200,7 +200,7 @@ describe("the default sink's lines", function()
   -- log consumer writing with the default sink in `format`; returns the
   -- text written to stderr.
   local function three_lines(format)
-    local events = require "luagent.base.bus"
+    local events = require("luagent").events
     local written = {}
     local stderr, level, saved_format = io.stderr, log.level(), log.format
     io.stderr = { write = function(_, ...) for _, s in ipairs({ ... }) do written[#written + 1] = s end end }
@@ -262,9 +262,9 @@ describe("the text form, for a terminal", function()
     local lines = {}
     local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "info",
       log_format = "text", log_content = true }
-    log.start()
+    log.start(luagent.default_runtime())
     local ok, err = pcall(function()
-      for _, ev in ipairs(evs) do require("luagent.base.bus").publish(ev) end
+      for _, ev in ipairs(evs) do require("luagent").events.publish(ev) end
       log.write("warn", "a library message about " .. HOSTILE, { file = HOSTILE })
     end)
     log.stop()

@@ -186,7 +186,7 @@ describe("OTLP/HTTP export, the collector's reply", function()
   before_each(function()
     lines = {}
     saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
-    assert(trace.start {})
+    assert(trace.start(luagent.default_runtime(), {}))
   end)
   after_each(function()
     trace.stop()

@@ -395,9 +395,9 @@ describe("policy.resolve", function()
   after_each(function() config.set { policy = false } end)
 
   it("gives a name's watched loader, looking the name up once per search path", function()
-    local a = policies.resolve("yoagent")
-    assert.equal(policies.watched("policies/yoagent.lua"), a)
-    assert.equal(a, policies.resolve("yoagent"))
+    local a = luagent.default_runtime().policies:resolve("yoagent")
+    assert.equal(luagent.default_runtime().policies:watched("policies/yoagent.lua"), a)
+    assert.equal(a, luagent.default_runtime().policies:resolve("yoagent"))
     -- found once: the lookup is not repeated for the next call
     local find = policies.find
     policies.find = function() error("looked up again") end
@@ -408,11 +408,11 @@ describe("policy.resolve", function()
   end)
 
   it("takes a table, an object with :get(), or nil for the configured policy", function()
-    assert.equal(3, policies.resolve({ max_retries = 3 }):get().max_retries)
+    assert.equal(3, luagent.default_runtime().policies:resolve({ max_retries = 3 }):get().max_retries)
     local holder = { get = function() return "mine" end }
-    assert.equal(holder, policies.resolve(holder))
+    assert.equal(holder, luagent.default_runtime().policies:resolve(holder))
     config.set { policy = { max_retries = 2 } }
-    assert.equal(2, policies.resolve():get().max_retries)
+    assert.equal(2, luagent.default_runtime().policies:resolve():get().max_retries)
   end)
 
   it("raises a usage record for an unknown name and a message for a wrong type", function()
@@ -430,7 +430,7 @@ describe("policy.resolve", function()
     local ok, err = pcall(luagent.stream, { model = "openai/x", policy = "no_such_policy" })
     assert.is_false(ok)
     assert.equal("usage", err.kind)
-    assert.equal("stream: no policy named 'no_such_policy' (looked in " .. policies.search_path() .. ")", err.message)
+    assert.equal("stream: no policy named 'no_such_policy' (looked in " .. luagent.default_runtime().policies:search_path() .. ")", err.message)
     -- a wrong type is placed at the line that called stream
     local line
     local ok2, err2 = pcall(function()

@@ -2,7 +2,7 @@
 -- through the mock on loopback, on the virtual clock.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local events = require "luagent.base.bus"
+local events = require("luagent").events
 
 describe("one endpoint shared by 100 tasks", function()
   before_each(function()

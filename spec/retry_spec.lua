@@ -4,7 +4,7 @@
 -- over, abort during backoff, retry-safe mode and policy hot reload.
 local luagent = require "luagent"
 local mock = require "luagent.mock"
-local events = require "luagent.base.bus"
+local events = require("luagent").events
 
 local logs, saved_log
 before_each(function()
@@ -14,7 +14,7 @@ before_each(function()
   luagent.clock.virtual()
   -- every spec starts on fresh endpoints: a mock's port may be one an
   -- earlier spec's endpoint (breaker, budget, cooldown) is keyed by
-  require("luagent.model.endpoint").reset()
+  luagent.default_runtime().endpoints:reset()
 end)
 after_each(function()
   luagent.configure(saved_log)
@@ -252,7 +252,7 @@ describe("policy files", function()
     path = dir .. "/mine.lua"
   end)
   after_each(function()
-    require("luagent.model.policy").forget(path)
+    luagent.default_runtime().policies:forget(path)
     os.execute("rm -rf " .. dir)
   end)
 
@@ -276,7 +276,7 @@ describe("policy files", function()
     write("return { max_retries = 0 }\n")
     local _, n = call("503@1-5", { policy = path })
     assert.equal(1, n)
-    local loader = require("luagent.model.policy").watched(path)
+    local loader = luagent.default_runtime().policies:watched(path)
     local v = loader.version
     write("return { max_retries = 3,\n  backoff = { strategy = 'fixed', base = 1 } }\n")
     settle(loader, v)
@@ -552,7 +552,7 @@ describe("a cooldown another call set", function()
     -- another agent's 429 lands while this attempt fails: a classify hook
     -- (which defers) stands in for it
     local policy = { classify = function()
-      endpoint.get(endpoint.key(base)):set_cooldown(luagent.now() + 20)
+      luagent.default_runtime().endpoints:get(endpoint.key(base)):set_cooldown(luagent.now() + 20)
     end }
     local evs = {}
     local t0 = luagent.now()

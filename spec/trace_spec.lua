@@ -9,7 +9,7 @@ local luagent = require "luagent"
 local mock = require "luagent.mock"
 local retry = require "luagent.model.call"
 local trace = require "luagent.observe.trace"
-local events = require "luagent.base.bus"
+local events = require("luagent").events
 local errors = require "luagent.base.errors"
 local cjson = require "cjson"
 local testserver = require "spec.support.testserver"
@@ -38,7 +38,7 @@ end
 -- the agent's last event.
 local function traced_run(policy)
   local file = os.tmpname()
-  assert(trace.start { file = file })
+  assert(trace.start(luagent.default_runtime(), { file = file }))
   local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })
   local a = luagent.agent { name = "triage", tools = { lookup_tool() }, policy = policy,
     model = { kind = "openai", model = "gpt-4o-mini", base_url = srv.url .. "/v1", api_key = "k" } }
@@ -60,7 +60,7 @@ end
 -- Publishes the events of a model call made outside any agent, answered
 -- at the first attempt, as the retry loop would.
 local function bare_call(id)
-  local events = require "luagent.base.bus"
+  local events = require("luagent").events
   events.publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
   events.publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
     request_model = "m", provider_kind = "openai", status = 200 }
@@ -79,7 +79,7 @@ describe("trace, from the OTLP file export", function()
   before_each(function()
     luagent.configure { log_sink = function() end }
     luagent.clock.virtual()
-    require("luagent.model.endpoint").reset()
+    luagent.default_runtime().endpoints:reset()
   end)
   after_each(function()
     luagent.configure { log_sink = false }
@@ -199,7 +199,7 @@ describe("trace, from the OTLP file export", function()
 
   it("marks a call that failed for good with error.type and an error status", function()
     local file = os.tmpname()
-    assert(trace.start { file = file })
+    assert(trace.start(luagent.default_runtime(), { file = file }))
     local srv = assert(mock.start { faults = "401", seed = 1 })
     local msg, err = luagent.complete { model = { kind = "anthropic", model = "claude-3-5-haiku",
       base_url = srv.url .. "/v1", api_key = "k" }, messages = { { role = "user", content = "hi" } } }
@@ -233,7 +233,7 @@ describe("trace, from the OTLP file export", function()
         "Connection: close" }) .. body)
     end)
     local file = os.tmpname()
-    assert(trace.start { file = file })
+    assert(trace.start(luagent.default_runtime(), { file = file }))
     local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
     local msgs = { { role = "user", content = "hi" } }
     assert(luagent.complete { model = model, messages = msgs, policy = { traceparent = true } })
@@ -259,7 +259,7 @@ describe("trace, from the OTLP file export", function()
   it("batches the file export: traces that end within a second share a line", function()
     local call = bare_call
     local file = os.tmpname()
-    assert(trace.start { file = file })
+    assert(trace.start(luagent.default_runtime(), { file = file }))
     local t = luagent.spawn(function()
       call(1)
       luagent.sleep(0.5)
@@ -286,7 +286,7 @@ describe("trace, from the OTLP file export", function()
     local file = os.tmpname()
     local bound = trace.file_batch.batch
     trace.file_batch.batch = 4 -- two calls: a chat span and an attempt each
-    assert(trace.start { file = file })
+    assert(trace.start(luagent.default_runtime(), { file = file }))
     call(1)
     call(2)
     local first = slurp(file) -- whole already: no timer, no stop
@@ -304,7 +304,7 @@ describe("trace, from the OTLP file export", function()
 
   it("turns finished traces into text render_batch at a time, in the order they ended", function()
     local file = os.tmpname()
-    assert(trace.start { file = file, tree = true })
+    assert(trace.start(luagent.default_runtime(), { file = file, tree = true }))
     for id = 1, 2 * trace.render_batch + 5 do bare_call(id) end
     local tree = stop_with_tree()
     local lines = {}
@@ -326,7 +326,7 @@ describe("trace, from the OTLP file export", function()
 
   it("writes what rendered before a batch that fails at the end, and closes the file", function()
     local file = os.tmpname()
-    assert(trace.start {})
+    assert(trace.start(luagent.default_runtime(), {}))
     local sink, close = trace.file_exporter(file)
     local good = { trace_id = string.rep("a", 32), span_id = string.rep("b", 16), name = "fine", kind = 1,
       start = 1, stop = 2, status = 0, attrs = {}, nattrs = 0 }
@@ -346,7 +346,7 @@ describe("trace, from the OTLP file export", function()
 
   it("drops a batch that fails to turn into text, and goes on with the next", function()
     local file = os.tmpname()
-    assert(trace.start {})
+    assert(trace.start(luagent.default_runtime(), {}))
     local sink, close = trace.file_exporter(file)
     local batch = trace.render_batch
     trace.render_batch = 1
@@ -369,9 +369,9 @@ describe("trace, from the OTLP file export", function()
   end)
 
   it("leaves an attempt a refused retry ended as provider_retry wrote it (each attribute once)", function()
-    local events = require "luagent.base.bus"
+    local events = require("luagent").events
     local file = os.tmpname()
-    assert(trace.start { file = file })
+    assert(trace.start(luagent.default_runtime(), { file = file }))
     local usage = { input_tokens = 3, output_tokens = 1, cache_read_tokens = 0, cache_write_tokens = 0 }
     events.publish { type = "message_start", call = 7, id = "r7", model = "m" }
     events.publish { type = "provider_retry", call = 7, attempt = 1, max_attempts = 3, status = 503,
@@ -395,7 +395,7 @@ describe("trace, from the OTLP file export", function()
   end)
 
   it("prints a tool call that ran once, fine, as one line; one that failed, with its attempts", function()
-    assert(trace.start { tree = true })
+    assert(trace.start(luagent.default_runtime(), { tree = true }))
     local function tool(id, err)
       events.publish { type = "tool_execution_start", agent = "a", agent_id = "a#1", call_id = id, name = "look" }
       events.publish { type = "tool_execution_end", agent = "a", agent_id = "a#1", call_id = id, name = "look",
@@ -412,7 +412,7 @@ describe("trace, from the OTLP file export", function()
 
   it("prints names, models and messages from models, tools and servers escaped for the terminal", function()
     local hostile = "\27]0;pwned\7\27[2J\u{9b}H\r\n\u{202e}\xff"
-    assert(trace.start { tree = true })
+    assert(trace.start(luagent.default_runtime(), { tree = true }))
     events.publish { type = "agent_start", agent = "a" .. hostile, agent_id = "a#1" }
     events.publish { type = "message_start", call = 1, agent_id = "a#1", id = "r1", model = "m" .. hostile }
     events.publish { type = "message_end", call = 1, agent_id = "a#1", final = true, attempts = 1, stop_reason = "error",
@@ -453,7 +453,7 @@ describe("trace, from the OTLP file export", function()
   end)
 
   it("prints the tree with durations, the failed attempts and their waits", function()
-    assert(trace.start { tree = true })
+    assert(trace.start(luagent.default_runtime(), { tree = true }))
     local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })
     local a = luagent.agent { name = "triage", tools = { lookup_tool() },
       policy = { backoff = { strategy = "fixed", base = 0.5 }, tool = { backoff = { strategy = "fixed", base = 0.25 } } },
@@ -520,7 +520,7 @@ describe("an OTLP file that cannot be written", function()
   it("makes trace.stop answer nil and the message; later spans are not written", function()
     local logged = {}
     local saved = luagent.configure { log_sink = function(_, line) logged[#logged + 1] = line end, log_level = "warn" }
-    assert(trace.start { file = "/dev/full" })
+    assert(trace.start(luagent.default_runtime(), { file = "/dev/full" }))
     local chunk = trace.file_chunk
     trace.file_chunk = 1 -- each text goes out at once: the first trace meets the full disk
     for id = 1, 3 do bare_call(id) end
