@@ -3,6 +3,7 @@
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local config = require "luagent.config"
+local deadline = require "luagent.base.deadline"
 
 local M = {
   version = core.version,
@@ -38,31 +39,9 @@ function M.daemon(fn, ...)
   return core.spawn(fn, ...):set_daemon(true)
 end
 
--- deadline(seconds, fn, ...) -> fn's results. Runs fn as a child task and
--- cancels it when the time is up, raising an error of kind `timeout` (which
--- = "deadline"). If the caller is cancelled meanwhile, the child is too.
-function M.deadline(seconds, fn, ...)
-  if type(seconds) ~= "number" or seconds ~= seconds then error("deadline: seconds must be a number", 2) end
-  if type(fn) ~= "function" then error("deadline: fn must be a function", 2) end
-  if seconds == math.huge then return fn(...) end -- no deadline at all
-  local child = core.spawn(fn, ...)
-  local expired = {}
-  local watchdog = core.spawn(function()
-    core.sleep(seconds)
-    child:cancel(expired)
-  end)
-  local res = table.pack(pcall(child.join, child))
-  watchdog:cancel()
-  if res[1] then return table.unpack(res, 2, res.n) end
-  local err = res[2]
-  if child:status() ~= "done" and child:status() ~= "failed" then
-    child:cancel() -- the caller itself was cancelled while waiting
-  elseif errors.is(err) and err.kind == "cancelled" and err.reason == expired then
-    err = errors.new("timeout", string.format("deadline of %g s exceeded", seconds),
-      { which = "deadline", seconds = seconds })
-  end
-  error(err, 0)
-end
+-- deadline(seconds, fn, ...) -> fn's results, or a `timeout` error (which =
+-- "deadline") when fn takes longer; see lua/luagent/base/deadline.lua.
+M.deadline = deadline
 
 -- provider("kind/model") or provider{kind=, model=, base_url=, api_key=,
 -- headers=} -> a provider; see lua/luagent/model/provider.lua.
