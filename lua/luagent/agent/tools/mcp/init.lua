@@ -24,7 +24,7 @@
 -- registered as secrets; the server's tool definitions and what the set
 -- reports of a connection (open's error, status().last_error,
 -- tools_reload_failed) are scrubbed, and its tools' results and errors
--- are, as every tool's (lua/luagent/agent/tools/init.lua).
+-- are, as every tool's (lua/luagent/agent/tools/tool.lua).
 --
 -- What a server sends is bounded: one message by max_message; the
 -- handshake as a whole by init_timeout and a re-list by request_timeout;
