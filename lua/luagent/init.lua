@@ -90,7 +90,13 @@ local AREAS = {
   http = function() return require "luagent.base.http" end,
   json = function() return require "luagent.base.json" end,
   log = function() return require "luagent.observe.log" end,
-  tools = function() return require "luagent.agent.tools" end,
+  -- the tools layer; an MCP set belongs to the default runtime
+  tools = function()
+    local tools = require "luagent.agent.tools"
+    local face = setmetatable({}, { __index = tools })
+    face.mcp = function(opts) return tools.mcp(opts, rt()) end
+    return face
+  end,
   -- agent{...} -> an agent of the default runtime (lua/luagent/agent/loop.lua)
   agent = function()
     local loop = require "luagent.agent.loop"

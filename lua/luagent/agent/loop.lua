@@ -113,14 +113,7 @@ end
 -- The tool section in force: the agent's tool_policy, else the `tool`
 -- section of its retry policy (a name, file, table, or the default).
 function Agent:current_tool_policy()
-  if self.tool_policy then return self.tool_policy end
-  local ok, holder = pcall(self.rt.policies.resolve, self.rt.policies, self.policy)
-  local p = ok and holder:get()
-  if type(p) == "table" then
-    local good, pol = pcall(policies.new, p)
-    if good and pol and pol.tool then return pol.tool end
-  end
-  return policies.tool_section(nil)
+  return tools.section_in_force(self.tool_policy, self.policy, self.rt.policies)
 end
 
 ------------------------------------------------------------------------------

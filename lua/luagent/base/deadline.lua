@@ -1,12 +1,12 @@
 -- deadline(seconds, fn, ...) -> fn's results. Runs fn as a child task and
 -- cancels it when the time is up, raising an error of kind `timeout` (which
 -- = "deadline"). If the caller is cancelled meanwhile, the child is too.
--- In base/ so that every layer (MCP's requests, a child's wait) can bound
--- what it waits for without reaching the face.
+-- A base primitive (the face's luagent.deadline is this function), so the
+-- layers above bound their waits without requiring the public face.
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 
-return function(seconds, fn, ...)
+local function deadline(seconds, fn, ...)
   if type(seconds) ~= "number" or seconds ~= seconds then error("deadline: seconds must be a number", 2) end
   if type(fn) ~= "function" then error("deadline: fn must be a function", 2) end
   if seconds == math.huge then return fn(...) end -- no deadline at all
@@ -28,3 +28,5 @@ return function(seconds, fn, ...)
   end
   error(err, 0)
 end
+
+return deadline

@@ -10,24 +10,23 @@
 -- file's tools go. Each good rescan publishes a new snapshot, which agents
 -- take between turns: an agent never sees half a folder.
 --
+-- The watcher and its task are the set's own: set:close() stops them.
+--
 -- Events (taken by agents through set:events_since, EVENTS.md):
 --   tools_reload_failed {file, line, message}
 --   tools_changed {added, removed, changed}   (lists of tool names)
 local core = require "luagent.core"
-local json = require "luagent.base.json"
 local policies = require "luagent.model.policy"
 local sandbox = require "luagent.base.sandbox"
-local secrets = require "luagent.base.secrets"
-local tools = require "luagent.agent.tools"
+local tool = require "luagent.agent.tools.tool"
+local set = require "luagent.agent.tools.set"
 
 local M = {}
 
 M.debounce = 0.05 -- seconds of quiet after a change before the rescan
-M.max_log = 256   -- events kept for agents that have not looked yet
 
-local Set = {}
-Set.__index = Set
-Set.__name = "luagent.ToolSet"
+-- A folder's set: a tool set (set.lua) that reads and watches its folder.
+local Set = set.class("luagent.ToolSet")
 
 -- The line of `text` where `field =` is set, searching from the line that
 -- names the tool (when known). nil when not found.
@@ -86,16 +85,16 @@ function M.load_file(path, text)
   if #list == 0 then return fail("a tool file must return a tool or a list of tools (got an empty table)") end
   local out, seen = {}, {}
   for i, t in ipairs(list) do
-    local tool, why, field = tools.check(t, path)
+    local checked, why, field = tool.check(t, path)
     local name = type(t) == "table" and type(rawget(t, "name")) == "string" and rawget(t, "name") or nil
-    if not tool then
+    if not checked then
       return fail((#list > 1 and ("tools[" .. i .. "]: ") or "") .. why, line_of(text, field, name))
     end
-    if seen[tool.name] then
-      return fail("tool name '" .. tool.name .. "' is given twice", line_of(text, "name", tool.name))
+    if seen[checked.name] then
+      return fail("tool name '" .. checked.name .. "' is given twice", line_of(text, "name", checked.name))
     end
-    seen[tool.name] = true
-    out[#out + 1] = tool
+    seen[checked.name] = true
+    out[#out + 1] = checked
   end
   return out
 end
@@ -110,41 +109,11 @@ function M.open(path, opts)
   if path == "" then path = "/" end
   local names, err = core.list_dir(path)
   if not names then return nil, err end
-  local self = setmetatable({
-    path = path, files = {}, snap = { version = 0, tools = {}, names = {} },
-    log = {}, seq = 0, debounce = opts.debounce or M.debounce,
-  }, Set)
+  local self = set.new(Set, { path = path, label = path, files = {}, debounce = opts.debounce or M.debounce })
   self:rescan()
   if opts.watch ~= false then self:watch() end
   return self
 end
-
--- Appends an event to the set's log (bounded), scrubbed of keys: a tool
--- file's error or an MCP server's message may hold one.
-function Set:record(ev)
-  secrets.scrub(ev)
-  self.seq = self.seq + 1
-  ev.seq = self.seq
-  self.log[#self.log + 1] = ev
-  if #self.log > M.max_log then table.remove(self.log, 1) end
-end
-
--- events_since(cursor) -> the events after cursor (nil: from the start of
--- the log), and the new cursor.
-function Set:events_since(cursor)
-  cursor = cursor or 0
-  local out = {}
-  for _, ev in ipairs(self.log) do
-    if ev.seq > cursor then out[#out + 1] = ev end
-  end
-  return out, self.seq
-end
-
--- The current snapshot {version=, tools={name=tool}, names={sorted}}.
-function Set:snapshot() return self.snap end
-
--- The version of the snapshot (counts good rescans that changed something).
-function Set:version() return self.snap.version end
 
 -- Reads the folder again and publishes a new snapshot if anything changed.
 -- Returns the number of files that failed.
@@ -219,37 +188,16 @@ function Set:rescan()
     end
     st.previous = st.tools
   end
-  M.publish(self, map)
+  self:publish(map)
   return failed
 end
 
--- publish(set, map): the set's new tools {name = tool}; when any was added,
--- removed or replaced (a tool that did not change keeps its table), a new
--- snapshot replaces the old one whole and a tools_changed event is logged.
--- Shared by every tool set that changes (folders, MCP servers).
-function M.publish(self, map)
-  local added, removed, changed_names = {}, {}, {}
-  local old = self.snap.tools
-  for name, t in pairs(map) do
-    if not old[name] then added[#added + 1] = name
-    elseif old[name] ~= t then changed_names[#changed_names + 1] = name end
-  end
-  for name in pairs(old) do if not map[name] then removed[#removed + 1] = name end end
-  if #added + #removed + #changed_names > 0 then
-    table.sort(added) table.sort(removed) table.sort(changed_names)
-    local list = {}
-    for name in pairs(map) do list[#list + 1] = name end
-    table.sort(list)
-    self.snap = { version = self.snap.version + 1, tools = map, names = list }
-    self:record { type = "tools_changed", added = json.array(added), removed = json.array(removed),
-                  changed = json.array(changed_names),
-                  version = self.snap.version }
-  end
-end
-
 -- Watches the folder (a daemon task): after a change, waits for
--- `debounce` seconds of quiet, then rescans.
+-- `debounce` seconds of quiet, then rescans. true | nil, err; raises on a
+-- set that is closed or already watched.
 function Set:watch()
+  if self.closed then error("tools.dir: the tool set is closed", 2) end
+  if self.watcher then error("tools.dir: the folder is watched already", 2) end
   local w, err = core.watch(self.path .. "/")
   if not w then return nil, err end
   self.watcher = w
@@ -268,12 +216,13 @@ function Set:watch()
   return true
 end
 
--- Stops watching. The last snapshot stays usable.
+-- Stops watching: the watcher task is cancelled and the watcher closed.
+-- The last snapshot stays usable, and rescan() still reads the folder.
 function Set:close()
   if self.task then self.task:cancel("tool set closed") self.task = nil end
   if self.watcher then self.watcher:close() self.watcher = nil end
+  self.closed = true
 end
-Set.__close = Set.close
 
 M.Set = Set
 return M

@@ -2,12 +2,12 @@
 -- required, enum, items, minimum/maximum, minLength/maxLength,
 -- additionalProperties. check() validates decoded arguments and names the
 -- first field that is wrong; it never raises for bad data. Pure Lua.
+local json = require "luagent.base.json"
+
 local M = {}
 
 local TYPES = { object = true, array = true, string = true, number = true, integer = true,
   boolean = true, null = true }
-
-local json_null -- loaded lazily: the schema module stays pure
 
 -- True when t is a sequence 1..n (empty tables count as both kinds).
 local function is_array(t)
@@ -27,8 +27,7 @@ local function has_type(v, ty)
   if ty == "object" then return lt == "table" and (next(v) == nil or not is_array(v)) end
   if ty == "array" then return lt == "table" and is_array(v) end
   if ty == "null" then
-    json_null = json_null or require("luagent.base.json").null
-    return v == nil or v == json_null
+    return v == nil or v == json.null
   end
   return false
 end

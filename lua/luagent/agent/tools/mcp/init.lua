@@ -24,7 +24,7 @@
 -- registered as secrets; the server's tool definitions and what the set
 -- reports of a connection (open's error, status().last_error,
 -- tools_reload_failed) are scrubbed, and its tools' results and errors
--- are, as every tool's (lua/luagent/agent/tools/init.lua).
+-- are, as every tool's (lua/luagent/agent/tools/tool.lua).
 --
 -- What a server sends is bounded: one message by max_message; the
 -- handshake as a whole by init_timeout and a re-list by request_timeout;
@@ -41,12 +41,14 @@ local errors = require "luagent.base.errors"
 local json = require "luagent.base.json"
 local queue = require "luagent.base.queue"
 local policies = require "luagent.model.policy"
-local tools = require "luagent.agent.tools"
-local dir = require "luagent.agent.tools.dir"
-local rpc = require "luagent.agent.tools.mcp.rpc"
-local content = require "luagent.agent.tools.mcp.content"
 local secrets = require "luagent.base.secrets"
 local child_env = require "luagent.base.child_env"
+local tool = require "luagent.agent.tools.tool"
+local set = require "luagent.agent.tools.set"
+local rpc = require "luagent.agent.tools.mcp.rpc"
+local content = require "luagent.agent.tools.mcp.content"
+local stdio = require "luagent.agent.tools.mcp.stdio"
+local http = require "luagent.agent.tools.mcp.http"
 
 local M = {}
 
@@ -74,12 +76,8 @@ M.defaults = {
   restart = { strategy = "exponential", base = 0.2, max = 30, jitter = 0.2 },
 }
 
-local Set = {}
-Set.__index = Set
-Set.__name = "luagent.McpToolSet"
-Set.record = dir.Set.record
-Set.snapshot = dir.Set.snapshot
-Set.version = dir.Set.version
+-- An MCP server's set: a tool set (set.lua) that keeps a connection.
+local Set = set.class("luagent.McpToolSet")
 
 ------------------------------------------------------------------------------
 -- Options
@@ -128,15 +126,14 @@ end
 -- The tool section deciding trust and overrides: tool_policy (a tool
 -- section), else the `tool` section of policy (a name, file or table),
 -- else the default policy's.
-local function tool_policy(o)
-  local agent = require "luagent.agent.loop"
+local function tool_policy(o, rt)
   local t
   if o.tool_policy ~= nil then
     local err
     t, err = policies.check_tool_section(o.tool_policy, "tools.mcp tool_policy")
     if not t then error(err.message, 4) end
   end
-  return agent.Agent.current_tool_policy({ tool_policy = t, policy = o.policy })
+  return tool.section_in_force(t, o.policy, rt and rt.policies)
 end
 
 -- The name the server goes by in messages and in trust_hints.
@@ -236,20 +233,20 @@ function Set:make_tool(t)
     if problem then return nil, "tool '" .. t.name .. "' is left out: its inputSchema " .. problem end
   end
   local name = (self.prefix or "") .. t.name:gsub("[^A-Za-z0-9_-]", "_")
-  if #name > tools.MAX_NAME then name = name:sub(1, tools.MAX_NAME) end
+  if #name > tool.MAX_NAME then name = name:sub(1, tool.MAX_NAME) end
   local ro, idem, hints, trust = M.flags(t.annotations, name, self.policy, self.label)
   local description = type(t.description) == "string" and t.description ~= "" and t.description
     or type(t.title) == "string" and t.title ~= "" and t.title or ("the tool " .. t.name .. " of " .. secrets.text(self.label))
   local params = type(t.inputSchema) == "table" and fix_schema(t.inputSchema, 0) or { type = "object" }
   local remote = t.name
-  local tool, why = tools.check({ name = name, description = description, params = params,
+  local checked, why = tool.check({ name = name, description = description, params = params,
     read_only = ro, idempotent = idem, timeout = self.timeout,
     run = function(args, ctx) return self:call(remote, args, ctx) end })
-  if not tool then return nil, why end
+  if not checked then return nil, why end
   local encoded, fingerprint = pcall(json.encode, { description, params, ro, idem, remote })
   if not encoded then return nil, "tool '" .. t.name .. "' is left out: " .. tostring(fingerprint) end
-  tool.mcp = { server = self.label, name = remote, hints = hints, trusted = trust, fingerprint = fingerprint }
-  return tool
+  checked.mcp = { server = self.label, name = remote, hints = hints, trusted = trust, fingerprint = fingerprint }
+  return checked
 end
 
 -- Reports that a tool (`name`, when one) of the server's list is left out.
@@ -301,18 +298,18 @@ function Set:list(session, deadline)
         self:report_cap(string.format("more than %d tools (max_tools)", self.max_tools), count, res.tools, i)
         return map
       end
-      local tool, why = self:make_tool(t)
-      if tool and map[tool.name] then tool, why = nil, "tool name '" .. tool.name .. "' is given twice" end
-      if tool then
-        bytes = bytes + #tool.mcp.fingerprint
+      local made, why = self:make_tool(t)
+      if made and map[made.name] then made, why = nil, "tool name '" .. made.name .. "' is given twice" end
+      if made then
+        bytes = bytes + #made.mcp.fingerprint
         if bytes > self.max_message then
           self:report_cap(string.format("the tools' definitions pass %d bytes (max_message)", self.max_message),
             count, res.tools, i)
           return map
         end
-        local prev = old[tool.name]
-        if prev and prev.mcp and prev.mcp.fingerprint == tool.mcp.fingerprint then tool = prev end
-        map[tool.name] = tool
+        local prev = old[made.name]
+        if prev and prev.mcp and prev.mcp.fingerprint == made.mcp.fingerprint then made = prev end
+        map[made.name] = made
         count = count + 1
       else
         self:report(tostring(why), type(t) == "table" and type(t.name) == "string" and t.name or nil)
@@ -353,7 +350,7 @@ function Set:relist()
         local covers = self.notices
         local map, lerr = self:list(session, core.now() + self.request_timeout)
         if map then
-          dir.publish(self, map)
+          self:publish(map)
         else
           self:report("re-listing the tools failed: " .. tostring(lerr and lerr.message or lerr))
         end
@@ -367,6 +364,7 @@ function Set:relist()
       end
     end)
     self.relisting = false
+    self.relist_task = nil
     self.listed = self.notices
     self:wake_relist_waiters()
     if not ok then
@@ -375,6 +373,7 @@ function Set:relist()
     end
   end)
   task:set_daemon(true)
+  if self.relisting then self.relist_task = task end -- still running: close() stops it
 end
 
 -- The server said its list changed: re-list now, or after the handshake.
@@ -394,7 +393,7 @@ function Set:events_since(cursor)
     self.relist_waiters[#self.relist_waiters + 1] = s
     s.wait()
   end
-  return dir.Set.events_since(self, cursor)
+  return set.Set.events_since(self, cursor)
 end
 
 ------------------------------------------------------------------------------
@@ -507,7 +506,7 @@ function Set:handshake(session)
   session:notify("notifications/initialized")
   local map, lerr = self:list(session, deadline)
   if not map then return nil, lerr end
-  dir.publish(self, map)
+  self:publish(map)
   return true
 end
 
@@ -626,10 +625,11 @@ end
 -- Opening and closing
 ------------------------------------------------------------------------------
 
--- open(opts) -> set | nil, err. Raises for bad options; returns nil and
--- the first connection's failure (with the server's stderr when it has
--- some). See the header and README.md for the options.
-function M.open(o)
+-- open(opts [, rt]) -> set | nil, err. Raises for bad options; returns nil
+-- and the first connection's failure (with the server's stderr when it has
+-- some). See the header and README.md for the options. `rt`, the runtime
+-- the set serves (lua/luagent/runtime.lua), gives the default policy.
+function M.open(o, rt)
   check_options(o)
   local env, why = child_env.own(o.env)
   if o.env ~= nil and not env then error("tools.mcp: " .. why, 3) end
@@ -640,23 +640,22 @@ function M.open(o)
   local max_message = o.max_message or d.max_message
   local transport
   if o.command then
-    transport = require("luagent.agent.tools.mcp.stdio").new { command = o.command, env = env, cwd = o.cwd,
+    transport = stdio.new { command = o.command, env = env, cwd = o.cwd,
       max_message = max_message, name = label }
   else
-    transport = require("luagent.agent.tools.mcp.http").new { url = o.url, headers = o.headers,
+    transport = http.new { url = o.url, headers = o.headers,
       max_message = max_message, name = label }
   end
   local restart = policies.tool_section({ backoff = o.restart or d.restart }).backoff
-  local self = setmetatable({
-    label = label, prefix = o.prefix, timeout = o.timeout, roots = o.roots, policy = tool_policy(o),
+  local self = set.new(Set, {
+    label = label, prefix = o.prefix, timeout = o.timeout, roots = o.roots, policy = tool_policy(o, rt),
     transport = transport, init_timeout = o.init_timeout or d.init_timeout,
     request_timeout = o.request_timeout or d.request_timeout,
     ping_interval = o.ping_interval == nil and d.ping_interval or o.ping_interval,
     ping_timeout = o.ping_timeout or d.ping_timeout, restart = restart,
     max_tools = o.max_tools or d.max_tools, max_message = max_message, notices = 0, listed = 0,
-    snap = { version = 0, tools = {}, names = {} }, log = {}, seq = 0, waiters = {}, relist_waiters = {},
-    state = "starting", restarts = 0, opened = false,
-  }, Set)
+    waiters = {}, relist_waiters = {}, state = "starting", restarts = 0, opened = false,
+  })
   self.task = core.spawn(function() self:supervise() end)
   self.task:set_daemon(true)
   while self.state == "starting" do
@@ -691,6 +690,7 @@ function Set:close()
     if task ~= core.current() then pcall(task.join, task) end -- its connection's tasks end with it
   end
   if self.ping_task then self.ping_task:cancel("tool set closed") self.ping_task = nil end
+  if self.relist_task then self.relist_task:cancel("tool set closed") self.relist_task = nil end
   if self.session then
     self.session:fail(errors.new("tool_error", self.label .. ": the tool set is closed", { died = true }))
   end
@@ -699,7 +699,6 @@ function Set:close()
   self.state = "closed"
   self:wake_all()
 end
-Set.__close = Set.close
 
 M.Set = Set
 return M

@@ -12,6 +12,7 @@
 local errors = require "luagent.base.errors"
 local json = require "luagent.base.json"
 local queue = require "luagent.base.queue"
+local deadline = require "luagent.base.deadline"
 
 local M = {}
 
@@ -90,7 +91,7 @@ function Session:request(method, params, opts)
   end
   local ok, err
   if opts.timeout then
-    ok, err = pcall(require("luagent").deadline, opts.timeout, exchange)
+    ok, err = pcall(deadline, opts.timeout, exchange)
   else
     ok, err = pcall(exchange)
   end

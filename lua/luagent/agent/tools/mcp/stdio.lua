@@ -10,6 +10,7 @@
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local child_env = require "luagent.base.child_env"
+local deadline = require "luagent.base.deadline"
 
 local M = {}
 
@@ -76,7 +77,7 @@ function Stdio:run(deliver)
   end
   -- stdout ended: the server exits (or closed it): say how, stopping it
   -- if it is still there a second later
-  local ok, r = pcall(require("luagent").deadline, 1, proc.wait, proc)
+  local ok, r = pcall(deadline, 1, proc.wait, proc)
   local how
   if ok then
     how = r.signal and ("was killed by signal " .. r.signal) or ("exited with code " .. tostring(r.code))
@@ -103,7 +104,7 @@ function Stdio:close()
   self.last_stderr = self:stderr_tail()
   self.proc = nil
   proc:kill(0)
-  local waited, err = pcall(require("luagent").deadline, 5, proc.wait, proc)
+  local waited, err = pcall(deadline, 5, proc.wait, proc)
   proc:close()
   if not waited and errors.is_cancel(err) then error(err, 0) end
 end
