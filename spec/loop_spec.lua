@@ -288,7 +288,7 @@ describe("in a process of its own", function()
   it("keeps the on_sigint task alive: a SIGINT after it was collected cancels nothing else", function()
     local r = h.run_script([[
       local luagent = require "luagent"
-      local core = luagent.core
+      local core = require "luagent.core"
       local t = luagent.spawn(function() end)
       core.on_sigint(t)
       t:join()

@@ -1,6 +1,7 @@
 -- Policies (lua/luagent/model/policy.lua and policies/*.lua): loading, checking,
 -- defaults, each bundled policy's delays, broken files, and reloading.
 local policies = require "luagent.model.policy"
+local luagent = require "luagent"
 local core = require "luagent.core"
 
 local FIX = "spec/fixtures/policies/"
@@ -392,7 +393,7 @@ end)
 
 describe("policy.resolve", function()
   local config = require "luagent.config"
-  after_each(function() config.set { policy = false } end)
+  after_each(function() luagent.configure { policy = false } end)
 
   it("gives a name's watched loader, looking the name up once per search path", function()
     local a = luagent.default_runtime().policies:resolve("yoagent")
@@ -401,7 +402,7 @@ describe("policy.resolve", function()
     -- found once: the lookup is not repeated for the next call
     local find = policies.find
     policies.find = function() error("looked up again") end
-    local ok, again = pcall(policies.resolve, "yoagent")
+    local ok, again = pcall(luagent.default_runtime().policies.resolve, luagent.default_runtime().policies, "yoagent")
     policies.find = find
     assert.is_true(ok, again)
     assert.equal(a, again)
@@ -411,16 +412,16 @@ describe("policy.resolve", function()
     assert.equal(3, luagent.default_runtime().policies:resolve({ max_retries = 3 }):get().max_retries)
     local holder = { get = function() return "mine" end }
     assert.equal(holder, luagent.default_runtime().policies:resolve(holder))
-    config.set { policy = { max_retries = 2 } }
+    luagent.configure { policy = { max_retries = 2 } }
     assert.equal(2, luagent.default_runtime().policies:resolve():get().max_retries)
   end)
 
   it("raises a usage record for an unknown name and a message for a wrong type", function()
-    local ok, err = pcall(policies.resolve, "no_such_policy")
+    local ok, err = pcall(luagent.default_runtime().policies.resolve, luagent.default_runtime().policies, "no_such_policy")
     assert.is_false(ok)
     assert.equal("usage", err.kind)
     assert.matches("no policy named 'no_such_policy' %(looked in ", err.message)
-    local ok2, err2 = pcall(policies.resolve, 42)
+    local ok2, err2 = pcall(luagent.default_runtime().policies.resolve, luagent.default_runtime().policies, 42)
     assert.is_false(ok2)
     assert.matches("policy must be a name, a file or a table", err2)
   end)
@@ -440,7 +441,7 @@ describe("policy.resolve", function()
     assert.is_false(ok2)
     assert.equal("spec/policy_spec.lua:" .. line .. ": stream: policy must be a name, a file or a table", err2)
     -- called directly, resolve is the API
-    local _, err3 = pcall(policies.resolve, "no_such_policy")
+    local _, err3 = pcall(luagent.default_runtime().policies.resolve, luagent.default_runtime().policies, "no_such_policy")
     assert.matches("^resolve: no policy named 'no_such_policy'", err3.message)
   end)
 end)

@@ -7,6 +7,8 @@
 local luagent = require "luagent"
 local core = require "luagent.core"
 local endpoint = require "luagent.model.endpoint"
+-- the endpoints of these specs: the default runtime's (luagent.health() shows them)
+local registry = luagent.default_runtime().endpoints
 local shared = require "luagent.model.endpoint.redis"
 local http = require "luagent.base.http"
 local log = require "luagent.observe.log"
@@ -232,11 +234,11 @@ describe("endpoint state shared through Redis", function()
   local redis
   before_each(function()
     luagent.clock.real()
-    luagent.default_runtime().endpoints:reset()
+    registry:reset()
     redis = start_redis()
   end)
   after_each(function()
-    luagent.default_runtime().endpoints:reset()
+    registry:reset()
     stop_redis(redis)
   end)
 
@@ -283,7 +285,7 @@ describe("endpoint state shared through Redis", function()
     -- trip the shared breaker from here: 5 counted failures, open 0.4 s
     -- (then 4 s after the probe fails: growth 10)
     local key = endpoint.key(m.url .. "/v1")
-    local ep = luagent.default_runtime().endpoints:get(key, { breaker = { consecutive = 5, open_for = 0.4, growth = 10, open_max = 30 },
+    local ep = registry:get(key, { breaker = { consecutive = 5, open_for = 0.4, growth = 10, open_max = 30 },
                                    budget = false, shared = { redis = redis.url } })
     for _ = 1, 5 do
       assert.is_true((ep:admit(false, core.now())))
@@ -317,9 +319,9 @@ describe("endpoint state shared through Redis", function()
   -- Two hosts' endpoints for `key` with options `opts` (one process
   -- standing in for two: each has its own view of the shared state).
   local function two_hosts(key, opts)
-    local local_a, local_b = luagent.default_runtime().endpoints:get(key .. "#a", opts), luagent.default_runtime().endpoints:get(key .. "#b", opts)
+    local local_a, local_b = registry:get(key .. "#a", opts), registry:get(key .. "#b", opts)
     local_a.key, local_b.key = key, key
-    return shared.new(local_a, opts, opts.shared), shared.new(local_b, opts, opts.shared)
+    return shared.new(local_a, opts, opts.shared, registry.pool), shared.new(local_b, opts, opts.shared, registry.pool)
   end
 
   it("asks Redis once for admissions made at once, however many tasks make them", function()
@@ -529,7 +531,7 @@ describe("endpoint state shared through Redis", function()
     shared.retry_every = 0.05
     local opts = { breaker = { consecutive = 1000, window = 0 }, budget = false,
                    shared = { redis = redis.url, timeout = 0.2 } }
-    local ep = luagent.default_runtime().endpoints:get("http://stopped/v1", opts)
+    local ep = registry:get("http://stopped/v1", opts)
     local ok, failure = pcall(luagent.deadline, 20, function()
       assert.same({}, ep:record(core.now(), false, true, false))
       assert.equal("redis", ep:snapshot().backend)
@@ -597,7 +599,7 @@ describe("endpoint state shared through Redis", function()
       log.set_level(level)
       stop_redis(secured)
     end)
-    local good = luagent.default_runtime().endpoints:get("http://auth/v1", { shared = { redis = "redis://:s3cret@127.0.0.1:" .. secured.port .. "/3" } })
+    local good = registry:get("http://auth/v1", { shared = { redis = "redis://:s3cret@127.0.0.1:" .. secured.port .. "/3" } })
     assert.is_true((good:admit(false, core.now())))
     good:record(core.now(), false, true, false)
     local h = luagent.health()["http://auth/v1"]
@@ -608,7 +610,7 @@ describe("endpoint state shared through Redis", function()
     assert(conn:command(1, "SELECT", 3))
     assert.equal(1, conn:command(1, "EXISTS", "luagent:ep:http://auth/v1"), "written to database 3")
     conn:close()
-    local bad = luagent.default_runtime().endpoints:get("http://noauth/v1", { shared = { redis = "redis://:wrong@127.0.0.1:" .. secured.port .. "/0" } })
+    local bad = registry:get("http://noauth/v1", { shared = { redis = "redis://:wrong@127.0.0.1:" .. secured.port .. "/0" } })
     assert.is_true((bad:admit(false, core.now())))
     assert.is_true(luagent.health()["http://noauth/v1"].fallback)
     assert.equal(1, #lines)
@@ -689,10 +691,10 @@ describe("endpoint state shared through Redis", function()
     assert.matches("shared.redis is required", err.message)
     _, err = policy.new { shared = { redis = "redis://127.0.0.1/0", port = 1 } }
     assert.matches("unknown field 'shared.port'", err.message)
-    local ep = luagent.default_runtime().endpoints:get("http://a/v1", { shared = { redis = redis.url } })
+    local ep = registry:get("http://a/v1", { shared = { redis = redis.url } })
     assert.is_true((ep:admit(false, core.now())))
     assert.equal("redis", luagent.health()["http://a/v1"].backend)
-    luagent.default_runtime().endpoints:get("http://b/v1", {})
+    registry:get("http://b/v1", {})
     assert.equal("local", luagent.health()["http://b/v1"].backend)
     -- LUAGENT_REDIS_URL shares the endpoints of policies that say nothing
     local script = helpers.tempfile([[

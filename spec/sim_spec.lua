@@ -183,7 +183,7 @@ describe("luagent sim", function()
       assert.equal(0, cd.gave_up)
       assert.is_true(cd.total < r.full_jitter.total)
       local found = false
-      for key, state in pairs(require("luagent.model.endpoint").health()) do
+      for key, state in pairs(require("luagent.sim.model").endpoints:health()) do
         if key:match("^luagent%-sim:book:") and state.cooldown_until then found = true end
       end
       assert.is_true(found)

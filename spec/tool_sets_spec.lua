@@ -153,8 +153,9 @@ describe("the tool set base", function()
     local mine = policies.tool_section { timeout = 7 }
     assert.equal(mine, tools.section_in_force(mine, nil))
     local p = { tool = { timeout = 3 } }
-    assert.equal(3, tools.section_in_force(nil, p).timeout)
-    assert.same(policies.tool_section(nil), tools.section_in_force(nil, "no-such-policy-file"))
+    local cache = require("luagent").default_runtime().policies
+    assert.equal(3, tools.section_in_force(nil, p, cache).timeout)
+    assert.same(policies.tool_section(nil), tools.section_in_force(nil, "no-such-policy-file", cache))
   end)
 end)
 

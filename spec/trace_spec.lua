@@ -440,7 +440,7 @@ describe("trace, from the OTLP file export", function()
   it("prints the tree from memory when there is no temporary file, a line per span", function()
     local tmpfile = io.tmpfile
     io.tmpfile = function() return nil end
-    local ok, err = pcall(trace.start, { tree = true })
+    local ok, err = pcall(trace.start, luagent.default_runtime(), { tree = true })
     io.tmpfile = tmpfile
     assert(ok, err)
     for id = 1, 2 do bare_call(id) end

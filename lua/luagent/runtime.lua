@@ -99,14 +99,13 @@ function Runtime:health(now) return self.endpoints:health(now) end
 -- rt:meter(name) -> the meter, started once: "cost" (the cap of max_cost,
 -- the cost table). Agents with max_cost ask for it.
 function Runtime:meter(name)
-  local m = self.meters[name]
-  if m then return m end
   if name ~= "cost" then error("meter: no meter named '" .. tostring(name) .. "'", 2) end
-  cost.start(self)
-  m = cost
-  self.meters[name] = m
-  self.closers[#self.closers + 1] = function() cost.stop(self) end
-  return m
+  cost.start(self) -- once: a meter already counting goes on
+  if not self.meters[name] then
+    self.meters[name] = cost
+    self.closers[#self.closers + 1] = function() cost.stop(self) end
+  end
+  return cost
 end
 
 -- rt:on_close(fn): fn runs when the runtime closes (an observer's flush).

@@ -3,6 +3,8 @@
 local core = require "luagent.core"
 local flags = require "luagent.cli.flags"
 local secrets = require "luagent.base.secrets"
+local luagent = require "luagent"
+local mcp = require "luagent.agent.tools.mcp"
 
 local M = {}
 
@@ -60,7 +62,9 @@ local function list(opts)
   elseif opts.policy then
     spec.policy = opts.policy
   end
-  local ok, set, err = pcall(require("luagent.agent.tools.mcp").open, spec)
+  -- a runtime of its own: the policy file is found and read there
+  local rt = luagent.runtime {}
+  local ok, set, err = pcall(mcp.open, spec, rt)
   if not ok then
     say("luagent mcp: %s", tostring(set))
     return 1
@@ -73,7 +77,7 @@ local function list(opts)
   local info = st.server or {}
   out("%s %s, MCP %s, %d tool%s; hints %s\n", tostring(info.name or set.label),
     tostring(info.version or ""), tostring(st.protocol), #snap.names, #snap.names == 1 and "" or "s",
-    require("luagent.agent.tools.mcp").trusted(set.policy, set.label) and "trusted"
+    mcp.trusted(set.policy, set.label) and "trusted"
       or "not trusted (--trust, or trust_hints in a policy, uses them)")
   local width = 4
   for _, n in ipairs(snap.names) do width = math.max(width, #n) end

@@ -104,7 +104,7 @@ SCENARIOS
           breaker, retry_after and cooldown as in book.
 ]]
 local core = require "luagent.core"
-local endpoint = require "luagent.model.endpoint"
+local registry = require "luagent.model.endpoint.registry"
 
 local M = {}
 
@@ -199,6 +199,8 @@ end
 -- One run
 ------------------------------------------------------------------------------
 
+-- The simulation's endpoints (a registry of its own, as a runtime's).
+M.endpoints = registry.new()
 local endpoint_runs = 0 -- cooldown runs so far: each gets an endpoint of its own
 
 -- The shared protection of one run of `strat`: {budget=, breaker=,
@@ -211,8 +213,7 @@ local function new_guards(sc, strat)
   if strat.breaker then g.breaker = core.breaker(sc.breaker) end
   if strat.cooldown then
     endpoint_runs = endpoint_runs + 1
-    g.endpoint = endpoint.new_local(fmt("luagent-sim:%s:%d", sc.name, endpoint_runs),
-      { cooldown = sc.cooldown }, endpoint.check_opts { cooldown = sc.cooldown })
+    g.endpoint = M.endpoints:get(fmt("luagent-sim:%s:%d", sc.name, endpoint_runs), { cooldown = sc.cooldown })
   end
   return g
 end
