@@ -1,5 +1,6 @@
 -- A wire format is one adapter table: this spec makes up a tiny one
--- ("tinywire": POST {base}/talk, SSE events `say`, `end` and `trouble`),
+-- ("tinywire": POST {base}/models/{model}/talk, the model in the path as
+-- Gemini and Azure put it, SSE events `say`, `end` and `trouble`),
 -- registers it with provider.register from here, and runs calls through the
 -- mock provider on loopback against it: the kind, its base URL on the mock,
 -- its key header masked, its in-stream error classified and retried, its
@@ -25,7 +26,7 @@ local TINY = {
   name = "tinywire",
   kinds = { tiny = { key_env = "TINY_API_KEY", base_env = "TINY_BASE_URL", otel_name = "tiny.example" } },
   default_base_url = "https://tiny.example/v0",
-  path = "/talk",
+  path = "/models/{model}/talk",
   stream_errors = { tiny_busy = "overloaded" },
   overflow_phrases = { "tiny head is full" },
   secret_headers = { "x-tiny-key" },
@@ -43,7 +44,8 @@ function TINY.build(req, opts)
     lines[#lines + 1] = { from = FROM[m.role], text = common.result_text(m.content) }
   end
   local headers = { ["content-type"] = "application/json", ["x-tiny-key"] = opts.api_key }
-  return common.post(TINY, opts, TINY.path, headers, { model = req.model, stream = true, lines = lines }, true)
+  local path = TINY.path:gsub("{model}", (req.model:gsub("[^%w._-]", "")))
+  return common.post(TINY, opts, path, headers, { stream = true, lines = lines }, true)
 end
 
 local handlers = {}
@@ -64,7 +66,7 @@ end
 -- Its mock side (lua/luagent/mock/replies.lua says what each field is).
 TINY.mock = { title = "Tiny talk", request_id_header = "tiny-request" }
 
-function TINY.mock.read(body)
+function TINY.mock.read(body, path)
   local messages = {}
   for _, l in ipairs(type(body.lines) == "table" and body.lines or {}) do
     if l.from ~= "rules" then
@@ -72,7 +74,7 @@ function TINY.mock.read(body)
         tool_result = l.from == "tool" }
     end
   end
-  return { messages = messages, tools = {} }
+  return { messages = messages, tools = {}, model = path and path:match("/models/([^/]+)/talk$") }
 end
 
 function TINY.mock.stream(view, reply)
@@ -157,10 +159,11 @@ describe("a wire format registered from a spec", function()
     local srv = assert(mock.start {})
     assert.equal(srv.url .. "/v0", srv.base_urls.tiny)
     srv:close()
-    assert.equal("tinywire", replies.formats["/v0/talk"])
+    assert.equal("tinywire", replies.formats["/v0/models/any-model/talk"])
+    assert.is_nil(replies.formats["/v0/models/a/b/talk"])
     local listed = false
     for _, e in ipairs(replies.endpoints()) do
-      listed = listed or (e.path == "/v0/talk" and e.title == "Tiny talk")
+      listed = listed or (e.path == "/v0/models/{model}/talk" and e.title == "Tiny talk")
     end
     assert.is_true(listed)
   end)
@@ -169,10 +172,12 @@ describe("a wire format registered from a spec", function()
     local evs, requests = call(nil)
     assert.equal(1, #requests)
     local req = requests[1]
-    assert.equal("/v0/talk", req.path)
+    assert.equal("/v0/models/tiny-1/talk", req.path)
     assert.equal("***", req.headers["x-tiny-key"]) -- its key header, masked in the log
     assert.same({ { from = "user", text = USER } }, req.body.lines)
-    assert.equal("tinywire", find(evs, "message_start").provider)
+    local start = find(evs, "message_start")
+    assert.equal("tinywire", start.provider)
+    assert.equal("tiny-1", start.model)
     local last = evs[#evs]
     assert.equal("message_end", last.type)
     assert.is_true(last.final)
@@ -228,10 +233,10 @@ describe("a wire format registered from a spec", function()
   end)
 
   it("tells a cassette what to compare and what to keep out", function()
-    local recorded = { method = "POST", path = "/v0/talk",
-      body = { model = "tiny-1", lines = { { from = "user", text = "a" } } } }
+    local path = "/v0/models/tiny-1/talk"
+    local recorded = { method = "POST", path = path, body = { lines = { { from = "user", text = "a" } } } }
     assert.equal("exchange 1: lines[1].text differs: recorded 'a' got 'b'", cassette.compare(recorded,
-      "/v0/talk", { model = "tiny-1", lines = { { from = "user", text = "b" } } }, 1))
+      path, { stream = false, lines = { { from = "user", text = "b" } } }, 1))
     assert.same({ ["content-type"] = "text/event-stream" },
       cassette.strip { ["X-Tiny-Key"] = "k", ["Content-Type"] = "text/event-stream" })
   end)

@@ -15,8 +15,10 @@
 --   format             the mock's name for the format (default: the adapter's name)
 --   title              what `luagent mock --help` calls its endpoint
 --   request_id_header  the header of the request id (default x-request-id)
---   read(body)         -> {messages={{role=, text=, tool_result=}...},
---                      tools={{name=, schema=}...}, include_usage=}: a request
+--   read(body, path)   -> {messages={{role=, text=, tool_result=}...},
+--                      tools={{name=, schema=}...}, include_usage=, model=,
+--                      stream=}: a request (model and stream default to the
+--                      body's fields of those names)
 --   stream(view, reply, ctx) -> the SSE events {{event=, data=}...} of a reply
 --   complete(view, reply, ctx) -> the stream:false JSON text of a reply
 --                      (view: M.view; reply: {text=, words=<its pieces>,
@@ -138,13 +140,17 @@ M.decode = json.decode
 
 -- What the replies need from a decoded request body: {model=, stream=,
 -- include_usage=, last_text=, user_text=, last_is_tool_result=, tools=,
--- input_tokens=}. `raw` is the body text (for a token estimate).
-function M.view(format, body, raw)
+-- input_tokens=}. `raw` is the body text (for a token estimate), `path`
+-- the request's (a format may name the model there).
+function M.view(format, body, raw, path)
   body = type(body) == "table" and body or {}
-  local read = wire(format, "view").mock.read(body)
+  local read = wire(format, "view").mock.read(body, path)
+  local model = read.model or body.model
+  local stream = read.stream
+  if stream == nil then stream = body.stream == true end
   local v = {
-    model = type(body.model) == "string" and body.model or "mock-model",
-    stream = body.stream == true,
+    model = type(model) == "string" and model or "mock-model",
+    stream = stream == true,
     include_usage = read.include_usage == true,
     tools = read.tools or {},
     last_is_tool_result = false,

@@ -62,7 +62,7 @@ local function model(state, req, format, body)
     return respond(state, req, { status = 400, headers = { { "Content-Type", replies.json_type } },
       body = replies.error_body(format, 400, { message = "the request body is not a JSON object" }) })
   end
-  local view = replies.view(format, body, req.body)
+  local view = replies.view(format, body, req.body, req.path)
   local fault = faults.pick(state.faults, n, state.rng)
   local recorded
   if state.player then
