@@ -16,13 +16,44 @@ local sandbox = require "luagent.base.sandbox"
 
 local M = {}
 
--- Headers never written to a cassette (secrets and per-connection state).
+-- Headers never written to a cassette (secrets and per-connection state):
+-- these, which carry keys in many services, and those a wire format adds
+-- (its adapter's secret_headers, lua/luagent/model/provider.lua).
 M.secret_headers = {
   authorization = true, ["proxy-authorization"] = true, ["x-api-key"] = true,
   ["api-key"] = true, cookie = true, ["set-cookie"] = true,
-  ["openai-organization"] = true, ["openai-project"] = true,
-  ["anthropic-organization-id"] = true,
 }
+
+-- add_secret_headers(names) adds header names (any case) to M.secret_headers.
+function M.add_secret_headers(names)
+  for _, name in ipairs(names) do M.secret_headers[name:lower()] = true end
+end
+
+-- The request body fields a replay compares, in order (see M.compare): the
+-- model, then the conversation as each wire format names it (its adapter's
+-- replay_fields: "system", "messages", "input", ...).
+M.compared_fields = { "model" }
+
+-- add_compared_fields(names) adds body fields to M.compared_fields. Each
+-- name not there yet goes before the first name after it in `names` that
+-- is there already, else last: the fields keep the order each format
+-- lists them in.
+function M.add_compared_fields(names)
+  local list = M.compared_fields
+  local function index(name)
+    for i, n in ipairs(list) do if n == name then return i end end
+  end
+  for i, name in ipairs(names) do
+    if not index(name) then
+      local at = #list + 1
+      for j = i + 1, #names do
+        local k = index(names[j])
+        if k then at = k break end
+      end
+      table.insert(list, at, name)
+    end
+  end
+end
 
 -- Hop-by-hop and framing headers: recorded for information, never replayed.
 M.hop_headers = {
@@ -190,8 +221,8 @@ local function diff(a, b, path)
 end
 
 -- Compares an incoming request (method, path and decoded body) with a
--- recorded one: its path, model and conversation (messages, or input for
--- the responses API). nil when they match, else a message like
+-- recorded one: its path, model and conversation (M.compared_fields). nil
+-- when they match, else a message like
 -- "exchange 3: messages[2].content differs: recorded 'a' got 'b'".
 function M.compare(recorded, path, body, index)
   local rbody = type(recorded.body) == "table" and recorded.body or {}
@@ -200,7 +231,7 @@ function M.compare(recorded, path, body, index)
   if recorded.path ~= path then
     p, want, got = "path", recorded.path, path
   else
-    for _, key in ipairs({ "model", "system", "messages", "input" }) do
+    for _, key in ipairs(M.compared_fields) do
       p, want, got = diff(rbody[key], body[key], key)
       if p then break end
     end

@@ -9,6 +9,7 @@ local config = require "luagent.config"
 local secrets = require "luagent.base.secrets"
 local outfile = require "luagent.base.outfile"
 local flags = require "luagent.cli.flags"
+local provider = require "luagent.model.provider"
 
 local M = {}
 
@@ -285,8 +286,9 @@ local function observe(rt, opts, usage_error)
   end
 end
 
+-- Whether a key variable of any registered provider kind is set.
 local function any_key()
-  for _, name in ipairs({ "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY" }) do
+  for _, name in ipairs(provider.key_variables()) do
     local v = os.getenv(name)
     if v and v ~= "" then return true end
   end

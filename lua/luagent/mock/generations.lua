@@ -1,5 +1,6 @@
 -- OpenRouter's generation lookup on the mock: the generations this server
--- streamed on its OpenRouter path, and the answer to GET
+-- streamed in a format that has them (its adapter's mock.generation_id:
+-- OpenRouter's), and the answer to GET
 -- /api/v1/generation?id=ID: 404 until `generation_delay` seconds (on the
 -- loop's clock) after the generation, as OpenRouter answers for minutes,
 -- then its cost. The cost is the mock's own figure: $1 per million prompt
@@ -9,10 +10,9 @@ local replies = require "luagent.mock.replies"
 
 local M = {}
 
--- Remembers the generation of request `ctx.n` (its view and content), the
--- latest state.log_max of them.
-function M.record(state, ctx, view, content)
-  local id = replies.chat_id(ctx)
+-- Remembers the generation `id` of request `ctx.n` (its view and content),
+-- the latest state.log_max of them.
+function M.record(state, id, ctx, view, content)
   local prompt, completion = view.input_tokens, replies.output_tokens(content)
   state.generations[id] = { at = state.clock(), created = ctx.created, model = view.model, prompt = prompt,
     completion = completion, cost = (prompt * 1 + completion * 2) / 1e6 }

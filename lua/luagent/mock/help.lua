@@ -2,6 +2,8 @@
 -- `luagent mock --help` (M.mock). The fault examples are data (M.sections)
 -- so a spec can check that every fault and argument has one and that each
 -- example parses.
+local replies = require "luagent.mock.replies"
+
 local M = {}
 
 -- Sections of the fault list: {title=, intro=, entries={{example, text}...}}.
@@ -124,16 +126,23 @@ Example
 An unknown fault, argument or scope is an error that names it.
 ]]
 
+-- The model endpoints, one line each, as the wire formats' adapters say
+-- (lua/luagent/mock/replies.lua).
+local function endpoint_lines()
+  local out = {}
+  for _, e in ipairs(replies.endpoints()) do
+    out[#out + 1] = string.format("  %-4s %-26s %s\n", e.method, e.path, e.title)
+  end
+  return table.concat(out)
+end
+
 M.mock = [[
 usage: luagent mock [--listen HOST:PORT] [--cassette FILE] [--faults SPEC]
                     [--seed N] [--ttft SECONDS] [--tps N] [--recorded-speed]
                     [--generation-delay SECONDS]
 
 Serves a mock model provider over HTTP on loopback:
-  POST /v1/chat/completions       OpenAI chat completions
-  POST /api/v1/chat/completions   OpenRouter
-  POST /v1/messages               Anthropic messages
-  POST /v1/responses              OpenAI responses
+]] .. endpoint_lines() .. [[
   GET  /api/v1/generation?id=ID   OpenRouter's generation lookup: the cost
                                   of a generation it streamed ($1 per million
                                   prompt tokens, $2 per million completion

@@ -1,6 +1,6 @@
--- The mock provider: an HTTP/1.1 server on loopback that speaks the OpenAI
--- chat completions (and OpenRouter), Anthropic messages and OpenAI responses
--- wire formats, replays cassettes and injects faults. Part of the test
+-- The mock provider: an HTTP/1.1 server on loopback that speaks every wire
+-- format the provider registry knows (lua/luagent/model/provider.lua; each
+-- adapter's `mock` table says how), replays cassettes and injects faults. Part of the test
 -- bench: the product (lua/luagent/*.lua) never requires it; `luagent run`
 -- starts it on demand and hands the provider its base URLs.
 --
@@ -12,7 +12,9 @@
 --   server.lua   listener and connection tasks executing plans
 --   cli.lua      `luagent mock`
 --   generations.lua  OpenRouter's generation lookup (GET /api/v1/generation)  pure
---   replies.lua, faults.lua, help.lua: wire formats, fault specs, help text
+--   replies.lua  what every format's replies share; the formats' own parts
+--                come from their adapters
+--   faults.lua, help.lua: fault specs, help text
 -- The cassette format is lua/luagent/base/cassette.lua (recording shares it).
 local request = require "luagent.mock.request"
 local plan = require "luagent.mock.plan"

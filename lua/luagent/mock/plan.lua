@@ -41,6 +41,7 @@ end
 -- deltas.
 local function stream_pieces(state, resp)
   local pieces, prev_t, started = {}, 0, false
+  local phase_of = replies.phaser(resp.format)
   local function wait(s)
     if s and s > 0 then pieces[#pieces + 1] = { sleep = s } end
   end
@@ -51,7 +52,7 @@ local function stream_pieces(state, resp)
         prev_t = math.max(prev_t, e.t)
       end
     else
-      local phase = replies.phase(e)
+      local phase = phase_of(e)
       if not started and phase ~= "open" then
         started = true
         wait(state.ttft)

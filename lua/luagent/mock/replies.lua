@@ -1,25 +1,127 @@
--- What the mock provider says, in each wire format: streamed SSE events and
--- stream:false JSON for OpenAI chat completions (and OpenRouter), Anthropic
--- messages and OpenAI responses; error bodies in each provider's own shape;
--- and the stream faults (cut, bad-json, stream-error) as edits of an event
--- list. Pure: no sockets, no clock (the caller passes `created`).
+-- What the mock provider says, in each wire format the registry knows
+-- (lua/luagent/model/provider.lua): streamed SSE events and stream:false
+-- JSON, error bodies in each provider's own shape, and the stream faults
+-- (cut, bad-json, stream-error) as edits of an event list. What is the
+-- format's own comes from its adapter's `mock` table; what every format
+-- shares is here. Pure: no sockets, no clock (the caller passes `created`).
 --
 -- A response here is a table {status=, headers={{name, value}...},
--- events={{event=, data=}...}} for a stream, or {status=, headers=, body=}.
+-- events={{event=, data=}...}, format=} for a stream, or {status=, headers=,
+-- body=}.
+--
+-- An adapter's `mock` table (all fields but `format`, `title`,
+-- `request_id_header`, `own_statuses` and `generation_id` are needed for
+-- the mock to serve the format):
+--   format             the mock's name for the format (default: the adapter's name)
+--   title              what `luagent mock --help` calls its endpoint
+--   request_id_header  the header of the request id (default x-request-id)
+--   read(body, path)   -> {messages={{role=, text=, tool_result=}...},
+--                      tools={{name=, schema=}...}, include_usage=, model=,
+--                      stream=}: a request (model and stream default to the
+--                      body's fields of those names)
+--   stream(view, reply, ctx) -> the SSE events {{event=, data=}...} of a reply
+--   complete(view, reply, ctx) -> the stream:false JSON text of a reply
+--                      (view: M.view; reply: {text=, words=<its pieces>,
+--                      calls={{id=, name=, json=, pieces=}...}, output_tokens=};
+--                      ctx: {n=<request number>, created=<unix time>})
+--   error_body(status, e) -> an error's JSON text; e: {message=, message_given=,
+--                      type=<overrides the type and code>, overflow=, in_flight=,
+--                      request_id=}
+--   overflow_message   its words for a context overflow
+--   stream_error(type, message, view, ctx, seq) -> the in-stream error event
+--                      (seq: the number of events before it)
+--   phase(event)       -> "open", "delta", "close", "finish" or "end" (see
+--                      M.phase), or nil for an event not of this format
+--   own_statuses       {[status]=true}: statuses answered in this format's
+--                      shape whatever the endpoint (a status only it sends)
+--   generation_id(ctx) the id under which a streamed reply can be looked up
+--                      (lua/luagent/mock/generations.lua)
 local json = require "luagent.base.json"
+local registry = require "luagent.model.provider"
 
 local M = {}
 
 M.null = json.null
 
--- Wire format by endpoint path. "openrouter" is the OpenAI chat format with
--- OpenRouter's error shapes.
-M.formats = {
-  ["/v1/chat/completions"] = "openai",
-  ["/api/v1/chat/completions"] = "openrouter",
-  ["/v1/messages"] = "anthropic",
-  ["/v1/responses"] = "responses",
-}
+------------------------------------------------------------------------------
+-- The formats and where they are served
+------------------------------------------------------------------------------
+
+-- The mock's name of an adapter's format.
+local function format_of(adapter)
+  return adapter.mock.format or adapter.name
+end
+
+-- The registered adapter whose format is `format` and that the mock can
+-- serve, or nil.
+function M.wire(format)
+  for _, a in ipairs(registry.adapters()) do
+    if a.mock and a.mock.stream and format_of(a) == format then return a end
+  end
+end
+
+-- The path of a base URL: where a kind's endpoints are on the mock, as on
+-- its real server ("https://openrouter.ai/api/v1" -> "/api/v1").
+function M.base_path(url)
+  return (url:match("^%a[%w+.-]*://[^/]*(/.-)/*$") or "")
+end
+
+-- A path template as a Lua pattern: {name} stands for one segment.
+local function path_pattern(path)
+  return "^" .. path:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"):gsub("{[%w_]+}", "[^/]+") .. "$"
+end
+
+-- The adapter served at `path` ({kind's base path}{adapter's path}), or
+-- nil; the first registered wins.
+function M.wire_at(path)
+  local kinds = {}
+  for kind in pairs(registry.kinds) do kinds[#kinds + 1] = kind end
+  table.sort(kinds)
+  for _, a in ipairs(registry.adapters()) do
+    if a.mock and a.mock.stream then
+      for _, kind in ipairs(kinds) do
+        local k = registry.kinds[kind]
+        if k.adapter == a and path:match(path_pattern(M.base_path(k.base_url) .. a.path)) then return a end
+      end
+    end
+  end
+end
+
+-- format_at(path) -> the format served at a path, or nil.
+function M.format_at(path)
+  local a = M.wire_at(path)
+  return a and format_of(a)
+end
+
+-- The format served at each path: M.formats[path] (a view of M.format_at).
+M.formats = setmetatable({}, { __index = function(_, path) return M.format_at(path) end })
+
+-- The endpoints the mock serves: {{method=, path=, title=}...}, in the
+-- order the adapters registered.
+function M.endpoints()
+  local out = {}
+  for _, a in ipairs(registry.adapters()) do
+    if a.mock and a.mock.stream then
+      local names = {}
+      for kind, k in pairs(registry.kinds) do if k.adapter == a then names[#names + 1] = kind end end
+      table.sort(names)
+      local seen = {}
+      for _, kind in ipairs(names) do
+        local path = M.base_path(registry.kinds[kind].base_url) .. a.path
+        if not seen[path] then
+          seen[path] = true
+          out[#out + 1] = { method = "POST", path = path, title = a.mock.title or a.name }
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- The adapter of `format`; raises (for `who`) when there is none.
+local function wire(format, who)
+  return M.wire(format) or error("replies." .. who .. ": unknown format " .. tostring(format), 3)
+end
 
 ------------------------------------------------------------------------------
 -- JSON: replies must be deterministic byte for byte and look like the real
@@ -36,86 +138,30 @@ M.decode = json.decode
 -- Reading a request
 ------------------------------------------------------------------------------
 
--- The text of a content value: a string, or the concatenated text of a list
--- of parts (text, input_text, output_text, tool_result blocks...).
-local function text_of(content)
-  if type(content) == "string" then return content end
-  if type(content) ~= "table" then return nil end
-  local parts = {}
-  for _, part in ipairs(content) do
-    if type(part) == "table" then
-      local t = part.text or text_of(part.content) or text_of(part.output)
-      if type(t) == "string" then parts[#parts + 1] = t end
-    end
-  end
-  if #parts == 0 then return nil end
-  return table.concat(parts)
-end
-
--- True when an Anthropic content value holds a tool_result block.
-local function has_tool_result(content)
-  if type(content) ~= "table" then return false end
-  for _, part in ipairs(content) do
-    if type(part) == "table" and part.type == "tool_result" then return true end
-  end
-  return false
-end
-
--- The offered tools as {{name=, schema=}...}, whatever the format.
-local function tools_of(format, body)
-  local tools = {}
-  if type(body.tools) ~= "table" then return tools end
-  for _, t in ipairs(body.tools) do
-    if type(t) == "table" then
-      local name, schema
-      if format == "anthropic" then
-        name, schema = t.name, t.input_schema
-      elseif type(t["function"]) == "table" then
-        name, schema = t["function"].name, t["function"].parameters
-      else
-        name, schema = t.name, t.parameters
-      end
-      if type(name) == "string" then
-        tools[#tools + 1] = { name = name, schema = type(schema) == "table" and schema or {} }
-      end
-    end
-  end
-  return tools
-end
-
 -- What the replies need from a decoded request body: {model=, stream=,
 -- include_usage=, last_text=, user_text=, last_is_tool_result=, tools=,
--- input_tokens=}. `raw` is the body text (for a token estimate).
-function M.view(format, body, raw)
+-- input_tokens=}. `raw` is the body text (for a token estimate), `path`
+-- the request's (a format may name the model there).
+function M.view(format, body, raw, path)
   body = type(body) == "table" and body or {}
+  local read = wire(format, "view").mock.read(body, path)
+  local model = read.model or body.model
+  local stream = read.stream
+  if stream == nil then stream = body.stream == true end
   local v = {
-    model = type(body.model) == "string" and body.model or "mock-model",
-    stream = body.stream == true,
-    include_usage = type(body.stream_options) == "table"
-      and body.stream_options.include_usage == true,
-    tools = tools_of(format, body),
+    model = type(model) == "string" and model or "mock-model",
+    stream = stream == true,
+    include_usage = read.include_usage == true,
+    tools = read.tools or {},
     last_is_tool_result = false,
     input_tokens = math.max(1, (#(raw or "") + 3) // 4),
   }
-  local items = format == "responses" and body.input or body.messages
-  if type(items) == "string" then items = { { role = "user", content = items } } end
-  if type(items) ~= "table" then items = {} end
-  for _, item in ipairs(items) do
-    if type(item) == "table" then
-      local text
-      if item.type == "function_call_output" then
-        text = text_of(item.output)
-      else
-        text = text_of(item.content)
-      end
-      if item.role == "user" and not has_tool_result(item.content) then
-        v.user_text = text or v.user_text
-      end
-      v.last_text = text
-      v.last_is_tool_result = item.role == "tool"
-        or item.type == "function_call_output"
-        or (item.role == "user" and has_tool_result(item.content))
+  for _, m in ipairs(read.messages or {}) do
+    if m.role == "user" and not m.tool_result then
+      v.user_text = m.text or v.user_text
     end
+    v.last_text = m.text
+    v.last_is_tool_result = m.tool_result == true
   end
   return v
 end
@@ -216,286 +262,31 @@ local function calls_of(content)
   return calls
 end
 
--- The id of a chat completion (an OpenRouter generation's id) for request ctx.n.
-function M.chat_id(ctx) return "chatcmpl-mock" .. ctx.n end
-
--- The content as pieces to stream and the output token count. A content
--- with tool calls streams its text (content.text, may be absent) first.
-local function pieces_of(content)
-  local calls = calls_of(content)
-  if #calls > 0 then
-    local n = content.text and #M.words(content.text) or 0
-    for _, c in ipairs(calls) do n = n + #c.pieces end
-    return calls[1].pieces, math.max(1, n)
-  end
-  local pieces = M.words(content.text)
-  return pieces, math.max(1, #pieces)
+-- The output token count of a content: its text's words and its calls'
+-- pieces (a content with tool calls streams its text, if any, first).
+local function tokens_of(content)
+  local n = content.text and #M.words(content.text) or 0
+  for _, c in ipairs(calls_of(content)) do n = n + #c.pieces end
+  return math.max(1, n)
 end
 
 -- output_tokens(content) -> the output token count of a content.
-function M.output_tokens(content) return select(2, pieces_of(content)) end
+function M.output_tokens(content) return tokens_of(content) end
 
-------------------------------------------------------------------------------
--- OpenAI chat completions (and OpenRouter)
-------------------------------------------------------------------------------
-
--- One SSE event carrying `value` as JSON.
-local function ev(name, value)
-  return { event = name, data = M.encode(value) }
-end
-
--- A chat.completion.chunk with one choice (or the given choices).
-local function chat_chunk(view, ctx, delta, finish, choices, usage)
-  return ev(nil, M.object(
-    "id", M.chat_id(ctx), "object", "chat.completion.chunk",
-    "created", ctx.created, "model", view.model,
-    "choices", choices or M.array { M.object("index", 0, "delta", delta,
-      "logprobs", M.null, "finish_reason", finish or M.null) },
-    "usage", usage or (view.include_usage and M.null or nil)))
-end
-
--- OpenAI usage object.
-local function chat_usage(view, output)
-  return M.object("prompt_tokens", view.input_tokens, "completion_tokens", output,
-    "total_tokens", view.input_tokens + output)
-end
-
--- The streamed chat completion of `content`.
-local function chat_stream(view, content, ctx)
-  local pieces, output = pieces_of(content)
-  local calls = calls_of(content)
-  local tool = calls[1]
-  local events = {}
-  local function add(e) events[#events + 1] = e end
-  if tool then
-    add(chat_chunk(view, ctx, M.object("role", "assistant", "content", M.null)))
-    for _, p in ipairs(content.text and M.words(content.text) or {}) do
-      add(chat_chunk(view, ctx, M.object("content", p)))
-    end
-    for i, c in ipairs(calls) do
-      add(chat_chunk(view, ctx, M.object("tool_calls", M.array { M.object(
-        "index", i - 1, "id", "call_mock" .. c.id, "type", "function",
-        "function", M.object("name", c.name, "arguments", "")) })))
-      for _, p in ipairs(c.pieces) do
-        add(chat_chunk(view, ctx, M.object("tool_calls", M.array { M.object(
-          "index", i - 1, "function", M.object("arguments", p)) })))
-      end
-    end
-  else
-    add(chat_chunk(view, ctx, M.object("role", "assistant", "content", "", "refusal", M.null)))
-    for _, p in ipairs(pieces) do add(chat_chunk(view, ctx, M.object("content", p))) end
-  end
-  add(chat_chunk(view, ctx, M.object(), tool and "tool_calls" or "stop"))
-  if view.include_usage then
-    add(chat_chunk(view, ctx, nil, nil, M.array(), chat_usage(view, output)))
-  end
-  add({ data = "[DONE]" })
-  return events
-end
-
--- The stream:false chat completion of `content`.
-local function chat_complete(view, content, ctx)
-  local _, output = pieces_of(content)
-  local message
-  local calls = calls_of(content)
-  if calls[1] then
-    local list = M.array()
-    for i, c in ipairs(calls) do
-      list[i] = M.object("id", "call_mock" .. c.id, "type", "function",
-        "function", M.object("name", c.name, "arguments", c.json))
-    end
-    message = M.object("role", "assistant", "content", content.text or M.null, "refusal", M.null,
-      "tool_calls", list)
-  else
-    message = M.object("role", "assistant", "content", content.text, "refusal", M.null)
-  end
-  return M.encode(M.object("id", M.chat_id(ctx), "object", "chat.completion",
-    "created", ctx.created, "model", view.model,
-    "choices", M.array { M.object("index", 0, "message", message, "logprobs", M.null,
-      "finish_reason", calls[1] and "tool_calls" or "stop") },
-    "usage", chat_usage(view, output)))
-end
-
-------------------------------------------------------------------------------
--- Anthropic messages
-------------------------------------------------------------------------------
-
--- An Anthropic event: the SSE name repeats the data's `type`.
-local function aev(value)
-  return ev(value.type, value)
-end
-
--- The streamed Anthropic message of `content`.
-local function anthropic_stream(view, content, ctx)
-  local pieces, output = pieces_of(content)
-  local calls = calls_of(content)
-  local tool = calls[1]
-  local events = {}
-  local function add(value) events[#events + 1] = aev(value) end
-  add(M.object("type", "message_start", "message", M.object(
-    "id", "msg_mock" .. ctx.n, "type", "message", "role", "assistant",
-    "model", view.model, "content", M.array(), "stop_reason", M.null,
-    "stop_sequence", M.null, "usage", M.object("input_tokens", view.input_tokens,
-      "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0, "output_tokens", 1))))
-  local blocks = {}
-  if not tool or content.text then
-    blocks[1] = { block = M.object("type", "text", "text", ""),
-      pieces = tool and M.words(content.text) or pieces, kind = "text_delta" }
-  end
-  for _, c in ipairs(calls) do
-    blocks[#blocks + 1] = { block = M.object("type", "tool_use", "id", "toolu_mock" .. c.id,
-      "name", c.name, "input", M.object()), pieces = c.pieces, kind = "input_json_delta" }
-  end
-  for i, b in ipairs(blocks) do
-    add(M.object("type", "content_block_start", "index", i - 1, "content_block", b.block))
-    if i == 1 then add(M.object("type", "ping")) end
-    for _, p in ipairs(b.pieces) do
-      local delta = b.kind == "input_json_delta" and M.object("type", "input_json_delta", "partial_json", p)
-        or M.object("type", "text_delta", "text", p)
-      add(M.object("type", "content_block_delta", "index", i - 1, "delta", delta))
-    end
-    add(M.object("type", "content_block_stop", "index", i - 1))
-  end
-  add(M.object("type", "message_delta", "delta", M.object(
-    "stop_reason", tool and "tool_use" or "end_turn", "stop_sequence", M.null),
-    "usage", M.object("output_tokens", output)))
-  add(M.object("type", "message_stop"))
-  return events
-end
-
--- The stream:false Anthropic message of `content`.
-local function anthropic_complete(view, content, ctx)
-  local _, output = pieces_of(content)
-  local calls = calls_of(content)
-  local blocks = M.array()
-  if not calls[1] or content.text then blocks[1] = M.object("type", "text", "text", content.text) end
-  for _, c in ipairs(calls) do
-    blocks[#blocks + 1] = M.object("type", "tool_use", "id", "toolu_mock" .. c.id,
-      "name", c.name, "input", M.raw(c.json))
-  end
-  return M.encode(M.object("id", "msg_mock" .. ctx.n, "type", "message",
-    "role", "assistant", "model", view.model, "content", blocks,
-    "stop_reason", calls[1] and "tool_use" or "end_turn", "stop_sequence", M.null,
-    "usage", M.object("input_tokens", view.input_tokens, "cache_creation_input_tokens", 0,
-      "cache_read_input_tokens", 0, "output_tokens", output)))
-end
-
-------------------------------------------------------------------------------
--- OpenAI responses
-------------------------------------------------------------------------------
-
--- A response object in `status` with `output` items and `usage`.
-local function response_object(view, ctx, status, output, usage)
-  return M.object("id", "resp_mock" .. ctx.n, "object", "response",
-    "created_at", ctx.created, "status", status, "error", M.null,
-    "incomplete_details", M.null, "model", view.model, "output", output,
-    "parallel_tool_calls", true, "tool_choice", "auto", "tools", M.array(),
-    "usage", usage or M.null)
-end
-
--- Responses usage object.
-local function responses_usage(view, output)
-  return M.object("input_tokens", view.input_tokens,
-    "input_tokens_details", M.object("cached_tokens", 0), "output_tokens", output,
-    "output_tokens_details", M.object("reasoning_tokens", 0),
-    "total_tokens", view.input_tokens + output)
-end
-
--- The output items of `content` in `status`: a message item for its text
--- (when it has text or no tool call), then one function_call item per call.
--- Each item is {value=<item object>, call=<the call or nil>, id=}.
-local function response_items(content, ctx, status)
-  local calls, items = calls_of(content), {}
-  if not calls[1] or content.text then
-    local text = content.text or ""
-    local parts = status == "completed"
-      and M.array { M.object("type", "output_text", "annotations", M.array(), "text", text) }
-      or M.array()
-    items[1] = { id = "msg_mock" .. ctx.n, value = M.object("id", "msg_mock" .. ctx.n, "type", "message",
-      "status", status, "role", "assistant", "content", parts) }
-  end
-  for i, c in ipairs(calls) do
-    local id = "fc_mock" .. ctx.n .. (i > 1 and ("_" .. i) or "")
-    items[#items + 1] = { id = id, call = c, value = M.object("id", id, "type", "function_call",
-      "status", status, "arguments", status == "completed" and c.json or "",
-      "call_id", "call_mock" .. c.id, "name", c.name) }
-  end
-  return items
-end
-
--- The finished output items as a JSON array.
-local function output_array(content, ctx)
-  local out = M.array()
-  for i, it in ipairs(response_items(content, ctx, "completed")) do out[i] = it.value end
-  return out
-end
-
--- The streamed response of `content`.
-local function responses_stream(view, content, ctx)
-  local _, output = pieces_of(content)
-  local events = {}
-  local function add(...)
-    local value = M.object("type", select(1, ...), "sequence_number", #events, select(2, ...))
-    events[#events + 1] = ev(value.type, value)
-  end
-  add("response.created", "response", response_object(view, ctx, "in_progress", M.array()))
-  add("response.in_progress", "response", response_object(view, ctx, "in_progress", M.array()))
-  local done = response_items(content, ctx, "completed")
-  for idx, it in ipairs(response_items(content, ctx, "in_progress")) do
-    local oi = idx - 1
-    add("response.output_item.added", "output_index", oi, "item", it.value)
-    if it.call then
-      for _, p in ipairs(it.call.pieces) do
-        add("response.function_call_arguments.delta", "item_id", it.id, "output_index", oi, "delta", p)
-      end
-      add("response.function_call_arguments.done", "item_id", it.id, "output_index", oi,
-        "arguments", it.call.json)
-    else
-      local text = content.text or ""
-      local function part(t)
-        return M.object("type", "output_text", "annotations", M.array(), "text", t)
-      end
-      add("response.content_part.added", "item_id", it.id, "output_index", oi,
-        "content_index", 0, "part", part(""))
-      for _, p in ipairs(M.words(text)) do
-        add("response.output_text.delta", "item_id", it.id, "output_index", oi,
-          "content_index", 0, "delta", p, "logprobs", M.array())
-      end
-      add("response.output_text.done", "item_id", it.id, "output_index", oi,
-        "content_index", 0, "text", text, "logprobs", M.array())
-      add("response.content_part.done", "item_id", it.id, "output_index", oi,
-        "content_index", 0, "part", part(text))
-    end
-    add("response.output_item.done", "output_index", oi, "item", done[idx].value)
-  end
-  add("response.completed", "response", response_object(view, ctx, "completed",
-    output_array(content, ctx), responses_usage(view, output)))
-  return events
-end
-
--- The stream:false response of `content`.
-local function responses_complete(view, content, ctx)
-  local _, output = pieces_of(content)
-  return M.encode(response_object(view, ctx, "completed",
-    output_array(content, ctx), responses_usage(view, output)))
+-- The reply an adapter renders of a content (see the head of this file).
+local function reply_of(content)
+  return { text = content.text, words = content.text and M.words(content.text) or {},
+    calls = calls_of(content), output_tokens = tokens_of(content) }
 end
 
 ------------------------------------------------------------------------------
 -- Successful replies
 ------------------------------------------------------------------------------
 
-local renderers = {
-  openai = { chat_stream, chat_complete },
-  openrouter = { chat_stream, chat_complete },
-  anthropic = { anthropic_stream, anthropic_complete },
-  responses = { responses_stream, responses_complete },
-}
-
 -- Headers every reply carries: the content type and a request id in the
 -- provider's header name.
-local function base_headers(format, content_type, n)
-  local id = format == "anthropic" and "request-id" or "x-request-id"
-  return { { "Content-Type", content_type }, { id, "req_mock" .. n } }
+local function base_headers(adapter, content_type, n)
+  return { { "Content-Type", content_type }, { adapter.mock.request_id_header or "x-request-id", "req_mock" .. n } }
 end
 
 M.sse_type = "text/event-stream; charset=utf-8"
@@ -505,15 +296,15 @@ M.json_type = "application/json"
 -- or not as the request asked. ctx = {n=request number, created=unix time}.
 -- A JSON reply carries `tokens` (its output token count) for pacing.
 function M.reply(format, view, content, ctx)
-  local r = renderers[format] or error("replies.reply: unknown format " .. tostring(format), 2)
+  local adapter = wire(format, "reply")
+  local reply = reply_of(content)
   if view.stream then
-    local headers = base_headers(format, M.sse_type, ctx.n)
+    local headers = base_headers(adapter, M.sse_type, ctx.n)
     headers[#headers + 1] = { "Cache-Control", "no-cache" }
-    return { status = 200, headers = headers, events = r[1](view, content, ctx) }
+    return { status = 200, headers = headers, events = adapter.mock.stream(view, reply, ctx), format = format }
   end
-  local _, tokens = pieces_of(content)
-  return { status = 200, headers = base_headers(format, M.json_type, ctx.n),
-    body = r[2](view, content, ctx), tokens = tokens }
+  return { status = 200, headers = base_headers(adapter, M.json_type, ctx.n),
+    body = adapter.mock.complete(view, reply, ctx), tokens = reply.output_tokens }
 end
 
 -- Serializes events as an SSE body. An event named "message" (the SSE
@@ -543,80 +334,43 @@ M.reasons = {
   [503] = "Service Unavailable", [504] = "Gateway Timeout", [529] = "Overloaded",
 }
 
--- Per status: the Anthropic error type, the OpenAI type and code, a message.
-local status_errors = {
-  [400] = { "invalid_request_error", "invalid_request_error", nil, "Invalid request." },
-  [401] = { "authentication_error", "invalid_request_error", "invalid_api_key",
-    "Incorrect API key provided." },
-  [402] = { "billing_error", "insufficient_quota", "insufficient_quota",
-    "Insufficient credits. Add more using https://openrouter.ai/settings/credits" },
-  [403] = { "permission_error", "invalid_request_error", "permission_denied",
-    "Your API key does not have permission to use the specified resource." },
-  [404] = { "not_found_error", "invalid_request_error", "model_not_found",
-    "The requested resource was not found." },
-  [408] = { "timeout_error", "server_error", "timeout", "Request timed out." },
-  [409] = { "invalid_request_error", "invalid_request_error", "conflict", "Conflict." },
-  [413] = { "request_too_large", "invalid_request_error", "request_too_large",
-    "Request exceeds the maximum allowed number of bytes." },
-  [429] = { "rate_limit_error", "requests", "rate_limit_exceeded",
-    "Rate limit reached for requests per min (RPM): Limit 500, Used 500, Requested 1." },
-  [500] = { "api_error", "server_error", nil,
-    "The server had an error while processing your request. Sorry about that!" },
-  [502] = { "api_error", "server_error", nil, "Bad gateway." },
-  [503] = { "overloaded_error", "server_error", nil,
-    "The engine is currently overloaded, please try again later." },
-  [504] = { "timeout_error", "server_error", nil, "Gateway timeout." },
-  [529] = { "overloaded_error", "server_error", nil, "Overloaded" },
+-- Per status: a message (each format puts it in its own shape).
+local status_messages = {
+  [400] = "Invalid request.",
+  [401] = "Incorrect API key provided.",
+  [402] = "Insufficient credits. Add more using https://openrouter.ai/settings/credits",
+  [403] = "Your API key does not have permission to use the specified resource.",
+  [404] = "The requested resource was not found.",
+  [408] = "Request timed out.",
+  [409] = "Conflict.",
+  [413] = "Request exceeds the maximum allowed number of bytes.",
+  [429] = "Rate limit reached for requests per min (RPM): Limit 500, Used 500, Requested 1.",
+  [500] = "The server had an error while processing your request. Sorry about that!",
+  [502] = "Bad gateway.",
+  [503] = "The engine is currently overloaded, please try again later.",
+  [504] = "Gateway timeout.",
+  [529] = "Overloaded",
 }
 
--- Context overflow messages, as each provider words them.
-local overflow = {
-  anthropic = "prompt is too long: 210000 tokens > 200000 maximum",
-  openai = "This model's maximum context length is 200000 tokens. However, your messages "
-    .. "resulted in 210000 tokens. Please reduce the length of the messages.",
-  openrouter = "This endpoint's maximum context length is 200000 tokens. However, you "
-    .. "requested about 210000 tokens. Please reduce the length of the messages.",
-  responses = "Your input exceeds the context window of this model. Please adjust your "
-    .. "input and try again.",
-}
+-- The adapter whose shape answers `status` on every endpoint, or nil.
+local function status_owner(status)
+  for _, a in ipairs(registry.adapters()) do
+    if a.mock and a.mock.own_statuses and a.mock.own_statuses[status] and a.mock.error_body then return a end
+  end
+end
 
--- An error body for `status` in `format`'s shape. `opts`: overflow=true for
--- a context overflow, in_flight=true for OpenRouter's in-flight 402, type=
--- and message= to override.
+-- An error body for `status` in `format`'s shape (or the shape of the
+-- format that owns the status). `opts`: overflow=true for a context
+-- overflow (in the format's words), in_flight=true for an in-flight budget
+-- 402, type= and message= to override.
 function M.error_body(format, status, opts)
   opts = opts or {}
-  local e = status_errors[status]
-    or { status < 500 and "invalid_request_error" or "api_error",
-         status < 500 and "invalid_request_error" or "server_error", nil,
-         M.reasons[status] or ("HTTP " .. status) }
-  local atype, otype, code, message = e[1], e[2], e[3], e[4]
-  if opts.overflow then
-    message = overflow[format]
-    atype, otype, code = "invalid_request_error", "invalid_request_error", "context_length_exceeded"
-  end
-  if opts.type then atype, otype, code = opts.type, opts.type, opts.type end
-  message = opts.message or message
-  -- 402 is OpenRouter's (OpenAI and Anthropic refuse credit otherwise), so
-  -- it takes OpenRouter's shape on every endpoint.
-  if status == 402 or format == "openrouter" then
-    local metadata
-    if opts.in_flight then
-      message = opts.message or ("This request would exceed your available credits given "
-        .. "your current in-flight requests. Retry after in-flight requests settle, or add credits.")
-      metadata = M.object("reason", "in_flight_budget_exhausted",
-        "limit_source", "openrouter_in_flight_budget",
-        "remedy_hint", "Retry after your in-flight requests settle (see the Retry-After header).")
-    end
-    return M.encode(M.object("error", M.object("code", status, "message", message,
-      "metadata", metadata), "user_id", "user_mock"))
-  end
-  if format == "anthropic" then
-    return M.encode(M.object("type", "error", "error", M.object("type", atype,
-      "message", message), "request_id", opts.request_id))
-  end
-  return M.encode(M.object("error", M.object("message", message, "type", otype,
-    "param", opts.overflow and (format == "responses" and "input" or "messages") or M.null,
-    "code", code or M.null)))
+  local adapter = wire(format, "error_body")
+  local message = opts.message or (opts.overflow and adapter.mock.overflow_message)
+    or status_messages[status] or M.reasons[status] or ("HTTP " .. status)
+  local shape = status_owner(status) or adapter
+  return shape.mock.error_body(status, { message = message, message_given = opts.message ~= nil,
+    type = opts.type, overflow = opts.overflow, in_flight = opts.in_flight, request_id = opts.request_id })
 end
 
 -- An error response for a status fault: {status=, headers=, body=}. The
@@ -624,7 +378,7 @@ end
 -- arguments become headers; `now` is the wall clock (unix seconds).
 function M.status_error(format, fault, ctx)
   local status, args = fault.status, fault.args or {}
-  local headers = base_headers(format, M.json_type, ctx.n)
+  local headers = base_headers(wire(format, "status_error"), M.json_type, ctx.n)
   if args["retry-after"] then
     headers[#headers + 1] = { "Retry-After", json.encode(args["retry-after"]) }
   end
@@ -649,35 +403,30 @@ end
 -- The part of a reply an event belongs to: "open" (role chunk,
 -- message_start, response.created...), "delta" (text or tool arguments),
 -- "close" (block and item ends), "finish" (the stop reason and usage) or
--- "end" (the terminator: [DONE], message_stop, response.completed). Works on
--- recorded events too, so faults apply to cassettes.
-function M.phase(e)
-  local name, data = e.event, e.data
-  if data == "[DONE]" or name == "message_stop" or name == "response.completed"
-    or name == "response.failed" or name == "response.incomplete" then
-    return "end"
+-- "end" (the terminator: [DONE], message_stop, response.completed), as the
+-- adapter of `format` says (any adapter's, when no format is given; "open"
+-- when none knows the event). Works on recorded events too, so faults
+-- apply to cassettes.
+function M.phase(e, format)
+  return M.phaser(format)(e)
+end
+
+-- phaser(format) -> M.phase for the events of one format (nil: any), the
+-- format looked up once.
+function M.phaser(format)
+  local adapter = format and M.wire(format)
+  if adapter then
+    local phase = adapter.mock.phase
+    return function(e) return phase(e) or "open" end
   end
-  if name == "message_delta" then return "finish" end
-  if name == "content_block_delta" or (name and name:match("^response%..*%.delta$")) then
-    return "delta"
+  local all = registry.adapters()
+  return function(e)
+    for _, a in ipairs(all) do
+      local phase = a.mock and a.mock.phase and a.mock.phase(e)
+      if phase then return phase end
+    end
+    return "open"
   end
-  if name == "content_block_stop" or (name and name:match("^response%..*%.done$")) then
-    return "close"
-  end
-  if name ~= nil and name ~= "message" then return "open" end
-  local chunk = M.decode(data)
-  if type(chunk) ~= "table" or type(chunk.choices) ~= "table" then return "open" end
-  local choice = chunk.choices[1]
-  if choice == nil then return chunk.usage and "finish" or "open" end
-  if choice.finish_reason ~= nil and choice.finish_reason ~= M.null then return "finish" end
-  local delta = type(choice.delta) == "table" and choice.delta or {}
-  if type(delta.content) == "string" and delta.content ~= "" then return "delta" end
-  local call = type(delta.tool_calls) == "table" and delta.tool_calls[1]
-  if type(call) == "table" and type(call["function"]) == "table"
-    and (call["function"].arguments or "") ~= "" then
-    return "delta"
-  end
-  return "open"
 end
 
 -- Stream error messages by type.
@@ -689,23 +438,10 @@ local stream_messages = {
 }
 
 -- An in-stream error event of `etype` in `format`'s shape; `seq` is the
--- responses sequence number it takes.
+-- number of events before it (the responses API numbers its events).
 function M.stream_error(format, etype, view, ctx, seq)
   local message = stream_messages[etype] or ("Mock stream error: " .. etype)
-  if format == "anthropic" then
-    return aev(M.object("type", "error", "error", M.object("type", etype, "message", message)))
-  elseif format == "responses" then
-    return ev("error", M.object("type", "error", "code", etype, "message", message,
-      "param", M.null, "sequence_number", seq))
-  elseif format == "openrouter" then
-    return ev(nil, M.object("id", M.chat_id(ctx), "object", "chat.completion.chunk",
-      "created", ctx.created, "model", view.model, "provider", "Mock",
-      "error", M.object("code", etype, "message", message),
-      "choices", M.array { M.object("index", 0, "delta", M.object("content", ""),
-        "finish_reason", "error") }))
-  end
-  return ev(nil, M.object("error", M.object("message", message, "type", etype,
-    "param", M.null, "code", etype)))
+  return wire(format, "stream_error").mock.stream_error(etype, message, view, ctx, seq)
 end
 
 -- The `cut`, `bad-json` and `stream-error` faults applied to a reply (in
@@ -729,8 +465,9 @@ function M.apply(format, resp, fault, view, ctx)
   end
   local out, deltas = {}, 0
   local limit = args.after or 1
+  local phase_of = M.phaser(format)
   for _, e in ipairs(resp.events) do
-    local phase = M.phase(e)
+    local phase = phase_of(e)
     if kind == "cut" then
       if phase == "end" or (not args.finished and phase ~= "open" and phase ~= "delta") then
         break

@@ -9,19 +9,18 @@ local cassette = require "luagent.base.cassette"
 local plan = require "luagent.mock.plan"
 local mstate = require "luagent.mock.state"
 local generations = require "luagent.mock.generations"
+local registry = require "luagent.model.provider"
 
 local M = {}
 
 local respond, json = plan.respond, plan.json
 
--- Where each provider kind (lua/luagent/model/provider.lua) finds its endpoints
--- on this server, as paths under its URL (see replies.formats).
-local BASE_PATHS = { openai = "/v1", anthropic = "/v1", openai_responses = "/v1", openrouter = "/api/v1" }
-
--- The base URL of each provider kind on the server at `url`.
+-- The base URL of each registered provider kind (lua/luagent/model/provider.lua)
+-- on the server at `url`: its base URL's path under the server's, where
+-- its endpoints are (see replies.wire_at).
 function M.base_urls(url)
   local out = {}
-  for kind, path in pairs(BASE_PATHS) do out[kind] = url .. path end
+  for kind, k in pairs(registry.kinds) do out[kind] = url .. replies.base_path(k.base_url) end
   return out
 end
 
@@ -63,7 +62,7 @@ local function model(state, req, format, body)
     return respond(state, req, { status = 400, headers = { { "Content-Type", replies.json_type } },
       body = replies.error_body(format, 400, { message = "the request body is not a JSON object" }) })
   end
-  local view = replies.view(format, body, req.body)
+  local view = replies.view(format, body, req.body, req.path)
   local fault = faults.pick(state.faults, n, state.rng)
   local recorded
   if state.player then
@@ -91,8 +90,9 @@ local function model(state, req, format, body)
     local content = state.script and kind ~= "empty" and kind ~= "leak" and state.script(view, n, body)
     content = content or replies.content(view, fault, n)
     resp = replies.reply(format, view, content, ctx)
-    -- a generation OpenRouter bills, cut or not: its cost can be looked up
-    if format == "openrouter" and resp.events then generations.record(state, ctx, view, content) end
+    -- a generation the provider bills, cut or not: its cost can be looked up
+    local generation_id = replies.wire(format).mock.generation_id
+    if generation_id and resp.events then generations.record(state, generation_id(ctx), ctx, view, content) end
   end
   if reshaping[kind] then replies.apply(format, resp, fault, view, ctx) end
   return respond(state, req, resp, fault)
@@ -120,7 +120,7 @@ function M.handle(state, req)
       body = req.body }, #req.body)
     return json(req, generations.answer(state, req))
   end
-  local format = replies.formats[req.path]
+  local format = replies.format_at(req.path)
   local body = req.body ~= "" and replies.decode(req.body) or nil
   local entry = { method = req.method, path = req.path, headers = mstate.mask(req.headers),
     body = body == nil and req.body or body }

@@ -167,6 +167,7 @@ function Call:describe(ev)
   ev.started, ev.attempt_started, ev.status = self.started, self.attempt_started, self.status
   local provider = self.provider
   ev.request_model, ev.provider_kind, ev.endpoint = provider.model, provider.kind, provider.base_url
+  ev.provider_name = provider_mod.otel_name(provider.kind)
   if ev.final and self.response_ids[1] then ev.response_ids = self.response_ids end
   return ev
 end

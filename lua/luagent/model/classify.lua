@@ -20,6 +20,7 @@
 local core = require "luagent.core"
 local cjson = require "cjson.safe"
 local policies = require "luagent.model.policy"
+local registry = require "luagent.model.provider"
 
 local M = {}
 
@@ -51,34 +52,27 @@ M.caller_deadlines = { deadline = true, total_deadline = true }
 M.retry_statuses = { [408] = true, [409] = true, [500] = true, [502] = true, [504] = true }
 
 -- Rules 3 and 4: phrases that mean the request exceeds the model's context
--- (matched lowercased, anywhere in the body or message).
+-- (matched lowercased, anywhere in the body or message): these, no one
+-- format's, and every registered wire format's (its adapter's
+-- overflow_phrases, lua/luagent/model/provider.lua). Every format's apply
+-- to every error: a proxy relays its upstream's words.
 M.overflow_phrases = {
-  "context_length_exceeded",            -- OpenAI code
   "context length exceeded",
-  "model_context_window_exceeded",      -- Anthropic stop reason
-  "prompt is too long",                 -- Anthropic
-  "input is too long",                  -- AWS Bedrock
-  "exceeds the context window",         -- OpenAI
-  "maximum context length",             -- OpenAI, OpenRouter
-  "exceeds the maximum number of tokens", -- Gemini
-  "maximum prompt length",              -- xAI
-  "reduce the length of the messages",  -- Groq
-  "exceeds the available context size", -- llama.cpp
-  "greater than the context length",    -- LM Studio
   "too many tokens",
   "token limit exceeded",
 }
 
--- Rule 4: structured in-stream values (type, code or status, lowercased).
--- Free text is never read for these: a message can mention a rate limit
--- without being one.
-M.stream_rate_limited = {
-  too_many_requests = true, no_capacity = true, rate_limit_exceeded = true,
-  rate_limit_error = true, rate_limit = true,
-}
-M.stream_overloaded = {
-  overloaded_error = true, unavailable = true, ["503"] = true, ["529"] = true,
-}
+-- Rule 4: structured in-stream values (type, code or status, lowercased):
+-- these, no one format's, and those a wire format classes so (its
+-- adapter's stream_errors). Free text is never read for these: a message
+-- can mention a rate limit without being one.
+M.stream_rate_limited = { too_many_requests = true, rate_limit = true }
+M.stream_overloaded = { unavailable = true, ["503"] = true, ["529"] = true }
+
+-- Rules 3 and 4: what the registered wire formats add to the lists above,
+-- and (rule 3) the limit sources of a 402 that refuses only for the
+-- requests in flight, which is retried.
+local wire = registry.wire
 
 -- Rule 5: error kinds that mean the connection failed, not the request.
 -- `protocol` (malformed framing, an oversized line or event) is not here: a
@@ -142,8 +136,10 @@ end
 
 local function is_overflow(text)
   text = text:lower()
-  for _, phrase in ipairs(M.overflow_phrases) do
-    if text:find(phrase, 1, true) then return true end
+  for _, list in ipairs({ M.overflow_phrases, wire.overflow_phrases }) do
+    for _, phrase in ipairs(list) do
+      if text:find(phrase, 1, true) then return true end
+    end
   end
   return false
 end
@@ -274,8 +270,9 @@ local function http_decides(err, policy)
   elseif status == 503 or status == 529 then
     d = decision("overloaded", true, "rule 3: " .. s .. " overloaded")
   elseif status == 402 then
-    if limit_source(err.body) == "openrouter_in_flight_budget" then
-      d = decision("payment", true, "rule 3: " .. s .. " in-flight budget (openrouter_in_flight_budget)")
+    local source = limit_source(err.body)
+    if wire.in_flight_sources[source] then
+      d = decision("payment", true, "rule 3: " .. s .. " in-flight budget (" .. source .. ")")
     else
       d = decision("payment", false, "rule 3: " .. s .. " payment required")
     end
@@ -313,13 +310,13 @@ local function stream_decides(err)
   local values = { field(err.type), field(err.code), field(err.status) }
   for i = 1, 3 do
     local v = values[i]
-    if v and M.stream_rate_limited[v] then
+    if v and (M.stream_rate_limited[v] or wire.stream_errors[v] == "rate_limited") then
       return decision("rate_limited", true, "rule 4: in-stream " .. v)
     end
   end
   for i = 1, 3 do
     local v = values[i]
-    if v and M.stream_overloaded[v] then
+    if v and (M.stream_overloaded[v] or wire.stream_errors[v] == "overloaded") then
       return decision("overloaded", true, "rule 4: in-stream " .. v)
     end
   end

@@ -7,17 +7,203 @@ local http = require "luagent.base.http"
 local errors = require "luagent.base.errors"
 local secrets = require "luagent.base.secrets"
 local json = require "luagent.base.json"
+local cassette = require "luagent.base.cassette"
 
 local M = {}
 
--- Known kinds: which adapter, where the key and base URL come from.
-M.kinds = {
-  openai = { adapter = "openai", key_env = "OPENAI_API_KEY", base_env = "OPENAI_BASE_URL" },
-  anthropic = { adapter = "anthropic", key_env = "ANTHROPIC_API_KEY", base_env = "ANTHROPIC_BASE_URL" },
-  openai_responses = { adapter = "openai_responses", key_env = "OPENAI_API_KEY", base_env = "OPENAI_BASE_URL" },
-  openrouter = { adapter = "openai", key_env = "OPENROUTER_API_KEY", base_env = "OPENROUTER_BASE_URL",
-                 base_url = "https://openrouter.ai/api/v1" },
+------------------------------------------------------------------------------
+-- The wire formats: a registry of adapters
+------------------------------------------------------------------------------
+
+-- An adapter (lua/luagent/model/providers/*.lua) says all there is to know
+-- about its wire format in its own table, so that adding one is one file:
+--
+--   name              its name in the registry (its decoder names the
+--                     events' `provider`, EVENTS.md)
+--   kinds             {[kind] = {key_env=, base_env=, base_url=, otel_name=}}:
+--                     the provider kinds it serves ("kind/model"), the
+--                     environment variables of their key and base URL, a
+--                     base URL other than default_base_url, and the
+--                     kind's OpenTelemetry gen_ai.provider.name (default:
+--                     the kind), which calls carry as `provider_name`
+--   default_base_url  where it posts when nothing else says
+--   path              what it posts to, under the base URL ("/messages";
+--                     a {name} segment stands for any one segment)
+--   build(req, opts)  the HTTP request; decoder(ctx) the stream's decoder
+--   stream_errors     {[type or code] = "rate_limited" | "overloaded"}: its
+--                     in-stream errors that are worth another attempt
+--                     (lua/luagent/model/classify.lua, rule 4)
+--   overflow_phrases  words of its context-overflow errors (rules 3 and 4)
+--   in_flight_sources the limit_source of a 402 that refuses only for the
+--                     requests in flight (rule 3: retried)
+--   secret_headers    headers of its requests or answers never written to a
+--                     cassette (lua/luagent/base/cassette.lua)
+--   replay_fields     the body fields a cassette replay compares after `model`
+--   mock              how the mock provider speaks it (the table is read by
+--                     lua/luagent/mock/replies.lua, which says its fields)
+--
+-- Only name, kinds, path, build and decoder are required.
+
+-- Known kinds: kind -> {adapter=<the adapter table>, key_env=, base_env=,
+-- base_url=, otel_name=}.
+M.kinds = {}
+
+-- What every registered format adds to the classifier's own lists
+-- (lua/luagent/model/classify.lua reads them): overflow phrases
+-- (lowercased, each once, in order), in-stream error values (lowercased)
+-- -> class, and 402 limit sources -> true.
+M.wire = { overflow_phrases = {}, stream_errors = {}, in_flight_sources = {} }
+
+local adapters, by_name = {}, {}
+
+-- The classes an in-stream error value may name (rule 4 retries both).
+local STREAM_CLASSES = { rate_limited = true, overloaded = true }
+
+-- Raises for the caller of register (helpers of register only).
+local function misuse(name, what)
+  error("provider.register: " .. (name and name .. ": " or "") .. what, 4)
+end
+
+-- The list `field` of an adapter: strings (none when absent).
+local function checked_list(adapter, field)
+  local list = adapter[field]
+  if list == nil then return {} end
+  local ok = type(list) == "table"
+  for _, v in ipairs(ok and list or {}) do ok = ok and type(v) == "string" and v ~= "" end
+  if not ok then misuse(adapter.name, field .. " must be a list of strings") end
+  return list
+end
+
+-- The kinds an adapter serves, as M.kinds holds them.
+local function checked_kinds(adapter)
+  local name = adapter.name
+  if type(adapter.kinds) ~= "table" or next(adapter.kinds) == nil then
+    misuse(name, "kinds must name at least one kind")
+  end
+  local kinds = {}
+  for kind, k in pairs(adapter.kinds) do
+    if type(kind) ~= "string" or not kind:match("^[%w_]+$") then
+      misuse(name, "a kind is a name of letters, digits and '_'")
+    end
+    if M.kinds[kind] then misuse(nil, "kind '" .. kind .. "' is registered already") end
+    if type(k) ~= "table" then misuse(name, "kinds." .. kind .. " must be a table") end
+    for _, f in ipairs({ "key_env", "base_env", "base_url", "otel_name" }) do
+      if k[f] ~= nil and type(k[f]) ~= "string" then misuse(name, "kinds." .. kind .. "." .. f .. " must be a string") end
+    end
+    local base_url = k.base_url or adapter.default_base_url
+    if not base_url then misuse(name, "kind '" .. kind .. "' has no base URL") end
+    kinds[kind] = { adapter = adapter, key_env = k.key_env, base_env = k.base_env, base_url = base_url,
+      otel_name = k.otel_name or kind }
+  end
+  return kinds
+end
+
+-- An adapter's in-stream error values, lowercased -> class.
+local function checked_stream_errors(adapter)
+  local t = adapter.stream_errors
+  if t ~= nil and type(t) ~= "table" then misuse(adapter.name, "stream_errors must be a table") end
+  local out = {}
+  for v, class in pairs(t or {}) do
+    if type(v) ~= "string" or not STREAM_CLASSES[class] then
+      misuse(adapter.name, "stream_errors maps a type or code to rate_limited or overloaded")
+    end
+    local known = M.wire.stream_errors[v:lower()]
+    if known and known ~= class then
+      misuse(adapter.name, "stream error '" .. v .. "' is " .. known .. " already")
+    end
+    out[v:lower()] = class
+  end
+  return out
+end
+
+-- register(adapter) adds a wire format: its kinds can be asked for
+-- ("kind/model"), and the classifier, the cassette and the mock know it.
+-- Misuse raises, and adds nothing: a field of the wrong type, a name or
+-- kind already taken, an in-stream value another format classes otherwise.
+function M.register(adapter)
+  if type(adapter) ~= "table" then error("provider.register: expects an adapter table", 2) end
+  local name = adapter.name
+  if type(name) ~= "string" or name == "" then error("provider.register: name must be a non-empty string", 2) end
+  if by_name[name] then error("provider.register: an adapter named '" .. name .. "' is registered already", 2) end
+  if type(adapter.build) ~= "function" or type(adapter.decoder) ~= "function" then
+    error("provider.register: " .. name .. ": build and decoder must be functions", 2)
+  end
+  if type(adapter.path) ~= "string" or adapter.path:sub(1, 1) ~= "/" then
+    error("provider.register: " .. name .. ": path must be a string starting with '/'", 2)
+  end
+  if adapter.default_base_url ~= nil and type(adapter.default_base_url) ~= "string" then
+    error("provider.register: " .. name .. ": default_base_url must be a string", 2)
+  end
+  if adapter.mock ~= nil and type(adapter.mock) ~= "table" then
+    error("provider.register: " .. name .. ": mock must be a table", 2)
+  end
+  local kinds, stream_errors = checked_kinds(adapter), checked_stream_errors(adapter)
+  local phrases, sources = checked_list(adapter, "overflow_phrases"), checked_list(adapter, "in_flight_sources")
+  local secret, replay = checked_list(adapter, "secret_headers"), checked_list(adapter, "replay_fields")
+  -- all checked: now all of it is added
+  for kind, k in pairs(kinds) do M.kinds[kind] = k end
+  for v, class in pairs(stream_errors) do M.wire.stream_errors[v] = class end
+  local have = {}
+  for _, p in ipairs(M.wire.overflow_phrases) do have[p] = true end
+  for _, p in ipairs(phrases) do
+    p = p:lower()
+    if not have[p] then
+      have[p] = true
+      M.wire.overflow_phrases[#M.wire.overflow_phrases + 1] = p
+    end
+  end
+  for _, source in ipairs(sources) do M.wire.in_flight_sources[source] = true end
+  cassette.add_secret_headers(secret)
+  cassette.add_compared_fields(replay)
+  adapters[#adapters + 1] = adapter
+  by_name[name] = adapter
+end
+
+-- adapters() -> the registered adapters, in the order they registered (a copy).
+function M.adapters()
+  return table.move(adapters, 1, #adapters, 1, {})
+end
+
+-- adapter(name) -> the registered adapter of that name, or nil.
+function M.adapter(name)
+  return by_name[name]
+end
+
+-- otel_name(kind) -> the gen_ai.provider.name of a kind, or nil when the
+-- kind is not registered.
+function M.otel_name(kind)
+  local k = M.kinds[kind]
+  return k and k.otel_name
+end
+
+-- key_variables() -> the environment variables the registered kinds read
+-- their keys from, each once, in the order the adapters registered.
+function M.key_variables()
+  local out, seen = {}, {}
+  for _, adapter in ipairs(adapters) do
+    local names = {}
+    for kind in pairs(adapter.kinds) do names[#names + 1] = kind end
+    table.sort(names)
+    for _, kind in ipairs(names) do
+      local v = M.kinds[kind].key_env
+      if v and not seen[v] then
+        seen[v] = true
+        out[#out + 1] = v
+      end
+    end
+  end
+  return out
+end
+
+-- The bundled wire formats, registered as any other is. Their order is the
+-- order the mock lists its endpoints in.
+local BUNDLED = {
+  "luagent.model.providers.openai",
+  "luagent.model.providers.openrouter",
+  "luagent.model.providers.anthropic",
+  "luagent.model.providers.openai_responses",
 }
+for _, module in ipairs(BUNDLED) do M.register(require(module)) end
 
 -- A provider belongs to a runtime (lua/luagent/runtime.lua): two of its
 -- settings (lua/luagent/config.lua) reach providers: `providers`, set by
@@ -55,9 +241,9 @@ function M.new(rt, spec)
   local info = M.kinds[spec.kind]
   if not info then error("provider: unknown kind '" .. tostring(spec.kind) .. "'", 2) end
   if type(spec.model) ~= "string" or spec.model == "" then error("provider: model is required", 2) end
-  local adapter = require("luagent.model.providers." .. info.adapter)
-  local base_url = spec.base_url or os.getenv(info.base_env) or info.base_url or adapter.default_base_url
-  local key = spec.api_key or os.getenv(info.key_env)
+  local adapter = info.adapter
+  local base_url = spec.base_url or (info.base_env and os.getenv(info.base_env)) or info.base_url
+  local key = spec.api_key or (info.key_env and os.getenv(info.key_env))
   local embedded = rt.settings:get("providers")
   if embedded and not spec.base_url then
     base_url = embedded.base_urls[spec.kind]

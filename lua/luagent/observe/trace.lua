@@ -33,11 +33,6 @@ local M = {}
 M.KIND = { INTERNAL = 1, SERVER = 2, CLIENT = 3 }
 M.STATUS = { UNSET = 0, OK = 1, ERROR = 2 }
 
--- gen_ai.provider.name per provider kind (OpenTelemetry's well-known
--- values where there is one).
-M.PROVIDER_NAMES = { openai = "openai", openai_responses = "openai", anthropic = "anthropic",
-  openrouter = "openrouter" }
-
 ------------------------------------------------------------------------------
 -- Ids and times
 ------------------------------------------------------------------------------
@@ -359,7 +354,8 @@ local function call_end(ev, now)
   end
   s.name = chat_name(tostring(ev.request_model or s.response_model or ""))
   local answered = ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted"
-  set4(s, "gen_ai.provider.name", M.PROVIDER_NAMES[ev.provider_kind] or ev.provider_kind,
+  -- the call names its provider as its adapter says (EVENTS.md, provider_name)
+  set4(s, "gen_ai.provider.name", ev.provider_name or ev.provider_kind,
     "gen_ai.request.model", ev.request_model,
     "gen_ai.response.model", answered and s.response_model or nil,
     "gen_ai.response.id", answered and s.response_id or nil)

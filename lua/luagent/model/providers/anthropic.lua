@@ -1,13 +1,23 @@
 -- Anthropic Messages adapter: builds POST {base}/messages and decodes its
--- streamed events into the normalized events of lua/luagent/EVENTS.md.
--- Pure Lua, no I/O.
+-- streamed events into the normalized events of lua/luagent/EVENTS.md; and
+-- all else about the format (lua/luagent/model/provider.lua lists the
+-- fields), its mock side last. Pure Lua, no I/O.
 local common = require "luagent.model.providers.common"
 
 local M = {
   name = "anthropic",
+  kinds = { anthropic = { key_env = "ANTHROPIC_API_KEY", base_env = "ANTHROPIC_BASE_URL" } },
   default_base_url = "https://api.anthropic.com/v1",
+  path = "/messages",
   version = "2023-06-01",
   default_max_tokens = 4096,
+  stream_errors = { rate_limit_error = "rate_limited", overloaded_error = "overloaded" },
+  overflow_phrases = {
+    "model_context_window_exceeded",      -- its stop reason
+    "prompt is too long",
+  },
+  secret_headers = { "x-api-key", "anthropic-organization-id" },
+  replay_fields = { "system", "messages" },
 }
 
 ------------------------------------------------------------------------------
@@ -82,7 +92,7 @@ function M.build(req, opts)
   end
   local headers = { ["content-type"] = "application/json", ["anthropic-version"] = M.version }
   if opts.api_key then headers["x-api-key"] = opts.api_key end
-  return common.post(M, opts, "/messages", headers, body, stream)
+  return common.post(M, opts, M.path, headers, body, stream)
 end
 
 ------------------------------------------------------------------------------
@@ -189,6 +199,107 @@ local handle = common.dispatch(handlers)
 -- A decoder for one response stream; ctx = {model=}.
 function M.decoder(ctx)
   return common.decoder(M.name, ctx, handle, nil, "message_stop")
+end
+
+------------------------------------------------------------------------------
+-- The mock's side (lua/luagent/mock/replies.lua says what each field is)
+------------------------------------------------------------------------------
+
+local O, null, array, raw = common.object, common.null, common.array, common.raw
+
+local mock = { title = "Anthropic messages", request_id_header = "request-id" }
+M.mock = mock
+
+function mock.read(body)
+  return { messages = common.mock_messages(body.messages),
+    tools = common.mock_tools(body.tools, function(t) return t.name, t.input_schema end) }
+end
+
+-- An event: the SSE name repeats the data's `type`.
+local function event(value)
+  return common.event(value.type, value)
+end
+
+function mock.stream(view, reply, ctx)
+  local calls = reply.calls
+  local tool = calls[1]
+  local events = {}
+  local function add(value) events[#events + 1] = event(value) end
+  add(O("type", "message_start", "message", O(
+    "id", "msg_mock" .. ctx.n, "type", "message", "role", "assistant",
+    "model", view.model, "content", array(), "stop_reason", null,
+    "stop_sequence", null, "usage", O("input_tokens", view.input_tokens,
+      "cache_creation_input_tokens", 0, "cache_read_input_tokens", 0, "output_tokens", 1))))
+  local blocks = {}
+  if not tool or reply.text then
+    blocks[1] = { block = O("type", "text", "text", ""), pieces = reply.words, kind = "text_delta" }
+  end
+  for _, c in ipairs(calls) do
+    blocks[#blocks + 1] = { block = O("type", "tool_use", "id", "toolu_mock" .. c.id,
+      "name", c.name, "input", O()), pieces = c.pieces, kind = "input_json_delta" }
+  end
+  for i, b in ipairs(blocks) do
+    add(O("type", "content_block_start", "index", i - 1, "content_block", b.block))
+    if i == 1 then add(O("type", "ping")) end
+    for _, p in ipairs(b.pieces) do
+      local delta = b.kind == "input_json_delta" and O("type", "input_json_delta", "partial_json", p)
+        or O("type", "text_delta", "text", p)
+      add(O("type", "content_block_delta", "index", i - 1, "delta", delta))
+    end
+    add(O("type", "content_block_stop", "index", i - 1))
+  end
+  add(O("type", "message_delta", "delta", O(
+    "stop_reason", tool and "tool_use" or "end_turn", "stop_sequence", null),
+    "usage", O("output_tokens", reply.output_tokens)))
+  add(O("type", "message_stop"))
+  return events
+end
+
+function mock.complete(view, reply, ctx)
+  local calls = reply.calls
+  local blocks = array()
+  if not calls[1] or reply.text then blocks[1] = O("type", "text", "text", reply.text) end
+  for _, c in ipairs(calls) do
+    blocks[#blocks + 1] = O("type", "tool_use", "id", "toolu_mock" .. c.id,
+      "name", c.name, "input", raw(c.json))
+  end
+  return common.encode(O("id", "msg_mock" .. ctx.n, "type", "message",
+    "role", "assistant", "model", view.model, "content", blocks,
+    "stop_reason", calls[1] and "tool_use" or "end_turn", "stop_sequence", null,
+    "usage", O("input_tokens", view.input_tokens, "cache_creation_input_tokens", 0,
+      "cache_read_input_tokens", 0, "output_tokens", reply.output_tokens)))
+end
+
+-- Per status: the error's type.
+local ERROR_TYPES = {
+  [400] = "invalid_request_error", [401] = "authentication_error", [402] = "billing_error",
+  [403] = "permission_error", [404] = "not_found_error", [408] = "timeout_error",
+  [409] = "invalid_request_error", [413] = "request_too_large", [429] = "rate_limit_error",
+  [500] = "api_error", [502] = "api_error", [503] = "overloaded_error", [504] = "timeout_error",
+  [529] = "overloaded_error",
+}
+
+function mock.error_body(status, e)
+  local etype = ERROR_TYPES[status] or (status < 500 and "invalid_request_error" or "api_error")
+  if e.overflow then etype = "invalid_request_error" end
+  etype = e.type or etype
+  return common.encode(O("type", "error", "error", O("type", etype, "message", e.message),
+    "request_id", e.request_id))
+end
+
+mock.overflow_message = "prompt is too long: 210000 tokens > 200000 maximum"
+
+function mock.stream_error(etype, message)
+  return event(O("type", "error", "error", O("type", etype, "message", message)))
+end
+
+-- The phase of each of its events, by name.
+local PHASES = { message_start = "open", content_block_start = "open", ping = "open", error = "open",
+  content_block_delta = "delta", content_block_stop = "close", message_delta = "finish",
+  message_stop = "end" }
+
+function mock.phase(e)
+  return e.event and PHASES[e.event]
 end
 
 return M

@@ -1,7 +1,8 @@
 -- Shared pieces of the provider adapters (openai, anthropic,
--- openai_responses): JSON that keeps empty arrays and JSON Schema exact,
--- request helpers, and the stream decoder skeleton that turns provider
--- chunks into the normalized events of lua/luagent/EVENTS.md. Pure Lua, no I/O.
+-- openai_responses, ...): JSON that keeps empty arrays and JSON Schema exact,
+-- request helpers, the stream decoder skeleton that turns provider chunks
+-- into the normalized events of lua/luagent/EVENTS.md, and what their mock
+-- sides share. Pure Lua, no I/O.
 local json = require "luagent.base.json"
 local errors = require "luagent.base.errors"
 
@@ -487,4 +488,89 @@ function Decoder:complete()
 end
 
 M.Decoder = Decoder
+
+------------------------------------------------------------------------------
+-- The mock's side: what the adapters' `mock` tables share (the mock provider,
+-- lua/luagent/mock/replies.lua, says what it asks of them). Pure.
+------------------------------------------------------------------------------
+
+M.object = json.object -- key order kept: a mock's replies are the same bytes every time
+
+-- One SSE event carrying `value` as JSON; `name` may be nil.
+function M.event(name, value)
+  return { event = name, data = M.encode(value) }
+end
+
+-- The text of a content value: a string, or the concatenated text of a list
+-- of parts (text, input_text, output_text, tool_result blocks...).
+local function content_text(content)
+  if type(content) == "string" then return content end
+  if type(content) ~= "table" then return nil end
+  local parts = {}
+  for _, part in ipairs(content) do
+    if type(part) == "table" then
+      local t = part.text or content_text(part.content) or content_text(part.output)
+      if type(t) == "string" then parts[#parts + 1] = t end
+    end
+  end
+  if #parts == 0 then return nil end
+  return table.concat(parts)
+end
+M.content_text = content_text
+
+-- True when a content value holds a tool_result block (Anthropic's).
+local function has_tool_result(content)
+  if type(content) ~= "table" then return false end
+  for _, part in ipairs(content) do
+    if type(part) == "table" and part.type == "tool_result" then return true end
+  end
+  return false
+end
+
+-- A request's history items (a list, or a string: one user message) as
+-- the mock reads them: {{role=, text=, tool_result=}...}. One reading for
+-- the three bundled formats: a tool role, a function_call_output item and
+-- a user message of tool_result blocks are tool results.
+function M.mock_messages(items)
+  if type(items) == "string" then items = { { role = "user", content = items } } end
+  if type(items) ~= "table" then return {} end
+  local out = {}
+  for _, item in ipairs(items) do
+    if type(item) == "table" then
+      local text
+      if item.type == "function_call_output" then
+        text = content_text(item.output)
+      else
+        text = content_text(item.content)
+      end
+      out[#out + 1] = { role = item.role, text = text, tool_result = item.role == "tool"
+        or item.type == "function_call_output" or (item.role == "user" and has_tool_result(item.content)) }
+    end
+  end
+  return out
+end
+
+-- A request's offered tools as {{name=, schema=}...}; pick(t) -> name, schema.
+function M.mock_tools(tools, pick)
+  local out = {}
+  if type(tools) ~= "table" then return out end
+  for _, t in ipairs(tools) do
+    if type(t) == "table" then
+      local name, schema = pick(t)
+      if type(name) == "string" then
+        out[#out + 1] = { name = name, schema = type(schema) == "table" and schema or {} }
+      end
+    end
+  end
+  return out
+end
+
+-- A tool's name and schema in the OpenAI forms (a function object, or
+-- flat as in the responses API).
+function M.openai_tool(t)
+  local fn = t["function"]
+  if type(fn) == "table" then return fn.name, fn.parameters end
+  return t.name, t.parameters
+end
+
 return M

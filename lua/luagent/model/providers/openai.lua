@@ -1,11 +1,28 @@
 -- OpenAI Chat Completions adapter (and the many servers that speak it):
 -- builds POST {base}/chat/completions and decodes its streamed chunks into
--- the normalized events of lua/luagent/EVENTS.md. Pure Lua, no I/O.
+-- the normalized events of lua/luagent/EVENTS.md; and all else about the
+-- format (lua/luagent/model/provider.lua lists the fields), its mock side
+-- last. Pure Lua, no I/O.
 local common = require "luagent.model.providers.common"
 
 local M = {
   name = "openai",
+  kinds = { openai = { key_env = "OPENAI_API_KEY", base_env = "OPENAI_BASE_URL" } },
   default_base_url = "https://api.openai.com/v1",
+  path = "/chat/completions",
+  -- Azure's no_capacity reads like an overflow; it is a rate limit
+  stream_errors = { rate_limit_exceeded = "rate_limited", no_capacity = "rate_limited" },
+  -- OpenAI's words, and those of servers that speak its chat format
+  overflow_phrases = {
+    "context_length_exceeded",            -- OpenAI code
+    "maximum context length",             -- OpenAI, OpenRouter
+    "maximum prompt length",              -- xAI
+    "reduce the length of the messages",  -- Groq
+    "exceeds the available context size", -- llama.cpp
+    "greater than the context length",    -- LM Studio
+  },
+  secret_headers = { "openai-organization", "openai-project" },
+  replay_fields = { "messages" },
 }
 
 ------------------------------------------------------------------------------
@@ -57,7 +74,7 @@ function M.build(req, opts)
   end
   local headers = { ["content-type"] = "application/json" }
   if opts.api_key then headers.authorization = "Bearer " .. opts.api_key end
-  return common.post(M, opts, "/chat/completions", headers, body, stream)
+  return common.post(M, opts, M.path, headers, body, stream)
 end
 
 ------------------------------------------------------------------------------
@@ -157,6 +174,143 @@ function M.decoder(ctx)
   local dec = common.decoder(M.name, ctx, handle, "[DONE]", "[DONE]")
   if M.fast then dec.fast = fast end
   return dec
+end
+
+------------------------------------------------------------------------------
+-- The mock's side (lua/luagent/mock/replies.lua says what each field is)
+------------------------------------------------------------------------------
+
+local O, null, array, event = common.object, common.null, common.array, common.event
+
+local mock = { title = "OpenAI chat completions" }
+M.mock = mock
+
+function mock.read(body)
+  return { messages = common.mock_messages(body.messages), tools = common.mock_tools(body.tools, common.openai_tool),
+    include_usage = type(body.stream_options) == "table" and body.stream_options.include_usage == true }
+end
+
+-- The id of a chat completion (an OpenRouter generation's id) for request ctx.n.
+function mock.message_id(ctx) return "chatcmpl-mock" .. ctx.n end
+
+-- A chat.completion.chunk with one choice (or the given choices).
+local function chunk(view, ctx, delta, finish, choices, usage)
+  return event(nil, O(
+    "id", mock.message_id(ctx), "object", "chat.completion.chunk",
+    "created", ctx.created, "model", view.model,
+    "choices", choices or array { O("index", 0, "delta", delta,
+      "logprobs", null, "finish_reason", finish or null) },
+    "usage", usage or (view.include_usage and null or nil)))
+end
+
+-- OpenAI usage object.
+local function usage_object(view, output)
+  return O("prompt_tokens", view.input_tokens, "completion_tokens", output,
+    "total_tokens", view.input_tokens + output)
+end
+
+function mock.stream(view, reply, ctx)
+  local calls = reply.calls
+  local tool = calls[1]
+  local events = {}
+  local function add(e) events[#events + 1] = e end
+  if tool then
+    add(chunk(view, ctx, O("role", "assistant", "content", null)))
+    for _, p in ipairs(reply.words) do add(chunk(view, ctx, O("content", p))) end
+    for i, c in ipairs(calls) do
+      add(chunk(view, ctx, O("tool_calls", array { O(
+        "index", i - 1, "id", "call_mock" .. c.id, "type", "function",
+        "function", O("name", c.name, "arguments", "")) })))
+      for _, p in ipairs(c.pieces) do
+        add(chunk(view, ctx, O("tool_calls", array { O(
+          "index", i - 1, "function", O("arguments", p)) })))
+      end
+    end
+  else
+    add(chunk(view, ctx, O("role", "assistant", "content", "", "refusal", null)))
+    for _, p in ipairs(reply.words) do add(chunk(view, ctx, O("content", p))) end
+  end
+  add(chunk(view, ctx, O(), tool and "tool_calls" or "stop"))
+  if view.include_usage then
+    add(chunk(view, ctx, nil, nil, array(), usage_object(view, reply.output_tokens)))
+  end
+  add({ data = "[DONE]" })
+  return events
+end
+
+function mock.complete(view, reply, ctx)
+  local message
+  local calls = reply.calls
+  if calls[1] then
+    local list = array()
+    for i, c in ipairs(calls) do
+      list[i] = O("id", "call_mock" .. c.id, "type", "function",
+        "function", O("name", c.name, "arguments", c.json))
+    end
+    message = O("role", "assistant", "content", reply.text or null, "refusal", null, "tool_calls", list)
+  else
+    message = O("role", "assistant", "content", reply.text, "refusal", null)
+  end
+  return common.encode(O("id", mock.message_id(ctx), "object", "chat.completion",
+    "created", ctx.created, "model", view.model,
+    "choices", array { O("index", 0, "message", message, "logprobs", null,
+      "finish_reason", calls[1] and "tool_calls" or "stop") },
+    "usage", usage_object(view, reply.output_tokens)))
+end
+
+-- Per status: the error's type and code.
+local ERRORS = {
+  [400] = { "invalid_request_error" },
+  [401] = { "invalid_request_error", "invalid_api_key" },
+  [402] = { "insufficient_quota", "insufficient_quota" },
+  [403] = { "invalid_request_error", "permission_denied" },
+  [404] = { "invalid_request_error", "model_not_found" },
+  [408] = { "server_error", "timeout" },
+  [409] = { "invalid_request_error", "conflict" },
+  [413] = { "invalid_request_error", "request_too_large" },
+  [429] = { "requests", "rate_limit_exceeded" },
+  [500] = { "server_error" }, [502] = { "server_error" }, [503] = { "server_error" },
+  [504] = { "server_error" }, [529] = { "server_error" },
+}
+
+-- The error body of the OpenAI formats; `param` is what an overflow names
+-- (the responses API says "input").
+function M.mock_error_body(status, e, param)
+  local t = ERRORS[status] or { status < 500 and "invalid_request_error" or "server_error" }
+  local etype, code = t[1], t[2]
+  if e.overflow then etype, code = "invalid_request_error", "context_length_exceeded" end
+  if e.type then etype, code = e.type, e.type end
+  return common.encode(O("error", O("message", e.message, "type", etype,
+    "param", e.overflow and param or null, "code", code or null)))
+end
+
+function mock.error_body(status, e) return M.mock_error_body(status, e, "messages") end
+
+mock.overflow_message = "This model's maximum context length is 200000 tokens. However, your messages "
+  .. "resulted in 210000 tokens. Please reduce the length of the messages."
+
+function mock.stream_error(etype, message)
+  return event(nil, O("error", O("message", message, "type", etype, "param", null, "code", etype)))
+end
+
+-- The phase of a chunk; nil for an event that is not one.
+function mock.phase(e)
+  local name, data = e.event, e.data
+  if data == "[DONE]" then return "end" end
+  if name ~= nil and name ~= "message" then return nil end
+  local c = common.decode(data)
+  if type(c) ~= "table" or type(c.choices) ~= "table" then return nil end
+  local choice = c.choices[1]
+  if choice == nil then return c.usage and "finish" or "open" end
+  if choice.finish_reason ~= nil and choice.finish_reason ~= null then return "finish" end
+  local delta = type(choice.delta) == "table" and choice.delta or {}
+  if type(delta.content) == "string" and delta.content ~= "" then return "delta" end
+  local call = type(delta.tool_calls) == "table" and delta.tool_calls[1]
+  if type(call) == "table" and type(call["function"]) == "table"
+    and (call["function"].arguments or "") ~= "" then
+    return "delta"
+  end
+  return "open"
 end
 
 return M

@@ -1,11 +1,23 @@
 -- OpenAI Responses adapter: builds POST {base}/responses and decodes its
 -- semantic stream events into the normalized events of
--- lua/luagent/EVENTS.md. Pure Lua, no I/O.
+-- lua/luagent/EVENTS.md; and all else about the format
+-- (lua/luagent/model/provider.lua lists the fields), its mock side last.
+-- Pure Lua, no I/O.
 local common = require "luagent.model.providers.common"
+local openai = require "luagent.model.providers.openai"
 
 local M = {
   name = "openai_responses",
+  kinds = { openai_responses = { key_env = "OPENAI_API_KEY", base_env = "OPENAI_BASE_URL", otel_name = "openai" } },
   default_base_url = "https://api.openai.com/v1",
+  path = "/responses",
+  stream_errors = { rate_limit_exceeded = "rate_limited", no_capacity = "rate_limited" },
+  overflow_phrases = {
+    "context_length_exceeded",            -- its code
+    "exceeds the context window",
+  },
+  secret_headers = { "openai-organization", "openai-project" },
+  replay_fields = { "input" },
 }
 
 ------------------------------------------------------------------------------
@@ -53,7 +65,7 @@ function M.build(req, opts)
   end
   local headers = { ["content-type"] = "application/json" }
   if opts.api_key then headers.authorization = "Bearer " .. opts.api_key end
-  return common.post(M, opts, "/responses", headers, body, stream)
+  return common.post(M, opts, M.path, headers, body, stream)
 end
 
 ------------------------------------------------------------------------------
@@ -179,6 +191,134 @@ local handle = common.dispatch(handlers)
 -- A decoder for one response stream; ctx = {model=}.
 function M.decoder(ctx)
   return common.decoder(M.name, ctx, handle, nil, "response.completed")
+end
+
+------------------------------------------------------------------------------
+-- The mock's side (lua/luagent/mock/replies.lua says what each field is)
+------------------------------------------------------------------------------
+
+local O, null, array = common.object, common.null, common.array
+
+local mock = { format = "responses", title = "OpenAI responses" }
+M.mock = mock
+
+function mock.read(body)
+  return { messages = common.mock_messages(body.input), tools = common.mock_tools(body.tools, common.openai_tool) }
+end
+
+-- A response object in `status` with `output` items and `usage`.
+local function response_object(view, ctx, status, output, usage)
+  return O("id", "resp_mock" .. ctx.n, "object", "response",
+    "created_at", ctx.created, "status", status, "error", null,
+    "incomplete_details", null, "model", view.model, "output", output,
+    "parallel_tool_calls", true, "tool_choice", "auto", "tools", array(),
+    "usage", usage or null)
+end
+
+-- Responses usage object.
+local function usage_object(view, output)
+  return O("input_tokens", view.input_tokens,
+    "input_tokens_details", O("cached_tokens", 0), "output_tokens", output,
+    "output_tokens_details", O("reasoning_tokens", 0),
+    "total_tokens", view.input_tokens + output)
+end
+
+-- The output items of a reply in `status`: a message item for its text
+-- (when it has text or no tool call), then one function_call item per call.
+-- Each item is {value=<item object>, call=<the call or nil>, id=}.
+local function response_items(reply, ctx, status)
+  local calls, items = reply.calls, {}
+  if not calls[1] or reply.text then
+    local text = reply.text or ""
+    local parts = status == "completed"
+      and array { O("type", "output_text", "annotations", array(), "text", text) }
+      or array()
+    items[1] = { id = "msg_mock" .. ctx.n, value = O("id", "msg_mock" .. ctx.n, "type", "message",
+      "status", status, "role", "assistant", "content", parts) }
+  end
+  for i, c in ipairs(calls) do
+    local id = "fc_mock" .. ctx.n .. (i > 1 and ("_" .. i) or "")
+    items[#items + 1] = { id = id, call = c, value = O("id", id, "type", "function_call",
+      "status", status, "arguments", status == "completed" and c.json or "",
+      "call_id", "call_mock" .. c.id, "name", c.name) }
+  end
+  return items
+end
+
+-- The finished output items as a JSON array.
+local function output_array(reply, ctx)
+  local out = array()
+  for i, it in ipairs(response_items(reply, ctx, "completed")) do out[i] = it.value end
+  return out
+end
+
+function mock.stream(view, reply, ctx)
+  local events = {}
+  local function add(...)
+    local value = O("type", select(1, ...), "sequence_number", #events, select(2, ...))
+    events[#events + 1] = common.event(value.type, value)
+  end
+  add("response.created", "response", response_object(view, ctx, "in_progress", array()))
+  add("response.in_progress", "response", response_object(view, ctx, "in_progress", array()))
+  local done = response_items(reply, ctx, "completed")
+  for idx, it in ipairs(response_items(reply, ctx, "in_progress")) do
+    local oi = idx - 1
+    add("response.output_item.added", "output_index", oi, "item", it.value)
+    if it.call then
+      for _, p in ipairs(it.call.pieces) do
+        add("response.function_call_arguments.delta", "item_id", it.id, "output_index", oi, "delta", p)
+      end
+      add("response.function_call_arguments.done", "item_id", it.id, "output_index", oi,
+        "arguments", it.call.json)
+    else
+      local text = reply.text or ""
+      local function part(t)
+        return O("type", "output_text", "annotations", array(), "text", t)
+      end
+      add("response.content_part.added", "item_id", it.id, "output_index", oi,
+        "content_index", 0, "part", part(""))
+      for _, p in ipairs(reply.words) do
+        add("response.output_text.delta", "item_id", it.id, "output_index", oi,
+          "content_index", 0, "delta", p, "logprobs", array())
+      end
+      add("response.output_text.done", "item_id", it.id, "output_index", oi,
+        "content_index", 0, "text", text, "logprobs", array())
+      add("response.content_part.done", "item_id", it.id, "output_index", oi,
+        "content_index", 0, "part", part(text))
+    end
+    add("response.output_item.done", "output_index", oi, "item", done[idx].value)
+  end
+  add("response.completed", "response", response_object(view, ctx, "completed",
+    output_array(reply, ctx), usage_object(view, reply.output_tokens)))
+  return events
+end
+
+function mock.complete(view, reply, ctx)
+  return common.encode(response_object(view, ctx, "completed",
+    output_array(reply, ctx), usage_object(view, reply.output_tokens)))
+end
+
+function mock.error_body(status, e) return openai.mock_error_body(status, e, "input") end
+
+mock.overflow_message = "Your input exceeds the context window of this model. Please adjust your "
+  .. "input and try again."
+
+function mock.stream_error(etype, message, _, _, seq)
+  return common.event("error", O("type", "error", "code", etype, "message", message,
+    "param", null, "sequence_number", seq))
+end
+
+-- The phase of one of its events, by name (response.*, and its error).
+function mock.phase(e)
+  local name = e.event
+  if name == "response.completed" or name == "response.failed" or name == "response.incomplete" then
+    return "end"
+  end
+  if type(name) ~= "string" then return nil end
+  if name:match("^response%..*%.delta$") then return "delta" end
+  if name:match("^response%..*%.done$") then return "close" end
+  if name == "error" or name:match("^response%.") then return "open" end
+  return nil
 end
 
 return M
