@@ -9,7 +9,7 @@ return {
   timeout = 5,
   run = function()
     local lines = {}
-    for _, name in ipairs(require("luagent.core").list_dir(data .. "/crashes")) do
+    for _, name in ipairs(assert(require("luagent").list_dir(data .. "/crashes"))) do
       local f = io.open(data .. "/crashes/" .. name)
       if f then
         local text = f:read("a")

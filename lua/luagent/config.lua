@@ -69,7 +69,7 @@ Settings.__index = Settings
 function M.new(t, api)
   local self = setmetatable({ values = {}, on_change = nil }, Settings)
   for name in pairs(M.CHECKS) do self.values[name] = default(name) end
-  if t then self:set(t, api or "luagent.runtime", 4) end
+  if t then self:set(t, api or "luagent.configure", 4) end
   return self
 end
 

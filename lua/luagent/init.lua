@@ -27,6 +27,9 @@ local M = {
   -- deadline(seconds, fn, ...) -> fn's results, or raises `timeout`
   -- (lua/luagent/base/deadline.lua)
   deadline = deadline,
+  -- list_dir(path) -> {names of the folder's regular files and links,
+  -- unsorted}, or nil, message (host/watch.c)
+  list_dir = core.list_dir,
 }
 
 local default -- the default runtime

@@ -2,6 +2,7 @@
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local mserver = require "luagent.mock.server"
+local help = require "luagent.mock.help"
 
 local M = {}
 
@@ -76,7 +77,7 @@ function M.main(argv, out, err)
     return 2
   end
   if opts.help then
-    out:write(require("luagent.mock.help").mock)
+    out:write(help.mock)
     return 0
   end
   if core.current() then return serve_cli(opts, out, err) end

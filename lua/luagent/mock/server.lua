@@ -144,7 +144,7 @@ Server.__index = Server
 -- err. Its tasks are daemons: they do not keep a run alive.
 function M.start(opts)
   opts = opts or {}
-  local tcp = opts.tcp or require "luagent.core"
+  local tcp = opts.tcp or core
   local host, port = parse_listen(opts.listen or "127.0.0.1:0")
   if not host then
     return nil, errors.new("usage", "--listen wants HOST:PORT, got '" .. tostring(opts.listen) .. "'")
