@@ -66,6 +66,12 @@ describe("luarocks make --local", function()
       print(core.version, found)']], h.quote(home)))
     assert(ok, out)
     assert.matches("^%d+%.%d+%.%d+\t" .. home:gsub("%p", "%%%0") .. "/%.luarocks/share/lua/5%.4/luagent/policies/yoagent%.lua\n$", out)
+    -- the runtime object and its methods, on the rock alone (spec/runtime_api_spec.lua)
+    ok, out = sh(string.format([[cd / && eval "$(HOME=%s luarocks --lua-version 5.4 path)" && timeout -s KILL 60 lua5.4 %s]],
+      h.quote(home), h.quote(root .. "/spec/fixtures/runtime_api.lua")))
+    assert(ok, out)
+    assert.equal("provider\topenai\tgpt-4o-mini\ttrue\ncomplete\tstring\t1\nstream\ttrue\n"
+      .. "agent\tagent_end\tstop\nsubscribed\t2\nhealth\t1\nclosed\n", out)
     sh("rm -rf " .. h.quote(home) .. " " .. h.quote(copy))
   end)
 end)
