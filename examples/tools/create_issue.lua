@@ -5,7 +5,7 @@
 -- Its check lets a durable run that stopped while it ran (luagent resume)
 -- find out whether the issue was filed: it looks for the call's
 -- idempotency key in the tracker.
-local json = require "luagent.base.json"
+local json = require("luagent").json
 
 local function tracker() return os.getenv("TRIAGE_ISSUES") or "/tmp/luagent-triage-issues.jsonl" end
 
