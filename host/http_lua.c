@@ -323,6 +323,16 @@ static void push_event(void *ud, const lg_sse_event *ev, uint64_t offset) {
 
 static int event_k(lua_State *L, int status, lua_KContext ctx);
 
+/* The next event of u (argument 1) into the table at argument 2, if any:
+ * pushes it, or the end, or waits (the continuation comes back here). */
+static int event_next(lua_State *L, req_ud *u) {
+  if (lg_http_closed(&u->r)) return luaL_error(L, "event: request is closed");
+  event_out o = {L, lua_istable(L, 2) ? 2 : 0};
+  if (lg_http_next_event(&u->r, push_event, &o)) return 1;
+  if (lg_http_done(&u->r)) return push_end(L, &u->r, 1);
+  return req_suspend(L, u, "event: another task is already reading", 0, event_k);
+}
+
 /* req:event([into]) -> the next SSE event {event=, data=, id=, retry=,
  * offset=} (offset: the stream byte just past the event; `into`, a table
  * given by a reader that keeps no event past the next call, is filled and
@@ -331,22 +341,17 @@ static int event_k(lua_State *L, int status, lua_KContext ctx);
  * an oversized line or event: err.offset is its byte). Bytes after the last
  * complete event at the end of the stream are reported by req:info().partial. */
 static int l_req_event(lua_State *L) {
-  check_req(L);
+  req_ud *u = check_req(L);
   lua_settop(L, 2);
   if (!lua_isnil(L, 2)) luaL_checktype(L, 2, LUA_TTABLE);
-  return event_k(L, LUA_OK, 0);
+  return event_next(L, u); /* per event: the request is checked once */
 }
 
-/* event's body and continuation. */
+/* event's continuation, once the transport woke the task. */
 static int event_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   (void)ctx;
-  req_ud *u = check_req(L);
-  if (lg_http_closed(&u->r)) return luaL_error(L, "event: request is closed");
-  event_out o = {L, lua_istable(L, 2) ? 2 : 0};
-  if (lg_http_next_event(&u->r, push_event, &o)) return 1;
-  if (lg_http_done(&u->r)) return push_end(L, &u->r, 1);
-  return req_suspend(L, u, "event: another task is already reading", 0, event_k);
+  return event_next(L, check_req(L));
 }
 
 /* req:status() -> the HTTP status code. */
