@@ -20,7 +20,7 @@
 /* Compares both paths over a list of payloads; returns true when they agree,
  * else false and a description. */
 static const char compare_lua[] =
-    "local openai = require 'luagent.providers.openai'\n"
+    "local openai = require 'luagent.model.providers.openai'\n"
     "local function same(a, b, seen)\n"
     "  if a == b then return true end\n"
     "  if type(a) ~= 'table' or type(b) ~= 'table' then return false end\n"

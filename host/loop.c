@@ -97,6 +97,9 @@ struct lg_loop {
   volatile sig_atomic_t sigints;   /* stop signals received */
   volatile sig_atomic_t first_sig; /* SIGINT or SIGTERM */
   lua_State *volatile running;     /* the task coroutine being resumed */
+  pthread_t signal_thread;         /* on_sigint: the thread that runs the loop (a
+                                    * stop signal delivered to a libuv or libcurl
+                                    * worker is passed on to it) */
   lua_Hook saved_hook;             /* the hook a stop signal displaced (a */
   int saved_mask, saved_count;     /* tool's stuck-code guard): put back */
   lg_timerheap timers;
@@ -967,13 +970,16 @@ static int l_stats(lua_State *L) {
  * the loop turn), so, as lua.c does, the handler sets a hook on the running
  * task's coroutine, which raises `cancelled` there at its next instruction,
  * and wakes the loop, which cancels the on_sigint task if it waits. A
- * second signal exits at once. A handler has no argument: signal_loop is
- * the one process-wide variable, set by on_sigint and cleared when its
- * loop closes; signal_thread is the thread that runs the loop (a signal
- * delivered to a libuv or libcurl worker is passed on to it). */
+ * second signal exits at once.
+ *
+ * signal_loop is a process-wide variable, one of the C core's four (the
+ * other three hold the process's libcurl: curl_api.c), and it has to be: a
+ * signal handler gets no argument, so the loop the signals go to can be
+ * found from nowhere else.
+ * One loop at a time receives them: set by on_sigint, cleared when that
+ * loop closes; everything else the handler needs hangs off the loop. */
 
 static lg_loop *volatile signal_loop;
-static pthread_t signal_thread;
 
 /* The hook the handler sets: once, in the running task, raises `cancelled`
  * while the on_sigint task lives (a run being stopped stops its busy
@@ -998,8 +1004,8 @@ static void on_stop_signal(int sig) {
     raise(sig);
     return;
   }
-  if (!pthread_equal(pthread_self(), signal_thread)) {
-    pthread_kill(signal_thread, sig);
+  if (!pthread_equal(pthread_self(), loop->signal_thread)) {
+    pthread_kill(loop->signal_thread, sig);
     return;
   }
   if (loop->sigints++ > 0) _exit(128 + loop->first_sig);
@@ -1045,7 +1051,7 @@ static int l_on_sigint(lua_State *L) {
     uv_async_init(&loop->uv, &loop->sigwake, sigwake_cb);
     loop->sigwake.data = loop;
     uv_unref((uv_handle_t *)&loop->sigwake);
-    signal_thread = pthread_self();
+    loop->signal_thread = pthread_self();
     signal_loop = loop;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

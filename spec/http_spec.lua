@@ -459,6 +459,47 @@ describe("http.request", function()
     req:close()
   end)
 
+  it("resp:next_event(into) fills the reader's table, unless a tap may keep the events", function()
+    srv = server.serve(function(conn)
+      conn:write(sse_head() .. "data: a\n\ndata: b\n\n")
+    end)
+    local resp = assert(http.request { url = srv.url })
+    local t = {}
+    assert.equal(t, resp:next_event(t))
+    assert.same({ event = "message", data = "a", offset = 9 }, t)
+    assert.equal(t, resp:next_event(t))
+    assert.equal("b", t.data)
+    assert.is_nil(resp:next_event(t))
+    resp:close()
+
+    local kept = {}
+    local tap = { begin = function() return {
+      response = function() end, finish = function() end,
+      event = function(_, ev) kept[#kept + 1] = ev end,
+    } end }
+    resp = assert(http.request { url = srv.url, tap = tap })
+    local a, b = resp:next_event(t), resp:next_event(t)
+    assert.is_nil(resp:next_event(t))
+    resp:close()
+    assert.are_not.equal(t, a)
+    assert.same({ "a", "b" }, { a.data, b.data })
+    assert.equal(a, kept[1])
+    assert.equal(b, kept[2])
+  end)
+
+  it("resp:next_event names the failure that ends the stream and leaves it in resp.error", function()
+    srv = server.serve(function(conn)
+      conn:write(sse_head() .. "data: " .. string.rep("x", 100) .. "\n\n")
+    end)
+    local resp = assert(http.request { url = srv.url, sse = { max_line = 20 } })
+    local ev, err = resp:next_event({})
+    assert.is_nil(ev)
+    assert.equal("protocol", err.kind)
+    assert.equal(20, err.offset)
+    assert.equal(err, resp.error)
+    resp:close()
+  end)
+
   it("runs 1,000 concurrent streams on one loop", function()
     srv = server.serve(function(conn)
       conn:write(sse_head())

@@ -75,13 +75,20 @@ local function raise(resp, err)
   error(err, 0)
 end
 
--- resp:next_event() -> the next SSE event {event=, data=, id=, retry=,
+-- resp:next_event([into]) -> the next SSE event {event=, data=, id=, retry=,
 -- offset=} (offset: the body byte just past the event), nil at the end, or
--- nil and the error record of a failure (also left in resp.error).
-function Response:next_event()
-  local ev, err = self._req:event()
+-- nil and the error record of a failure (also left in resp.error). `into`
+-- is for a reader that keeps no event past its next call (the provider): a
+-- table it lends, filled and returned instead of a new one per event; with
+-- a tap, which may keep what it is told, each event is a new table.
+-- This is the one way SSE events leave a response: the provider's hot path
+-- calls it per event, so the request's own event method is looked up once
+-- per response (_event), not per call.
+function Response:next_event(into)
+  local tap = self._tap
+  local ev, err = self._event(self._req, not tap and into or nil)
   if ev then
-    if self._tap then self._tap:event(ev) end
+    if tap then tap:event(ev) end
     return ev
   end
   if err then
@@ -210,7 +217,7 @@ function M.request(opts)
   -- _tap is false, not nil, without a tap: read per event, it is found
   -- without looking into the metatable
   local resp = setmetatable({ status = req:status(), headers = req:headers(), _req = req,
-    _tap = tap or false }, Response)
+    _event = req.event, _tap = tap or false }, Response)
   if tap then tap:response(resp.status, resp.headers) end
   if resp.status >= 400 and opts.http_errors ~= false then
     local limit = M.ERROR_BODY_MAX + secrets.margin

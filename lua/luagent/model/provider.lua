@@ -457,8 +457,6 @@ function Provider:stream(request, opts)
   local bytes, nevents = 0, 0
   local scrub = scrubbed_events()
   local next_event, feed = resp.next_event, dec.feed -- looked up once, called per event
-  local req, tapped = resp._req, resp._tap
-  local req_event = req.event
   local scratch = {} -- each SSE event is decoded before the next is read: one table serves
 
   local function fail(e)
@@ -500,10 +498,7 @@ function Provider:stream(request, opts)
         got, sse = pcall(events)
         if not got then sse, serr = nil, sse end
       else
-        -- the request's own event() first; resp:next_event() names a
-        -- failure and serves a tap
-        sse = not tapped and req_event(req, scratch)
-        if not sse then sse, serr = next_event(resp) end
+        sse, serr = next_event(resp, scratch)
       end
       if serr then fail(serr) end
       local out, derr
