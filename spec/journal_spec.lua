@@ -9,6 +9,7 @@ local mock = require "luagent.mock"
 local journal = require "luagent.agent.journal"
 local store_mod = require "luagent.agent.journal.sqlite"
 local owner = require "luagent.agent.journal.owner"
+local log = require "luagent.observe.log"
 
 local function tempdb()
   local p = os.tmpname()
@@ -461,6 +462,45 @@ describe("a durable agent", function()
       "t2 finished", "tool_execution_start t2 started", "tool_execution_end t2 finished",
       "t3 finished",
     }, held)
+  end)
+
+  it("belongs to its runtime: two runtimes, two durable runs; closing one lets its run's claim go", function()
+    start_mock()
+    local p2 = tempdb()
+    local info = { script = "s.lua", args = {}, options = {}, quiet = true }
+    -- (a runtime made still sets the log's process-wide redaction, issue
+    -- 25: the default runtime's is put back)
+    local redact = log.redact
+    local a = luagent.runtime { journal_file = p, run_info = info }
+    local b = luagent.runtime { journal_file = p2, run_info = info }
+    log.redact = redact
+    local plain = { name = "note", description = "Notes", idempotent = true,
+      params = { type = "object", properties = { n = { type = "integer" } } },
+      run = function(args) return "noted " .. args.n end }
+    local function run_in(rt)
+      local last = rt:agent { name = "d", durable = true, tools = { plain },
+        model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }:run("go")
+      assert.equal("stop", last.stop_reason, tostring(last.error))
+      return rt.journal.run
+    end
+    local ra, rb = run_in(a), run_in(b)
+    assert.are_not.equal(ra.id, rb.id)
+    assert.is_nil(luagent.default_runtime().journal.run) -- the default runtime has none of them
+    assert.equal("done", store:read(ra.id).status)
+    assert.is_nil(store:read(rb.id)) -- b's run is in b's journal
+    local other = assert(journal.open(p2))
+    assert.equal("done", other:read(rb.id).status)
+    assert.equal(journal.pid(), store:holder(ra.id).pid)
+    local opened = a.journal.stores[1] -- the store a's journal opened for its run
+    a:close()
+    assert.is_false(store:holder(ra.id))
+    assert.is_nil(a.journal.run)
+    assert.is_nil(opened.db) -- closed with its runtime
+    assert.equal(journal.pid(), other:holder(rb.id).pid) -- b's run is still b's
+    b:close()
+    assert.is_false(other:holder(rb.id))
+    other:close()
+    cleanup(p2)
   end)
 
   it("stops, without running the tool, when the journal cannot record the call's start", function()

@@ -188,9 +188,8 @@ end
 -- or reported as outcome_unknown (agent/replay.lua).
 function Agent:run_call(box, call, i, emit, policy, turn)
   local tool = box.tools[call.name]
-  local steps = self.replay
   local ctx = { agent = self.name, policy = policy, emit = emit, rng = self.rng,
-    idempotency_key = steps:idempotency_key(self, call, turn, i), aborted = function() return self.aborted end }
+    idempotency_key = self.replay:idempotency_key(self, call, turn, i), aborted = function() return self.aborted end }
   local function ev_end(outcome, mark)
     local e = { type = "tool_execution_end", call_id = call.id, name = call.name, index = i,
                 result = not outcome.is_error and outcome.content or nil,
@@ -199,7 +198,7 @@ function Agent:run_call(box, call, i, emit, policy, turn)
     if mark then e[mark] = true end
     return e
   end
-  local known, jerr = steps:call(turn, i, call, tool, ctx)
+  local known, jerr = self.replay:call(turn, i, call, tool, ctx)
   if jerr then return unknown_outcome(jerr) end
   local mark = known and known.mark
   local start = { type = "tool_execution_start", call_id = call.id, name = call.name, arguments = call.arguments,
@@ -209,8 +208,8 @@ function Agent:run_call(box, call, i, emit, policy, turn)
   local outcome
   if known then
     outcome = known.outcome or unknown_outcome(known.unknown)
-  elseif steps:failed() then -- the write-ahead failed: the call does not run
-    outcome = unknown_outcome(steps:failed())
+  elseif self.replay:failed() then -- the write-ahead failed: the call does not run
+    outcome = unknown_outcome(self.replay:failed())
   elseif not tool then
     local names = {}
     for k in pairs(box.tools) do names[#names + 1] = k end
@@ -281,12 +280,11 @@ end
 -- model calls' (already recorded and on the bus) to the caller.
 function Agent:run_turns(emit, deliver)
   local usage, turns, stop, err, reason = nil, 0, nil, nil, nil
-  local steps, jerr = replay.begin(self)
-  steps = steps or replay.live
-  self.replay = steps
+  local r, jerr = replay.begin(self)
+  self.replay = r or replay.live
   -- the call layer shows each event to the journal before the bus
-  local function record(ev) steps:record(ev) end
-  emit { type = "agent_start", history = #self.messages, run_id = steps.run_id, resumed = steps.resumed }
+  local function record(ev) self.replay:record(ev) end
+  emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed }
   if jerr then
     emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, turns = 0 }
     return
@@ -318,7 +316,7 @@ function Agent:run_turns(emit, deliver)
       end
       emit { type = "turn_end", turn = turns, message = msg, tool_results = json.array() }
     end
-    final, cerr = steps:turn(self, turns, emit) -- answered from the journal: no request
+    final, cerr = self.replay:turn(self, turns, emit) -- answered from the journal: no request
     if cerr then
       err, stop = cerr, "error"
       end_empty_turn()
@@ -340,8 +338,8 @@ function Agent:run_turns(emit, deliver)
         end
       end
     end) end
-    if ok and steps:failed() then
-      err, stop = steps:failed(), "error"
+    if ok and self.replay:failed() then
+      err, stop = self.replay:failed(), "error"
       end_empty_turn()
       break
     end
