@@ -83,7 +83,10 @@ describe("a durable triage run killed with SIGKILL", function()
       assert.equal(want, got, where)
       assert.equal(1, #lines(d .. "/issues"), where .. "create_issue ran once")
       -- turns answered before the kill (their final message_end line is
-      -- out) are replayed; each other turn is requested once on resume
+      -- out) are replayed, and so is the turn whose final message_end the
+      -- kill came at: the journal commits a turn before the bus (and the
+      -- --events file) is told of it; each other turn is requested once on
+      -- resume
       local done1, started1, replayed, live = 0, 0, 0, 0
       for _, e in ipairs(ev1) do
         if e.type == "message_end" and e.final then done1 = done1 + 1 end
@@ -93,10 +96,12 @@ describe("a durable triage run killed with SIGKILL", function()
         if e.type == "message_end" and e.final and e.replayed then replayed = replayed + 1 end
         if e.type == "message_start" and not e.replayed then live = live + 1 end
       end
-      assert.equal(done1, replayed, where .. "every answered turn replays")
+      local at_kill = ref_evs[k + 1] -- the event the kill came at, not written
+      local committed = done1 + ((at_kill and at_kill.type == "message_end" and at_kill.final) and 1 or 0)
+      assert.equal(committed, replayed, where .. "every answered turn replays")
       assert.equal(turns, replayed + live, where .. "each remaining turn is requested once")
-      assert.is_true(started1 - done1 <= 1, where .. "at most the turn in flight is sent again")
-      in_flight = in_flight + (started1 - done1)
+      assert.is_true(started1 - committed <= 1, where .. "at most the turn in flight is sent again")
+      in_flight = in_flight + (started1 - committed)
     end
     -- the sweep did kill turns in flight (their requests were sent again)
     assert.is_true(in_flight > 0)

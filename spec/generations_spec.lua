@@ -110,7 +110,7 @@ describe("luagent cost settle", function()
   end)
   after_each(function()
     if srv then srv:close() srv = nil end
-    journal.use(nil)
+    journal.use(luagent.default_runtime(), nil)
     require("luagent").configure { durable = false }
     luagent.configure { log_sink = false }
     os.execute("rm -rf " .. helpers.quote(dir))
@@ -128,13 +128,13 @@ describe("luagent cost settle", function()
     srv = assert(mock.start { faults = "stream-error:overloaded_error@1" })
     local db = dir .. "/runs.db"
     local store = assert(journal.open(db))
-    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
-    local id = journal.current_run.id
+    journal.use(luagent.default_runtime(), assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = luagent.default_runtime().journal.run.id
     local a = luagent.agent { name = "payer", durable = true, model = model(),
       policy = { backoff = { strategy = "fixed", base = 0.01 } } }
     local last = a:run("go")
     assert.equal("stop", last.stop_reason, tostring(last.error))
-    journal.use(nil) -- the run's claim let go while its store is open
+    journal.use(luagent.default_runtime(), nil) -- the run's claim let go while its store is open
     store:close()
     local r = settle("--journal", db, id)
     assert.equal(0, r.code, r.stderr)

@@ -9,6 +9,7 @@ local mock = require "luagent.mock"
 local journal = require "luagent.agent.journal"
 local store_mod = require "luagent.agent.journal.sqlite"
 local owner = require "luagent.agent.journal.owner"
+local log = require "luagent.observe.log"
 
 local function tempdb()
   local p = os.tmpname()
@@ -345,7 +346,7 @@ describe("a durable agent", function()
   end)
   after_each(function()
     if srv then srv:close() srv = nil end
-    journal.use(nil) -- the run lets its claim go and stops its heartbeat
+    journal.use(luagent.default_runtime(), nil) -- the run lets its claim go and stops its heartbeat
     store:close()
     cleanup(p)
     require("luagent").configure { durable = false }
@@ -369,7 +370,7 @@ describe("a durable agent", function()
       runs_of_note = runs_of_note + 1
       keys[#keys + 1] = ctx.idempotency_key
       -- write-ahead: the call is committed as started before it runs
-      local r = journal.current_run.store:read(journal.current_run.id)
+      local r = luagent.default_runtime().journal.run.store:read(luagent.default_runtime().journal.run.id)
       local step = r.by_pos["d#1/1/t" .. (args.n + 1) .. "/c1"]
       assert(step and step.status == "started", "not journaled before running: " .. tostring(step and step.status))
       return "noted " .. args.n
@@ -384,8 +385,8 @@ describe("a durable agent", function()
 
   it("journals its steps and, run again with the run id, replays them without a request or a tool run", function()
     start_mock()
-    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
-    local id = journal.current_run.id
+    journal.use(luagent.default_runtime(), assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = luagent.default_runtime().journal.run.id
     runs_of_note, keys = 0, {}
     local evs, last = drain(agent(), "go")
     assert.equal("stop", last.stop_reason)
@@ -398,7 +399,7 @@ describe("a durable agent", function()
     assert.equal("done", rec.status)
     assert.equal(5, #rec.steps)
     -- the same script again under the same run id: all from the journal
-    journal.use(assert(journal.resume(store, id)))
+    journal.use(luagent.default_runtime(), assert(journal.resume(store, id)))
     local evs2, last2 = drain(agent(), "go")
     assert.equal("finished", last2.messages[#last2.messages].content)
     assert.same(last.usage, last2.usage)
@@ -416,7 +417,7 @@ describe("a durable agent", function()
     -- a started call of an idempotent tool runs again, with the same key
     assert(store:append(id, { pos = "d#1/1/t2/c1", kind = "call", status = "started", name = "note",
       call_id = "call_mockk1", data = { arguments = '{"n":1}' } }))
-    journal.use(assert(journal.resume(store, id)))
+    journal.use(luagent.default_runtime(), assert(journal.resume(store, id)))
     keys = {}
     local _, last3 = drain(agent(), "go")
     assert.equal("stop", last3.stop_reason, tostring(last3.error))
@@ -425,9 +426,86 @@ describe("a durable agent", function()
     assert.equal(3, #srv:requests())
   end)
 
+  it("tells every event in one order: the journal commits its step, then the bus, then the caller", function()
+    start_mock()
+    local rt = luagent.default_runtime()
+    journal.use(rt, assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = rt.journal.run.id
+    -- what the journal's file held when the bus told a subscriber of a
+    -- step's last event: read through a connection of its own
+    local turn, on_bus, held = 0, {}, {}
+    local function committed(pos)
+      local reader = assert(store_mod.open(p, { readonly = true }))
+      local step = assert(reader:read(id)).by_pos[pos]
+      reader:close()
+      return step and step.status or "nothing"
+    end
+    local unsubscribe = rt:subscribe(function(ev)
+      if ev.agent ~= "d" then return end
+      on_bus[ev] = true
+      local t = ev.type
+      if t == "turn_start" then turn = ev.turn
+      elseif t == "message_end" and ev.final then
+        held[#held + 1] = "t" .. turn .. " " .. committed("d#1/1/t" .. turn)
+      elseif t == "tool_execution_start" or t == "tool_execution_end" then
+        held[#held + 1] = t .. " t" .. turn .. " " .. committed("d#1/1/t" .. turn .. "/c" .. ev.index)
+      end
+    end)
+    local told_late = {}
+    for ev in agent():prompt("go") do
+      if not on_bus[ev] then told_late[#told_late + 1] = ev.type end
+    end
+    unsubscribe()
+    assert.same({}, told_late) -- the caller is told after the bus
+    assert.same({
+      "t1 finished", "tool_execution_start t1 started", "tool_execution_end t1 finished",
+      "t2 finished", "tool_execution_start t2 started", "tool_execution_end t2 finished",
+      "t3 finished",
+    }, held)
+  end)
+
+  it("belongs to its runtime: two runtimes, two durable runs; closing one lets its run's claim go", function()
+    start_mock()
+    local p2 = tempdb()
+    local info = { script = "s.lua", args = {}, options = {}, quiet = true }
+    -- (a runtime made still sets the log's process-wide redaction, issue
+    -- 25: the default runtime's is put back)
+    local redact = log.redact
+    local a = luagent.runtime { journal_file = p, run_info = info }
+    local b = luagent.runtime { journal_file = p2, run_info = info }
+    log.redact = redact
+    local plain = { name = "note", description = "Notes", idempotent = true,
+      params = { type = "object", properties = { n = { type = "integer" } } },
+      run = function(args) return "noted " .. args.n end }
+    local function run_in(rt)
+      local last = rt:agent { name = "d", durable = true, tools = { plain },
+        model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }:run("go")
+      assert.equal("stop", last.stop_reason, tostring(last.error))
+      return rt.journal.run
+    end
+    local ra, rb = run_in(a), run_in(b)
+    assert.are_not.equal(ra.id, rb.id)
+    assert.is_nil(luagent.default_runtime().journal.run) -- the default runtime has none of them
+    assert.equal("done", store:read(ra.id).status)
+    assert.is_nil(store:read(rb.id)) -- b's run is in b's journal
+    local other = assert(journal.open(p2))
+    assert.equal("done", other:read(rb.id).status)
+    assert.equal(journal.pid(), store:holder(ra.id).pid)
+    local opened = a.journal.stores[1] -- the store a's journal opened for its run
+    a:close()
+    assert.is_false(store:holder(ra.id))
+    assert.is_nil(a.journal.run)
+    assert.is_nil(opened.db) -- closed with its runtime
+    assert.equal(journal.pid(), other:holder(rb.id).pid) -- b's run is still b's
+    b:close()
+    assert.is_false(other:holder(rb.id))
+    other:close()
+    cleanup(p2)
+  end)
+
   it("stops, without running the tool, when the journal cannot record the call's start", function()
     start_mock()
-    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    journal.use(luagent.default_runtime(), assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
     local append = store.append
     store.append = function(st, id, step)
       if step.kind == "call" then
@@ -443,13 +521,13 @@ describe("a durable agent", function()
     assert.matches("writing step d#1/1/t1/c1: disk I/O error", last.error.message)
     assert.equal(0, runs_of_note)
     assert.equal(1, #srv:requests())
-    assert.equal("failed", store:read(journal.current_run.id).status)
+    assert.equal("failed", store:read(luagent.default_runtime().journal.run.id).status)
   end)
 
   it("asks an unflagged tool's check about a call that started and never finished; a failing check stops the run", function()
     start_mock()
-    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
-    local id = journal.current_run.id
+    journal.use(luagent.default_runtime(), assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = luagent.default_runtime().journal.run.id
     local ran, answer = 0, nil
     local pay = { name = "note", description = "Pays",
       params = { type = "object", properties = { n = { type = "integer" } } },
@@ -470,7 +548,7 @@ describe("a durable agent", function()
     assert(store:append(id, { pos = "d#1/1/t1/c1", kind = "call", status = "started", name = "note",
       call_id = "call_mockk0", data = { arguments = '{"n":0}' } }))
     answer = "boom"
-    journal.use(assert(journal.resume(store, id)))
+    journal.use(luagent.default_runtime(), assert(journal.resume(store, id)))
     _, last = drain(payer(), "go")
     assert.equal("error", last.stop_reason)
     assert.equal("outcome_unknown", last.error.kind)
@@ -478,7 +556,7 @@ describe("a durable agent", function()
     assert.equal(2, ran)
     -- the check finds it happened (with the result the later turns saw)
     answer = "paid 0"
-    journal.use(assert(journal.resume(store, id)))
+    journal.use(luagent.default_runtime(), assert(journal.resume(store, id)))
     local evs
     evs, last = drain(payer(), "go")
     assert.equal("stop", last.stop_reason, tostring(last.error))
@@ -514,8 +592,8 @@ describe("a durable agent", function()
       for i, m in ipairs(list) do out[i] = m.role .. ":" .. tostring(m.tool_call_id or m.content) end
       return table.concat(out, " ")
     end
-    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
-    local id = journal.current_run.id
+    journal.use(luagent.default_runtime(), assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = luagent.default_runtime().journal.run.id
     local _, last = drain(long_agent(), "u4")
     assert.equal("stop", last.stop_reason, tostring(last.error))
     local reqs = srv:requests()
@@ -526,7 +604,7 @@ describe("a durable agent", function()
     -- as if the process died before turn 3 was journaled: turns 1 and 2
     -- replay (the compaction with them) and turn 3 sends what the live run sent
     assert(store.db:exec("DELETE FROM steps WHERE pos = 'd#1/1/t3'"))
-    journal.use(assert(journal.resume(store, id)))
+    journal.use(luagent.default_runtime(), assert(journal.resume(store, id)))
     local _, again = drain(long_agent(), "u4")
     assert.equal("stop", again.stop_reason, tostring(again.error))
     reqs = srv:requests()
@@ -534,7 +612,7 @@ describe("a durable agent", function()
     assert.same(reqs[4].body.messages, reqs[5].body.messages)
     assert.equal(live, contents(again.messages))
     -- every step from the journal: the same history, nothing sent, no divergence
-    journal.use(assert(journal.resume(store, id)))
+    journal.use(luagent.default_runtime(), assert(journal.resume(store, id)))
     local revs, replayed = drain(long_agent(), "u4")
     assert.equal("stop", replayed.stop_reason, tostring(replayed.error))
     local compactions = {}
@@ -551,8 +629,8 @@ describe("a durable agent", function()
       if n == 1 then return { tools = { { id = "1", name = "note", json = '{"n": 1e999}', pieces = { '{"n": 1e999}' } } } } end
       return { text = "finished" }
     end })
-    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
-    local id = journal.current_run.id
+    journal.use(luagent.default_runtime(), assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = luagent.default_runtime().journal.run.id
     runs_of_note = 0
     local evs, last = drain(agent(), "go")
     assert.equal("stop", last.stop_reason, tostring(last.error))
@@ -562,7 +640,7 @@ describe("a durable agent", function()
     assert.equal("invalid_arguments", en.error.kind)
     assert.equal("done", store:read(id).status)
     -- resumed, the turn and the call come from the journal: the same error, no crash
-    journal.use(assert(journal.resume(store, id)))
+    journal.use(luagent.default_runtime(), assert(journal.resume(store, id)))
     evs, last = drain(agent(), "go")
     assert.equal("stop", last.stop_reason, tostring(last.error))
     assert.equal("finished", last.messages[#last.messages].content)
@@ -580,8 +658,8 @@ describe("a durable agent", function()
       beats = beats + 1
       return beat(st, ...)
     end
-    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
-    local id = journal.current_run.id
+    journal.use(luagent.default_runtime(), assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = luagent.default_runtime().journal.run.id
     local holders = {}
     local slow = { name = "note", description = "Notes slowly", idempotent = true,
       params = { type = "object", properties = { n = { type = "integer" } } },
@@ -598,15 +676,15 @@ describe("a durable agent", function()
     assert.equal(journal.pid(), holders[1].pid)
     assert.is_true(beats >= 4, beats .. " heartbeat(s) in 50 virtual seconds")
     local timers = luagent.stats().timers
-    journal.use(nil)
+    journal.use(luagent.default_runtime(), nil)
     assert.is_false(store:holder(id))
     assert.equal(timers - 1, luagent.stats().timers) -- the heartbeat's timer is gone
   end)
 
   it("stops writing its run once another process took it over: the run stops, naming that process", function()
     start_mock()
-    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
-    local id = journal.current_run.id
+    journal.use(luagent.default_runtime(), assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = luagent.default_runtime().journal.run.id
     local ran = 0
     local taken = { name = "note", description = "Notes", idempotent = true,
       params = { type = "object", properties = { n = { type = "integer" } } },
@@ -627,17 +705,17 @@ describe("a durable agent", function()
     local rec = store:read(id)
     assert.equal("started", rec.by_pos["d#1/1/t1/c1"].status) -- its end was not written
     assert.equal("running", rec.status) -- nor the run's end: the run is the other process's
-    journal.use(nil)
+    journal.use(luagent.default_runtime(), nil)
     assert.equal("elsewhere", store:holder(id).host)
   end)
 
   it("resumes from what the journal holds once the run is claimed, not from a read before the claim", function()
     start_mock()
-    journal.use(assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
-    local id = journal.current_run.id
+    journal.use(luagent.default_runtime(), assert(journal.start(store, { script = "s.lua", args = {}, options = {}, quiet = true })))
+    local id = luagent.default_runtime().journal.run.id
     local _, last = drain(agent(), "go")
     assert.equal("stop", last.stop_reason, tostring(last.error))
-    journal.use(nil)
+    journal.use(luagent.default_runtime(), nil)
     -- as if its runner finished the run between a resumer's first read and
     -- its claim: the claim is where the resumer learns it
     store:update(id, { status = "running" })
@@ -648,7 +726,7 @@ describe("a durable agent", function()
     end
     local run = assert(journal.resume(store, id))
     store.claim = nil
-    journal.use(run) -- after_each lets it go
+    journal.use(luagent.default_runtime(), run) -- after_each lets it go
     assert.equal("done", run.record.status)
   end)
 

@@ -15,6 +15,7 @@ local policy = require "luagent.model.policy"
 local call = require "luagent.model.call"
 local provider = require "luagent.model.provider"
 local agent = require "luagent.agent.loop"
+local journal = require "luagent.agent.journal"
 local log = require "luagent.observe.log"
 local cost = require "luagent.observe.cost"
 
@@ -46,7 +47,10 @@ function M.new(settings)
     meters = {},        -- name -> what rt:meter started
     toolsets = {},      -- tool sets to close with the runtime
     closers = {},       -- functions rt:close() runs, last added first
+    journal = journal.new(), -- its durable run and the journal stores it closes
   }, Runtime)
+  -- the journal closes last: its run's claim is let go after the rest
+  rt.closers[1] = function() rt.journal:close() end
   rt.diag = diagnostics.new(function(level, msg, fields, about)
     -- a line repeating an event the log writes itself is left out
     if about and log.logging_events() then return end

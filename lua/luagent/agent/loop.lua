@@ -11,6 +11,10 @@
 --
 -- The agent's work runs as a task of its own; agent:prompt() returns an
 -- iterator over its events (which are also published on the event bus).
+-- Every event, the agent's own and its model calls', is told in one order:
+-- the journal of a durable agent first (lua/luagent/agent/replay.lua,
+-- record: a step is committed before anyone is told of it), then the bus,
+-- then the caller's iterator.
 -- History (agent.messages) is provider-neutral: the shapes of EVENTS.md,
 -- "Conversation history", which every adapter sends.
 local core = require "luagent.core"
@@ -21,7 +25,7 @@ local retry = require "luagent.model.call"
 local policies = require "luagent.model.policy"
 local provider_mod = require "luagent.model.provider"
 local tools = require "luagent.agent.tools"
-local journal = require "luagent.agent.journal"
+local replay = require "luagent.agent.replay"
 local add_usage = require("luagent.base.usage").add
 
 local M = {}
@@ -63,8 +67,8 @@ end
 -- new(rt, {name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
 -- durable=, max_cost=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider.
--- durable = true journals its runs (journal.lua); nil follows `luagent run
--- --durable`. Raises on misuse.
+-- durable = true journals its runs (agent/journal, agent/replay.lua); nil
+-- follows `luagent run --durable`. Raises on misuse.
 function M.new(rt, opts)
   if type(opts) ~= "table" then error("agent: expects a table", 2) end
   if opts.model == nil then error("agent: model is required", 2) end
@@ -179,15 +183,13 @@ local function not_run(call, why)
 end
 
 -- Runs call i of a turn's message (its events included); returns its
--- outcome. A durable agent asks its journal first: a finished call is
+-- outcome. The replay answers first: a durable agent's finished call is
 -- replayed (events marked replayed), an unfinished one is re-run, checked
--- or reported as outcome_unknown (journal.lua, Binder:call).
+-- or reported as outcome_unknown (agent/replay.lua).
 function Agent:run_call(box, call, i, emit, policy, turn)
   local tool = box.tools[call.name]
-  local jr = self.journal
-  local ikey = jr and jr:idempotency_key(turn, i) or (self.id .. ":" .. tostring(call.id))
-  local ctx = { agent = self.name, policy = policy, emit = emit, rng = self.rng, idempotency_key = ikey,
-    aborted = function() return self.aborted end }
+  local ctx = { agent = self.name, policy = policy, emit = emit, rng = self.rng,
+    idempotency_key = self.replay:idempotency_key(self, call, turn, i), aborted = function() return self.aborted end }
   local function ev_end(outcome, mark)
     local e = { type = "tool_execution_end", call_id = call.id, name = call.name, index = i,
                 result = not outcome.is_error and outcome.content or nil,
@@ -196,25 +198,18 @@ function Agent:run_call(box, call, i, emit, policy, turn)
     if mark then e[mark] = true end
     return e
   end
-  local known, jerr
-  if jr then
-    known, jerr = jr:call(turn, i, call, tool, function(t, c) return tools.check_outcome(t, c, ctx) end)
-    if jerr then
-      return unknown_outcome(jerr)
-    end
-  end
-  local mark = known and (known.checked and "checked" or (known.outcome and "replayed")) or nil
+  local known, jerr = self.replay:call(turn, i, call, tool, ctx)
+  if jerr then return unknown_outcome(jerr) end
+  local mark = known and known.mark
   local start = { type = "tool_execution_start", call_id = call.id, name = call.name, arguments = call.arguments,
                   raw_arguments = call.raw_arguments, index = i }
   if mark then start[mark] = true end
   emit(start)
   local outcome
-  if known and known.outcome then
-    outcome = known.outcome
-  elseif known and known.unknown then
-    outcome = unknown_outcome(known.unknown)
-  elseif jr and jr.failed then -- the write-ahead failed: the call does not run
-    outcome = unknown_outcome(jr.failed)
+  if known then
+    outcome = known.outcome or unknown_outcome(known.unknown)
+  elseif self.replay:failed() then -- the write-ahead failed: the call does not run
+    outcome = unknown_outcome(self.replay:failed())
   elseif not tool then
     local names = {}
     for k in pairs(box.tools) do names[#names + 1] = k end
@@ -272,22 +267,6 @@ function Agent:run_tools(box, calls, emit, policy, turn)
   return results
 end
 
--- The journal binding of a durable agent for this run (journal.lua), or
--- nil; nil, err when the journal cannot be opened.
-function Agent:journal_begin()
-  local durable = self.durable
-  if durable == nil then durable = self.rt.settings:get("durable") or false end
-  if not durable then return nil end
-  if not self.binder then
-    local b, err = journal.bind(self)
-    if not b then return nil, err end
-    self.binder = b
-  end
-  self.binder:begin()
-  self.journal = self.binder
-  return self.binder
-end
-
 -- Makes `list` the history, in place (agent.messages stays the table its
 -- caller holds): the messages a context overflow was compacted to are the
 -- conversation from then on, so the next turn does not overflow again.
@@ -297,11 +276,15 @@ function Agent:adopt_history(list)
 end
 
 -- The body of a run (in the agent's task): turns until a stop reason.
-function Agent:run_turns(emit, push)
+-- `emit` tells an event of the agent's own; `deliver` hands one of its
+-- model calls' (already recorded and on the bus) to the caller.
+function Agent:run_turns(emit, deliver)
   local usage, turns, stop, err, reason = nil, 0, nil, nil, nil
-  local jr, jerr = self:journal_begin()
-  emit { type = "agent_start", history = #self.messages, run_id = jr and jr.run.id,
-         resumed = jr and jr.run.resumed or nil }
+  local r, jerr = replay.begin(self)
+  self.replay = r or replay.live
+  -- the call layer shows each event to the journal before the bus
+  local function record(ev) self.replay:record(ev) end
+  emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed }
   if jerr then
     emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, turns = 0 }
     return
@@ -317,7 +300,7 @@ function Agent:run_turns(emit, push)
     emit { type = "turn_start", turn = turns }
     -- a turn that ends without a message or tool results
     local function end_empty_turn() emit { type = "turn_end", turn = turns, tool_results = json.array() } end
-    local final, known, ok, cerr
+    local final, ok, cerr
     local partial -- the message of the call's last failed or aborted attempt, if it had one
     -- a turn whose call failed or was aborted (`why`): what the model had
     -- said is its message and stays in history, marked incomplete with the
@@ -333,30 +316,19 @@ function Agent:run_turns(emit, push)
       end
       emit { type = "turn_end", turn = turns, message = msg, tool_results = json.array() }
     end
-    if jr then known, cerr = jr:turn(turns, self.messages, self.system) end
+    final, cerr = self.replay:turn(self, turns, emit) -- answered from the journal: no request
     if cerr then
       err, stop = cerr, "error"
       end_empty_turn()
       break
     end
-    if known then -- answered from the journal: no request
-      ok = true
-      if known.compacted then -- the live turn's compaction, as it was
-        local c = known.compacted
-        emit { type = "context_compacted", replayed = true, attempt = c.attempt, before = #self.messages,
-               after = #c.messages, messages = c.messages }
-        self:adopt_history(c.messages)
-      end
-      emit { type = "message_start", replayed = true }
-      final = { type = "message_end", replayed = true, final = true, message = known.message, usage = known.usage,
-                total_usage = known.total_usage, attempts = known.attempts, stop_reason = known.stop_reason }
-      emit(final)
+    if final then ok = true
     else ok, cerr = pcall(function()
       for ev in retry.stream(self.rt, { model = self.provider, system = self.system, messages = self.messages,
                                tools = box.specs, policy = self.policy, max_tokens = self.max_tokens,
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
-                               max_cost = self.max_cost }) do
-        push(ev)
+                               max_cost = self.max_cost, before_publish = record }) do
+        deliver(ev)
         local t = ev.type
         if t == "context_compacted" then
           self:adopt_history(ev.messages)
@@ -366,8 +338,8 @@ function Agent:run_turns(emit, push)
         end
       end
     end) end
-    if jr and jr.failed and ok then
-      err, stop = jr.failed, "error"
+    if ok and self.replay:failed() then
+      err, stop = self.replay:failed(), "error"
       end_empty_turn()
       break
     end
@@ -423,28 +395,25 @@ end
 -- that aborts the run when the loop is left early).
 function Agent:start()
   if self.running then error("agent: already running (one prompt at a time)", 3) end
-  self.running, self.aborted, self.journal = true, nil, nil
+  self.running, self.aborted, self.replay = true, nil, replay.live
   local q, sig, finished = queue.new(), signal(), false
-  local function deliver(ev)
+  local function deliver(ev) -- to the caller's iterator
     q:push(ev)
     sig.notify()
   end
   -- the journal sees each event first: a step is committed before anyone
-  -- is told of it (a tool's start before the tool runs)
-  local function push(ev) -- the model call's events (already on the bus)
-    if self.journal then self.journal:observe(ev) end
-    deliver(ev)
-  end
+  -- is told of it (a tool's start before the tool runs, a turn before its
+  -- message_end); then the bus, then the caller
   local function emit(ev)
     ev.agent, ev.agent_id = self.name, self.id
-    if self.journal then self.journal:observe(ev) end
+    self.replay:record(ev)
     self.rt.bus:publish(ev)
     deliver(ev)
   end
   local failure -- a programming error in the run (a bug, a misused API)
   self.streak = { key = nil, count = 0 }
   self.task = core.spawn(function()
-    local ok, err = pcall(self.run_turns, self, emit, push)
+    local ok, err = pcall(self.run_turns, self, emit, deliver)
     if not ok then
       if errors.is_cancel(err) then
         emit { type = "agent_end", messages = self.messages, stop_reason = "aborted", error = err, turns = 0 }

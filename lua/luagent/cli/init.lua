@@ -417,12 +417,11 @@ end
 -- stops again; someone has to settle the call (`luagent runs resolve`).
 M.EXIT_OUTCOME_UNKNOWN = 3
 
--- The durable run of this process ends: its status (unless an agent wrote
+-- The durable run of the runtime ends: its status (unless an agent wrote
 -- one) and its claim let go, so the next resume need not wait. Returns the
 -- run (nil when there is none).
-local function end_run(failed)
-  local journal = package.loaded["luagent.agent.journal"]
-  local run = journal and journal.current_run
+local function end_run(rt, failed)
+  local run = rt.journal.run
   if not run then return nil end
   if failed ~= nil and not run.last_status then run:status(failed and "failed" or "done") end
   run:release()
@@ -437,7 +436,7 @@ local function execute(rt, opts, file, chunk, script_args)
   if opts["virtual-clock"] then core.clock_virtual() end
   local cleanup, code = prepare(rt, opts, file)
   if not cleanup then -- a usage error: the run did not start well
-    end_run(true)
+    end_run(rt, true)
     return code
   end
   -- a script that ends with os.exit still gets its exports, tree and cost
@@ -456,7 +455,7 @@ local function execute(rt, opts, file, chunk, script_args)
     if core.sandbox_running() then error("os.exit: not allowed in a tool (sandboxed code)", 2) end
     local ok, done = pcall(clean)
     if not ok then say("luagent: while exiting: %s", tostring(done)) end
-    local ended, err = pcall(end_run)
+    local ended, err = pcall(end_run, rt)
     if not ended then say("luagent: while exiting: %s", tostring(err)) end
     -- a success whose outputs could not all be written is none
     if ok and not done and (status == nil or status == true or status == 0) then status = EXIT_OUTPUT end
@@ -469,7 +468,7 @@ local function execute(rt, opts, file, chunk, script_args)
   local outputs_written = clean()
   -- a script that failed, or whose tasks deadlocked, did not end its run
   -- well
-  local ok, ended = pcall(end_run, not finished or main:status() ~= "done")
+  local ok, ended = pcall(end_run, rt, not finished or main:status() ~= "done")
   if not ok then say("luagent: while ending the run: %s", tostring(ended)) end
   local run = ok and ended or nil
   local unknown = run and run.stopped_unknown and M.EXIT_OUTCOME_UNKNOWN
@@ -570,7 +569,7 @@ function M.run(args)
     rt.settings:set { journal_file = opts.journal or false, durable = opts.durable or false,
       run_info = { script = file, args = list, options = recorded, cwd = os.getenv("PWD") } }
     if opts.durable then
-      local run, err = journal.current(rt.settings)
+      local run, err = journal.current(rt)
       if not run then
         say("luagent: %s", tostring(err))
         return 1
@@ -617,8 +616,8 @@ function M.resume(args)
   end
   local script_args = { [0] = rec.script, [-1] = args[0] }
   for j, a in ipairs(rec.args or {}) do script_args[j] = a end
-  journal.use(run)
   local rt = host_runtime()
+  journal.use(rt, run, { close_store = true })
   rt.settings:set { durable = rec.options and rec.options.durable or false }
   say("luagent: resuming run %s (%s; %d step(s) in the journal%s)", id, rec.script, #rec.steps,
     rec.status == "done" and "; it had finished: every step replays" or "")

@@ -28,7 +28,9 @@
 -- Every call belongs to a runtime (lua/luagent/runtime.lua), whose state
 -- it uses and never a module's: its settings (the policy of calls that name
 -- none, the jitter seed of calls that give none), its policy cache, its
--- endpoints, its bus (every event is published there as it is delivered),
+-- endpoints, its bus (every event is published there as it is delivered,
+-- after the caller's before_publish has seen it: an agent's journal
+-- commits a step there before anyone is told of it),
 -- its diagnostics (a retry's line at info, what needs a look at warn; the
 -- events carry them always), and its two control points, which observers
 -- register in and the call layer owns:
@@ -505,11 +507,16 @@ end
 
 local STEP = { start = Call.begin_attempt, streaming = Call.next_event, waiting = Call.backoff, raise = Call.raise }
 
--- The next queued event, published on the bus as it is delivered, or nil.
+-- The next queued event, or nil. One order for every event: the caller's
+-- before_publish (a durable agent's journal), then the bus, then the
+-- caller's iterator.
 function Call:deliver()
   local ev = self.out:pop()
   if ev then
-    ev.call, ev.agent, ev.agent_id = self.id, self.opts.agent, self.opts.agent_id
+    local opts = self.opts
+    ev.call, ev.agent, ev.agent_id = self.id, opts.agent, opts.agent_id
+    local before = opts.before_publish
+    if before then before(ev) end
     self.rt.bus:publish(ev)
   end
   return ev
@@ -537,12 +544,16 @@ function Call:close()
 end
 
 -- stream(rt, {model=, messages=, system=, tools=, policy=, max_tokens=,
--- temperature=, seed=}) -> iterator of events of a call of runtime rt (and, as the generic for's
+-- temperature=, seed=, before_publish=}) -> iterator of events of a call of runtime rt (and, as the generic for's
 -- closing value, an object that aborts the attempt in flight when the loop
 -- is left early). `model` is "kind/model" or a provider. The iterator
--- returns nil after the final message_end.
+-- returns nil after the final message_end. before_publish(ev) sees each
+-- event before the bus does (an agent's journal writes its steps there).
 function M.stream(rt, opts)
   if type(opts) ~= "table" then error("stream: expects a table", 2) end
+  if opts.before_publish ~= nil and type(opts.before_publish) ~= "function" then
+    error("stream: before_publish must be a function", 2)
+  end
   local provider = opts.model
   if provider == nil then error("stream: model is required", 2) end
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end

@@ -4,11 +4,13 @@
 -- every step already in the journal is answered from it instead of being
 -- executed; the run goes live at the first step that is not there.
 --
--- The journal is a consumer of the agent's events (DESIGN.md: events are
--- the spine) plus the few hooks the agent needs to replay:
+-- The journal is a consumer of the agent's events (events are the spine)
+-- plus the few hooks the agent's replay (lua/luagent/agent/replay.lua)
+-- needs:
 --   binder:turn(...)  before a model call: the journaled turn, or nil (live)
 --   binder:call(...)  before a tool call: the journaled outcome, or nil (run it)
---   binder:observe(ev) every event of the agent's stream, to write steps:
+--   binder:observe(ev) every event of the agent's stream, before the bus
+--               and the caller see it, to write steps:
 --     turn      when the turn's final message arrived (usage of every attempt;
 --               the compacted history when a context overflow shortened it)
 --     call      'started', committed BEFORE the tool runs (write-ahead), then
@@ -60,21 +62,56 @@ local M = {}
 M.HEARTBEAT = 10
 M.STALE_AFTER = 60
 
--- The durable run of this process (set by `luagent run --durable`,
--- `luagent resume`, or the first durable agent). Which file and what the
--- run records come from the configuration (lua/luagent/config.lua:
--- journal_file, run_info, durable).
-M.current_run = nil
+------------------------------------------------------------------------------
+-- The journal of a runtime
+------------------------------------------------------------------------------
 
--- use(run): makes `run` the durable run of this process (`luagent resume`
--- does; nil forgets it). The run it replaces lets its claim go, or, when
--- `run` continues the same run, hands it on.
-function M.use(run)
-  local was = M.current_run
+-- A runtime's journal (rt.journal, lua/luagent/runtime.lua): its durable
+-- run (set by `luagent run --durable`, `luagent resume`, or its first
+-- durable agent), the error that kept it from opening one (asked again, it
+-- is the answer), and the stores it closes when the runtime closes (the one
+-- it opened itself, one handed to it). Which file and what the run records
+-- come from the runtime's settings (lua/luagent/config.lua: journal_file,
+-- run_info, durable). Two runtimes have two durable runs.
+local Journal = {}
+Journal.__index = Journal
+M.Journal = Journal
+
+-- new() -> the journal of a new runtime: no run yet.
+function M.new()
+  return setmetatable({ run = nil, open_error = nil, stores = {} }, Journal)
+end
+
+-- Takes `store` to close with the journal (once).
+function Journal:own(store)
+  for _, s in ipairs(self.stores) do if s == store then return end end
+  self.stores[#self.stores + 1] = store
+end
+
+-- journal:close(): the runtime closes: its run's heartbeat stops and its
+-- claim is let go, then the stores it owns close. Closing twice is harmless.
+function Journal:close()
+  local run = self.run
+  self.run = nil
+  if run then run:release() end
+  local stores = self.stores
+  self.stores = {}
+  for i = #stores, 1, -1 do stores[i]:close() end
+end
+
+-- use(rt, run [, {close_store = true}]): makes `run` the durable run of
+-- runtime rt (`luagent resume` does; nil forgets it). The run it replaces
+-- lets its claim go, or, when `run` continues the same run, hands it on.
+-- close_store: the runtime closes the run's store when it closes (else
+-- the store stays its opener's to close).
+function M.use(rt, run, opts)
+  local j = rt.journal
+  local was = j.run
   if was and was ~= run then
     if run and run.id == was.id and run.store == was.store then was:hand_on() else was:release() end
   end
-  M.current_run = run
+  j.run = run
+  if run and opts and opts.close_store then j:own(run.store) end
 end
 
 ------------------------------------------------------------------------------
@@ -248,12 +285,17 @@ function Run:release()
   return self.store:release(self.id, me)
 end
 
--- The run of a durable agent in a script started without --durable: one
--- per process, in the default journal, for the script and its arguments.
-function M.current(settings)
-  if M.current_run then return M.current_run end
-  if M.open_error then return nil, M.open_error end
+-- current(rt) -> run | nil, err: the durable run of runtime rt; the
+-- first time (a durable agent in a script started without --durable, or
+-- `luagent run --durable`), a new one in the journal its settings name,
+-- for the script and its arguments. The store it opens is the runtime's.
+function M.current(rt)
+  local j = rt.journal
+  if j.run then return j.run end
+  if j.open_error then return nil, j.open_error end
+  local settings = rt.settings
   local store, err = M.open(settings:get("journal_file"))
+  local run
   if store then
     local info = settings:get("run_info")
     if not info then
@@ -261,10 +303,11 @@ function M.current(settings)
       for i, a in ipairs(_G.arg or {}) do args[i] = a end
       info = { script = _G.arg and _G.arg[0], args = args, options = {}, cwd = os.getenv("PWD") }
     end
-    M.current_run, err = M.start(store, info)
+    run, err = M.start(store, info)
+    if run then j:own(store) else store:close() end
   end
-  M.open_error = err
-  return M.current_run, err
+  j.run, j.open_error = run, err
+  return run, err
 end
 
 -- run:status(status, err): the run's status at the end of an agent's run.
@@ -284,11 +327,12 @@ local Binder = {}
 Binder.__index = Binder
 M.Binder = Binder
 
--- bind(agent) -> binder | nil, err: the agent's place in the current run.
--- Agents of one name are numbered in the order they first run (name#1,
--- name#2, ...), so positions are stable when the script is.
+-- bind(agent) -> binder | nil, err: the agent's place in the durable run
+-- of its runtime (agent.rt). Agents of one name are numbered in the order
+-- they first run (name#1, name#2, ...), so positions are stable when the
+-- script is.
 function M.bind(agent)
-  local run, err = M.current(agent.rt.settings)
+  local run, err = M.current(agent.rt)
   if not run then return nil, err end
   local n = (run.agent_count[agent.name] or 0) + 1
   run.agent_count[agent.name] = n
