@@ -13,9 +13,9 @@
 --   build/luagent run bench/observers.lua URL [BLOCKS] [K] 2>/dev/null
 -- Prints one line: "observers off=<us per call> on=<us per call> cost=<+%>".
 local luagent = require "luagent"
-local trace = require "luagent.observe.trace"
-local log = require "luagent.observe.log"
-local cost = require "luagent.observe.cost"
+-- loaded before the blocks, as `luagent run --trace --cost` loads them
+require "luagent.observe.trace"
+require "luagent.observe.cost"
 
 local url = arg[1]
 local blocks = math.tointeger(tonumber(arg[2] or "40"))
@@ -35,16 +35,21 @@ local function call()
   for _ in luagent.stream { model = provider, messages = messages, max_tokens = 4096 } do end
 end
 
+-- the runtime `luagent run` made: its logger, tracer and meter
+local rt = luagent.default_runtime()
+local tracer, meter
+
 local function observers_on()
-  log.set_level("info")
-  assert(trace.start(luagent.default_runtime(), { tree = true, file = otlp }))
-  cost.start(luagent.default_runtime())
+  rt.settings:set { log_level = "info" }
+  tracer = assert(rt:trace { tree = true, file = otlp })
+  meter = rt:meter("cost")
 end
 
 local function observers_off()
-  trace.stop(devnull) -- the tree is printed, to nowhere
-  cost.stop(luagent.default_runtime())
-  log.set_level("warn")
+  tracer:stop(devnull) -- the tree is printed, to nowhere
+  meter:stop()
+  meter:reset()
+  rt.settings:set { log_level = "warn" }
 end
 
 for _ = 1, 20 do call() end -- warm-up: modules, the connection

@@ -14,7 +14,6 @@ local errors = require "luagent.base.errors"
 local cassette = require "luagent.base.cassette"
 local mock = require "luagent.mock"
 local replies = require "luagent.mock.replies"
-local trace = require "luagent.observe.trace"
 local cjson = require "cjson"
 local slurp = require("spec.support.helpers").slurp
 
@@ -218,9 +217,9 @@ describe("a wire format registered from a spec", function()
 
   it("names itself to OpenTelemetry through the call's events", function()
     local file = os.tmpname()
-    assert(trace.start(luagent.default_runtime(), { file = file }))
+    local tracer = assert(luagent.default_runtime():trace { file = file })
     call(nil)
-    trace.stop()
+    tracer:stop()
     local line = cjson.decode(slurp(file):match("^[^\n]+"))
     os.remove(file)
     local names = {}

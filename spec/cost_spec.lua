@@ -10,6 +10,9 @@ local retry = require "luagent.model.call"
 local events = require("luagent").events
 local cost = require "luagent.observe.cost"
 
+-- The default runtime's cost meter (made and started on first use).
+local function meter() return luagent.default_runtime():meter("cost") end
+
 -- A price nobody ships, so the expected figures are computed here.
 local PRICE = { input = 1.5, output = 4, cache_read = 0.25, cache_write = 2 }
 
@@ -58,12 +61,11 @@ describe("cost", function()
     luagent.configure { log_sink = function() end }
     luagent.clock.virtual()
     luagent.default_runtime().endpoints:reset()
-    cost.stop(luagent.default_runtime())
-    cost.start(luagent.default_runtime())
-    assert(cost.set_prices { ["test-model"] = PRICE })
+    meter():reset()
+    assert(meter():set_prices { ["test-model"] = PRICE })
   end)
   after_each(function()
-    cost.stop(luagent.default_runtime())
+    meter():stop()
     luagent.configure { max_cost = false }
     luagent.configure { log_sink = false }
     luagent.clock.real()
@@ -99,13 +101,13 @@ describe("cost", function()
     assert.is_true(math.abs(last.cost.total - expected) < 1e-12, last.cost.total .. " vs " .. expected)
     assert.is_true(expected > priced(attempts[3]) + priced(attempts[5])) -- the failures cost something
     -- per call: the first call made 3 attempts
-    local records = cost.records()
+    local records = meter():records()
     assert.equal(2, #records)
     assert.equal(3, records[1].attempts)
     assert.equal(1, records[1].turn)
     assert.is_true(math.abs(records[1].cost - (priced(attempts[1]) + priced(attempts[2]) + priced(attempts[3]))) < 1e-12)
     -- the run's meter adds up the same
-    assert.is_true(math.abs(cost.totals().total - expected) < 1e-12)
+    assert.is_true(math.abs(meter():totals().total - expected) < 1e-12)
   end)
 
   it("reports a model without a price as 'no price', never as zero", function()
@@ -113,38 +115,38 @@ describe("cost", function()
     assert.equal("stop", last.stop_reason)
     assert.is_nil(last.cost.total)
     assert.equal(1, last.cost.unpriced_calls)
-    local report = table.concat(cost.report(), "\n")
+    local report = table.concat(meter():report(), "\n")
     assert.matches("metered%s+1%s+1%s+%d+%s+%d+%s+0%s+0%s+no price", report)
     assert.matches("unheard%-of%-model.*no price", report)
   end)
 
   it("finds dated and vendor-prefixed names, and takes overrides from a file", function()
-    assert.equal(require("luagent.observe.prices")["claude-3-5-haiku"], cost.price("claude-3-5-haiku-20241022"))
-    assert.equal(require("luagent.observe.prices")["gpt-4o-mini"], cost.price("openai/gpt-4o-mini"))
-    assert.equal(require("luagent.observe.prices")["gpt-4o-mini"], cost.price("gpt-4o-mini-2024-07-18"))
-    assert.equal(require("luagent.observe.prices")["claude-3-5-haiku"], cost.price("claude-3-5-haiku-latest"))
+    assert.equal(require("luagent.observe.prices")["claude-3-5-haiku"], meter():price("claude-3-5-haiku-20241022"))
+    assert.equal(require("luagent.observe.prices")["gpt-4o-mini"], meter():price("openai/gpt-4o-mini"))
+    assert.equal(require("luagent.observe.prices")["gpt-4o-mini"], meter():price("gpt-4o-mini-2024-07-18"))
+    assert.equal(require("luagent.observe.prices")["claude-3-5-haiku"], meter():price("claude-3-5-haiku-latest"))
     -- a dated name of a later version with a price of its own takes that one
-    assert.equal(5, cost.price("claude-opus-4-5-20251101").input)
-    assert.equal(15, cost.price("claude-opus-4-1-20250805").input)
-    assert.equal(3, cost.price("claude-sonnet-4-5-20250929").input)
-    assert.is_nil(cost.price("o3-pro")) -- not a dated o3
-    assert.is_nil(cost.price("gpt-4o-minimal"))
-    assert.is_nil(cost.price("gpt-4o-mini-ish"))
-    assert.is_nil(cost.price("no-such-model"))
+    assert.equal(5, meter():price("claude-opus-4-5-20251101").input)
+    assert.equal(15, meter():price("claude-opus-4-1-20250805").input)
+    assert.equal(3, meter():price("claude-sonnet-4-5-20250929").input)
+    assert.is_nil(meter():price("o3-pro")) -- not a dated o3
+    assert.is_nil(meter():price("gpt-4o-minimal"))
+    assert.is_nil(meter():price("gpt-4o-mini-ish"))
+    assert.is_nil(meter():price("no-such-model"))
     local bad = os.tmpname()
     local f = assert(io.open(bad, "w"))
     f:write('return { ["x-model"] = { input = 1, outptu = 2 } }\n')
     f:close()
-    local ok, err = cost.load_prices(bad)
+    local ok, err = meter():load_prices(bad)
     assert.is_nil(ok)
     assert.equal(bad .. ": x-model: unknown field 'outptu' (input, output, cache_read, cache_write)", err)
     f = assert(io.open(bad, "w"))
     f:write('return { ["x-model"] = { input = 1, output = 2 } }\n')
     f:close()
-    assert(cost.load_prices(bad))
+    assert(meter():load_prices(bad))
     os.remove(bad)
-    assert.same({ input = 1, output = 2 }, cost.price("x-model"))
-    assert.equal(3e-6, cost.usage_cost({ input_tokens = 1, output_tokens = 1 }, cost.price("x-model")))
+    assert.same({ input = 1, output = 2 }, meter():price("x-model"))
+    assert.equal(3e-6, cost.usage_cost({ input_tokens = 1, output_tokens = 1 }, meter():price("x-model")))
   end)
 
   it("refuses a call past an agent's max_cost before its request is sent", function()
@@ -173,8 +175,8 @@ describe("cost", function()
   end)
 
   it("keeps the costliest calls of a long run, in call order, not every call", function()
-    local keep = cost.keep
-    cost.keep = 3
+    local keep = meter().keep
+    meter().keep = 3
     -- call i costs i tokens out, except two expensive ones early, one
     -- between them later and one costliest late
     local out = { [2] = 900, [5] = 800, [20] = 850, [30] = 1000 }
@@ -184,9 +186,9 @@ describe("cost", function()
         request_model = "test-model", provider_kind = "openai",
         total_usage = { input_tokens = 0, output_tokens = out[i] or i, cache_read_tokens = 0, cache_write_tokens = 0 } }
     end
-    cost.keep = keep
+    meter().keep = keep
     local calls = {}
-    for _, r in ipairs(cost.records()) do calls[#calls + 1] = r.call end
+    for _, r in ipairs(meter():records()) do calls[#calls + 1] = r.call end
     -- at least the 3 costliest (1002, 1020, 1030), every record in call
     -- order, and the cheap early calls are gone
     local kept = {}
@@ -197,12 +199,12 @@ describe("cost", function()
     assert.is_nil(kept[1041])
     assert.is_true(#calls <= 2 * 3)
     -- the meters count and charge every call, kept or not
-    local totals, sum = cost.totals(), 0
+    local totals, sum = meter():totals(), 0
     for i = 1, 41 do sum = sum + (out[i] or i) end
     assert.equal(41, totals.calls)
     assert.equal(41, totals.attempts)
     assert.equal(sum, totals.usage.output_tokens)
-    assert.is_true(math.abs(totals.total - sum * cost.price("test-model").output / 1e6) < 1e-12)
+    assert.is_true(math.abs(totals.total - sum * meter():price("test-model").output / 1e6) < 1e-12)
     -- past the floor, a retried call still gets its record: every attempt,
     -- the last answer's id
     local u = { input_tokens = 0, output_tokens = 2000, cache_read_tokens = 0, cache_write_tokens = 0 }
@@ -212,19 +214,19 @@ describe("cost", function()
     events.publish { type = "message_end", call = 2000, final = true, attempts = 2, stop_reason = "stop",
       request_model = "test-model", provider_kind = "openai", response_ids = { "m1", "m2" },
       total_usage = { input_tokens = 0, output_tokens = 5000, cache_read_tokens = 0, cache_write_tokens = 0 } }
-    local last = cost.records()[#cost.records()]
+    local last = meter():records()[#meter():records()]
     assert.equal(2000, last.call)
     assert.equal(2, last.attempts)
     assert.equal(5000, last.usage.output_tokens)
     assert.equal("m2", last.message_id)
-    assert.equal(43, cost.totals().attempts)
+    assert.equal(43, meter():totals().attempts)
   end)
 
   it("prints the table with agent and model names escaped for the terminal", function()
     local hostile = "\27]0;pwned\7\27[2J\u{9b}H\r\n\u{202e}"
     local last = run_agent("openai", "model" .. hostile, nil, { turns = 1, name = "agent" .. hostile })
     assert.equal("stop", last.stop_reason)
-    local lines = cost.report()
+    local lines = meter():report()
     for _, l in ipairs(lines) do
       assert.is_nil(l:find("[%c\127]"), l)
       assert.is_nil(l:find("\u{9b}", 1, true), l)
@@ -236,24 +238,24 @@ describe("cost", function()
   end)
 
   it("keeps OpenRouter's generation id with the call", function()
-    assert(cost.set_prices { ["vendor/test-model"] = PRICE })
+    assert(meter():set_prices { ["vendor/test-model"] = PRICE })
     local last = run_agent("openrouter", "vendor/test-model", nil)
     assert.equal("stop", last.stop_reason)
-    local r = cost.records()[1]
+    local r = meter():records()[1]
     assert.equal("openrouter", r.provider_kind)
     assert.matches("^chatcmpl%-mock%d+$", r.generation_id) -- the id the server gave
-    assert.matches("generation chatcmpl%-mock", table.concat(cost.report(), "\n"))
+    assert.matches("generation chatcmpl%-mock", table.concat(meter():report(), "\n"))
   end)
 
   it("keeps every attempt's OpenRouter generation id, a failed one's too (its cost is looked up later)", function()
-    assert(cost.set_prices { ["vendor/test-model"] = PRICE })
+    assert(meter():set_prices { ["vendor/test-model"] = PRICE })
     local last = run_agent("openrouter", "vendor/test-model", "stream-error:overloaded_error@1")
     assert.equal("stop", last.stop_reason)
-    local r = cost.records()[1]
+    local r = meter():records()[1]
     assert.equal(2, r.attempts)
     assert.same({ "chatcmpl-mock1", "chatcmpl-mock2" }, r.generation_ids)
     assert.equal("chatcmpl-mock2", r.generation_id) -- the last attempt's
-    assert.matches("generations chatcmpl%-mock1, chatcmpl%-mock2", table.concat(cost.report(), "\n"))
+    assert.matches("generations chatcmpl%-mock1, chatcmpl%-mock2", table.concat(meter():report(), "\n"))
   end)
 end)
 
@@ -262,12 +264,14 @@ describe("luagent.configure{max_cost=}", function()
     luagent.configure { log_sink = function() end }
     luagent.clock.virtual()
     luagent.default_runtime().endpoints:reset()
-    cost.stop(luagent.default_runtime()) -- no meter, as in a script that never asked for one
-    assert(cost.set_prices { ["test-model"] = PRICE })
+    local m = meter()
+    assert(m:set_prices { ["test-model"] = PRICE })
+    m:stop() -- no meter counting, as in a script that never asked for one
+    m:reset()
     luagent.configure { max_cost = 0 }
     local ok, last, _, requests = pcall(run_agent, "openai", "test-model", nil)
     luagent.configure { max_cost = false, log_sink = false }
-    cost.stop(luagent.default_runtime())
+    m:stop()
     luagent.clock.real()
     assert(ok, last)
     assert.equal("cost_limit", last.error.kind)

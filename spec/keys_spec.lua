@@ -65,8 +65,8 @@ local function dump(v, out, seen)
   end
 end
 
-luagent.configure { log_sink = function(_, line) io.stderr:write("LOG ", line, "\n") end }
-require("luagent.observe.log").set_level("info") -- retries are logged at info
+luagent.configure { log_sink = function(_, line) io.stderr:write("LOG ", line, "\n") end,
+                    log_level = "info" } -- retries are logged at info
 for _, name in ipairs({ "stream", "overloaded", "redirect", "cut", "json" }) do
   local srv = server.serve(scenario[name])
   local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1" }

@@ -10,7 +10,6 @@ local luagent = require "luagent"
 local mock = require "luagent.mock"
 local retry = require "luagent.model.call"
 local log = require "luagent.observe.log"
-local trace = require "luagent.observe.trace"
 local policy = require "luagent.model.policy"
 local helpers = require "spec.support.helpers"
 local cjson = require "cjson"
@@ -28,6 +27,9 @@ local lookup = { name = "lookup", description = "Looks up", read_only = true,
   params = { type = "object", properties = { q = { type = "string" } } },
   run = function() return "record of 123-45-6789: " .. string.rep("x", 5000) end }
 
+-- The default runtime's logger (the one `luagent run` made).
+local function logger() return luagent.default_runtime().log end
+
 -- Runs the agent with the log consumer on; returns the lines written.
 local function logged(level, opts)
   opts = opts or {}
@@ -35,18 +37,18 @@ local function logged(level, opts)
   local saved = luagent.configure { log_sink = function(lvl, line) lines[#lines + 1] = line levels[#levels + 1] = lvl end,
     log_level = level, log_format = opts.format or "json", log_content = opts.content or false,
     policy = opts.redact and { redact = opts.redact } or false }
-  trace.start(luagent.default_runtime())
-  log.start(luagent.default_runtime()) -- as under `luagent run`: the retry's own line is left to its event
+  local tracer = assert(luagent.default_runtime():trace())
+  logger():start() -- as under `luagent run`: the retry's own line is left to its event
   local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })
   local ok, err = pcall(function()
     local a = luagent.agent { name = "triage", tools = { lookup }, policy = { backoff = { strategy = "fixed", base = 0.5 } },
       model = { kind = "openai", model = "gpt-4o-mini", base_url = srv.url .. "/v1", api_key = "k" } }
     a:run("go")
-    log.library("luagent: a library message") -- the library's own line
+    logger():library("luagent: a library message") -- the library's own line
   end)
   srv:close()
-  log.stop()
-  trace.stop()
+  logger():stop()
+  tracer:stop()
   luagent.configure(saved)
   assert(ok, err)
   return lines, levels
@@ -137,7 +139,7 @@ describe("log lines", function()
     local started = find(recs, "tool call started")
     assert.equal('{"q":"who is [ssn]"}', started.content)
     local tool_end = find(recs, "tool call done")
-    assert.equal("record of [ssn]: " .. string.rep("x", log.content_max - #"record of 123-45-6789: ")
+    assert.equal("record of [ssn]: " .. string.rep("x", logger().content_max - #"record of 123-45-6789: ")
       .. "...[5023 bytes]", tool_end.content)
     assert.is_true(redacted >= 3)
     for _, l in ipairs(lines) do assert.not_matches("123%-45%-6789", l) end
@@ -174,10 +176,10 @@ describe("log lines", function()
     local lines = {}
     local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "info",
       log_format = "json", log_content = true }
-    log.start(luagent.default_runtime())
+    logger():start()
     require("luagent").events.publish { type = "tool_execution_end", name = "lookup", call_id = "c9",
       attempts = 1, duration = 0.01, error = { kind = "tool_error", message = "no such record 123" } }
-    log.stop()
+    logger():stop()
     luagent.configure(saved)
     assert.equal(1, #lines)
     local rec = cjson.decode(lines[1])
@@ -202,11 +204,10 @@ describe("the default sink's lines", function()
   local function three_lines(format)
     local events = require("luagent").events
     local written = {}
-    local stderr, level, saved_format = io.stderr, log.level(), log.format
+    local stderr = io.stderr
     io.stderr = { write = function(_, ...) for _, s in ipairs({ ... }) do written[#written + 1] = s end end }
-    log.set_level("info")
-    log.set_format(format)
-    local stop = events.subscribe(log.consumer(), { types = log.TYPES })
+    local saved = luagent.configure { log_level = "info", log_format = format, log_sink = false }
+    local stop = events.subscribe(logger():consumer(), { types = log.TYPES })
     local ok, err = pcall(function()
       events.publish { type = "message_end", call = 1, final = true, attempts = 2, stop_reason = "error",
         request_model = "m", reason = "gave up", error = "overloaded: HTTP 529" }
@@ -217,8 +218,7 @@ describe("the default sink's lines", function()
     end)
     stop()
     io.stderr = stderr
-    log.set_level(level)
-    log.set_format(saved_format)
+    luagent.configure(saved)
     assert(ok, err)
     return table.concat(written)
   end
@@ -262,12 +262,12 @@ describe("the text form, for a terminal", function()
     local lines = {}
     local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "info",
       log_format = "text", log_content = true }
-    log.start(luagent.default_runtime())
+    logger():start()
     local ok, err = pcall(function()
       for _, ev in ipairs(evs) do require("luagent").events.publish(ev) end
-      log.write("warn", "a library message about " .. HOSTILE, { file = HOSTILE })
+      logger():write("warn", "a library message about " .. HOSTILE, { file = HOSTILE })
     end)
-    log.stop()
+    logger():stop()
     luagent.configure(saved)
     assert(ok, err)
     return lines

@@ -12,7 +12,6 @@ local peers = require "peers"
 local luagent = require "luagent"
 local core = require "luagent.core"
 local http = require "luagent.base.http"
-local trace = require "luagent.observe.trace"
 local testserver = require "spec.support.testserver"
 local cjson = require "cjson"
 
@@ -182,14 +181,14 @@ describe("OTLP/HTTP export, the collector's reply", function()
       start = 1, stop = 2, status = 0, attrs = {}, nattrs = 0 }
   end
 
-  local lines, saved
+  local lines, saved, tracer
   before_each(function()
     lines = {}
     saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
-    assert(trace.start(luagent.default_runtime(), {}))
+    tracer = assert(luagent.default_runtime():trace {})
   end)
   after_each(function()
-    trace.stop()
+    tracer:stop()
     luagent.configure(saved)
   end)
 
@@ -217,7 +216,7 @@ describe("OTLP/HTTP export, the collector's reply", function()
       ended = "all sent"
       luagent.sleep(60)
     end)
-    local x = trace.http_exporter { url = srv.url .. "/v1/traces", timeout = 3 }
+    local x = tracer:http_exporter { url = srv.url .. "/v1/traces", timeout = 3 }
     x.sink(span())
     x.flush(10)
     for _ = 1, 1000 do -- (10 s at most) until the server's write fails
@@ -241,7 +240,7 @@ describe("OTLP/HTTP export, the collector's reply", function()
       conn:write(testserver.head(status, { "Location: http://127.0.0.1:1/v1/traces", "Content-Length: 2",
         "Connection: close" }) .. "{}")
     end)
-    local x = trace.http_exporter { url = srv.url .. "/v1/traces", timeout = 3 }
+    local x = tracer:http_exporter { url = srv.url .. "/v1/traces", timeout = 3 }
     for i = 1, #statuses do
       x.sink(span("s" .. i))
       x.flush(5)
@@ -262,7 +261,7 @@ describe("OTLP/HTTP export, the collector's reply", function()
         luagent.sleep(0.1)
       end
     end)
-    local x = trace.http_exporter { url = srv.url .. "/v1/traces", timeout = 0.5 }
+    local x = tracer:http_exporter { url = srv.url .. "/v1/traces", timeout = 0.5 }
     x.sink(span())
     x.flush(10)
     x.sink(span())

@@ -155,13 +155,11 @@ describe("the event contract", function()
   end)
 
   it("logs one INFO line per retry at log level info, none at the default warn", function()
-    local log = require "luagent.observe.log"
-    local before = log.level()
     call("503@1-2")
     assert.equal(0, #logs)
-    log.set_level("info")
+    local before = luagent.configure { log_level = "info" }
     local ok, err = pcall(call, "503@1-2")
-    log.set_level(before)
+    luagent.configure(before)
     assert(ok, err)
     assert.equal(2, #logs)
     local line = require("cjson").decode(logs[1]) -- a structured line (JSON off a terminal)

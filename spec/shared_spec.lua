@@ -11,7 +11,6 @@ local endpoint = require "luagent.model.endpoint"
 local registry = luagent.default_runtime().endpoints
 local shared = require "luagent.model.endpoint.redis"
 local http = require "luagent.base.http"
-local log = require "luagent.observe.log"
 local mock = require "luagent.mock"
 local cjson = require "cjson"
 local helpers = require "helpers"
@@ -445,10 +444,9 @@ describe("endpoint state shared through Redis", function()
 
   it("falls back to local state within the timeout when Redis dies, and returns when it is back", function()
     local lines = {}
-    local sink, every = log.sink, shared.retry_every
-    log.sink = function(_, line) lines[#lines + 1] = line end
-    local level = log.level()
-    log.set_level("warn") -- `make test` runs with --log off
+    local every = shared.retry_every
+    -- `make test` runs with --log off
+    local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
     shared.retry_every = 0.05
     local srv = assert(mock.start { faults = "503" })
     local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
@@ -516,18 +514,17 @@ describe("endpoint state shared through Redis", function()
       conn:close()
       assert.is_true(#fields > 0)
     end)
-    log.sink, shared.retry_every = sink, every
-    log.set_level(level)
+    shared.retry_every = every
+    luagent.configure(saved)
     srv:close()
     assert(ok, failure)
   end)
 
   it("falls back within the timeout when Redis stops answering (SIGSTOP), and returns after SIGCONT", function()
-    local sink, every = log.sink, shared.retry_every
+    local every = shared.retry_every
     local lines = {}
-    log.sink = function(_, line) lines[#lines + 1] = line end
-    local level = log.level()
-    log.set_level("warn") -- `make test` runs with --log off
+    -- `make test` runs with --log off
+    local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
     shared.retry_every = 0.05
     local opts = { breaker = { consecutive = 1000, window = 0 }, budget = false,
                    shared = { redis = redis.url, timeout = 0.2 } }
@@ -553,8 +550,8 @@ describe("endpoint state shared through Redis", function()
       end
       assert.equal("redis", ep:snapshot().backend)
     end)
-    log.sink, shared.retry_every = sink, every
-    log.set_level(level)
+    shared.retry_every = every
+    luagent.configure(saved)
     os.execute("kill -CONT " .. redis.pid)
     assert(ok, failure)
     local down = 0
@@ -590,13 +587,10 @@ describe("endpoint state shared through Redis", function()
   it("authenticates with the URL's password and never shows it", function()
     local secured = start_redis(nil, nil, "--requirepass s3cret")
     local lines = {}
-    local sink = log.sink
-    log.sink = function(_, line) lines[#lines + 1] = line end
-    local level = log.level()
-    log.set_level("warn") -- `make test` runs with --log off
+    -- `make test` runs with --log off
+    local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
     finally(function() -- one finally per case: busted keeps the last one given
-      log.sink = sink
-      log.set_level(level)
+      luagent.configure(saved)
       stop_redis(secured)
     end)
     local good = registry:get("http://auth/v1", { shared = { redis = "redis://:s3cret@127.0.0.1:" .. secured.port .. "/3" } })

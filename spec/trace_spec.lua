@@ -38,13 +38,13 @@ end
 -- the agent's last event.
 local function traced_run(policy)
   local file = os.tmpname()
-  assert(trace.start(luagent.default_runtime(), { file = file }))
+  local tracer = assert(luagent.default_runtime():trace { file = file })
   local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })
   local a = luagent.agent { name = "triage", tools = { lookup_tool() }, policy = policy,
     model = { kind = "openai", model = "gpt-4o-mini", base_url = srv.url .. "/v1", api_key = "k" } }
   local last = a:run("go")
   srv:close()
-  trace.stop()
+  tracer:stop()
   local lines = {}
   for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = cjson.decode(line) end
   os.remove(file)
@@ -67,9 +67,9 @@ local function bare_call(id)
 end
 
 -- Stops tracing; returns the lines of the tree it prints.
-local function stop_with_tree()
+local function stop_with_tree(tracer)
   local out = {}
-  trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
+  tracer:stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
   local lines = {}
   for l in table.concat(out):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
   return lines
@@ -199,12 +199,12 @@ describe("trace, from the OTLP file export", function()
 
   it("marks a call that failed for good with error.type and an error status", function()
     local file = os.tmpname()
-    assert(trace.start(luagent.default_runtime(), { file = file }))
+    local tracer = assert(luagent.default_runtime():trace { file = file })
     local srv = assert(mock.start { faults = "401", seed = 1 })
     local msg, err = luagent.complete { model = { kind = "anthropic", model = "claude-3-5-haiku",
       base_url = srv.url .. "/v1", api_key = "k" }, messages = { { role = "user", content = "hi" } } }
     srv:close()
-    trace.stop()
+    tracer:stop()
     assert.is_nil(msg)
     assert.equal("http", err.kind)
     local spans = cjson.decode(slurp(file)).resourceSpans[1].scopeSpans[1].spans
@@ -233,12 +233,12 @@ describe("trace, from the OTLP file export", function()
         "Connection: close" }) .. body)
     end)
     local file = os.tmpname()
-    assert(trace.start(luagent.default_runtime(), { file = file }))
+    local tracer = assert(luagent.default_runtime():trace { file = file })
     local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
     local msgs = { { role = "user", content = "hi" } }
     assert(luagent.complete { model = model, messages = msgs, policy = { traceparent = true } })
     assert(luagent.complete { model = model, messages = msgs })
-    trace.stop()
+    tracer:stop()
     -- nothing traced: still a well-formed header, with ids of its own
     assert(luagent.complete { model = model, messages = msgs, policy = { traceparent = true } })
     srv.close()
@@ -259,7 +259,7 @@ describe("trace, from the OTLP file export", function()
   it("batches the file export: traces that end within a second share a line", function()
     local call = bare_call
     local file = os.tmpname()
-    assert(trace.start(luagent.default_runtime(), { file = file }))
+    local tracer = assert(luagent.default_runtime():trace { file = file })
     local t = luagent.spawn(function()
       call(1)
       luagent.sleep(0.5)
@@ -269,7 +269,7 @@ describe("trace, from the OTLP file export", function()
       call(3)
     end)
     t:join()
-    trace.stop()
+    tracer:stop()
     local lines = {}
     for line in slurp(file):gmatch("[^\n]+") do
       local spans = cjson.decode(line).resourceSpans[1].scopeSpans[1].spans
@@ -284,15 +284,13 @@ describe("trace, from the OTLP file export", function()
   it("ends a batch's line at once when it holds file_batch.batch spans", function()
     local call = bare_call
     local file = os.tmpname()
-    local bound = trace.file_batch.batch
-    trace.file_batch.batch = 4 -- two calls: a chat span and an attempt each
-    assert(trace.start(luagent.default_runtime(), { file = file }))
+    local tracer = assert(luagent.default_runtime():trace { file = file })
+    tracer.file_batch.batch = 4 -- two calls: a chat span and an attempt each
     call(1)
     call(2)
     local first = slurp(file) -- whole already: no timer, no stop
     call(3)
-    trace.stop()
-    trace.file_batch.batch = bound
+    tracer:stop()
     local lines = {}
     for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
     os.remove(file)
@@ -304,15 +302,15 @@ describe("trace, from the OTLP file export", function()
 
   it("turns finished traces into text render_batch at a time, in the order they ended", function()
     local file = os.tmpname()
-    assert(trace.start(luagent.default_runtime(), { file = file, tree = true }))
-    for id = 1, 2 * trace.render_batch + 5 do bare_call(id) end
-    local tree = stop_with_tree()
+    local tracer = assert(luagent.default_runtime():trace { file = file, tree = true })
+    for id = 1, 2 * tracer.render_batch + 5 do bare_call(id) end
+    local tree = stop_with_tree(tracer)
     local lines = {}
     for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
     os.remove(file)
     assert.equal(1, #lines)
     local spans = cjson.decode(lines[1]).resourceSpans[1].scopeSpans[1].spans
-    assert.equal(2 * (2 * trace.render_batch + 5), #spans)
+    assert.equal(2 * (2 * tracer.render_batch + 5), #spans)
     for i = 1, #spans, 2 do
       local chat, attempt = spans[i], spans[i + 1]
       assert.equal("chat m", chat.name)
@@ -326,17 +324,17 @@ describe("trace, from the OTLP file export", function()
 
   it("writes what rendered before a batch that fails at the end, and closes the file", function()
     local file = os.tmpname()
-    assert(trace.start(luagent.default_runtime(), {}))
-    local sink, close = trace.file_exporter(file)
+    local tracer = assert(luagent.default_runtime():trace {})
+    local sink, close = tracer:file_exporter(file)
     local good = { trace_id = string.rep("a", 32), span_id = string.rep("b", 16), name = "fine", kind = 1,
       start = 1, stop = 2, status = 0, attrs = {}, nattrs = 0 }
-    local batch = trace.render_batch
-    trace.render_batch = 1
+    local batch = tracer.render_batch
+    tracer.render_batch = 1
     sink(good) -- rendered at once
-    trace.render_batch = batch
+    tracer.render_batch = batch
     sink({ name = "no span" }) -- waits, fails at the end
     assert.has_error(close)
-    trace.stop()
+    tracer:stop()
     local lines = {}
     for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
     os.remove(file)
@@ -346,10 +344,10 @@ describe("trace, from the OTLP file export", function()
 
   it("drops a batch that fails to turn into text, and goes on with the next", function()
     local file = os.tmpname()
-    assert(trace.start(luagent.default_runtime(), {}))
-    local sink, close = trace.file_exporter(file)
-    local batch = trace.render_batch
-    trace.render_batch = 1
+    local tracer = assert(luagent.default_runtime():trace {})
+    local sink, close = tracer:file_exporter(file)
+    local batch = tracer.render_batch
+    tracer.render_batch = 1
     local ok, err = pcall(sink, { name = "no span" })
     assert.is_false(ok)
     assert.matches("not a span", tostring(err))
@@ -357,8 +355,8 @@ describe("trace, from the OTLP file export", function()
       start = 1, stop = 2, status = 0, attrs = {}, nattrs = 0 }
     sink(s)
     close()
-    trace.render_batch = batch
-    trace.stop()
+    tracer.render_batch = batch
+    tracer:stop()
     local lines = {}
     for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
     os.remove(file)
@@ -371,7 +369,7 @@ describe("trace, from the OTLP file export", function()
   it("leaves an attempt a refused retry ended as provider_retry wrote it (each attribute once)", function()
     local events = require("luagent").events
     local file = os.tmpname()
-    assert(trace.start(luagent.default_runtime(), { file = file }))
+    local tracer = assert(luagent.default_runtime():trace { file = file })
     local usage = { input_tokens = 3, output_tokens = 1, cache_read_tokens = 0, cache_write_tokens = 0 }
     events.publish { type = "message_start", call = 7, id = "r7", model = "m" }
     events.publish { type = "provider_retry", call = 7, attempt = 1, max_attempts = 3, status = 503,
@@ -380,7 +378,7 @@ describe("trace, from the OTLP file export", function()
     events.publish { type = "message_end", call = 7, final = true, attempts = 1, stop_reason = "error",
       status = 503, usage = usage, request_model = "m", provider_kind = "openai",
       error = { kind = "budget_exhausted", message = "the endpoint's retry budget is exhausted" } }
-    trace.stop()
+    tracer:stop()
     local spans = cjson.decode(slurp(file):match("^[^\n]+")).resourceSpans[1].scopeSpans[1].spans
     os.remove(file)
     local attempt
@@ -395,7 +393,7 @@ describe("trace, from the OTLP file export", function()
   end)
 
   it("prints a tool call that ran once, fine, as one line; one that failed, with its attempts", function()
-    assert(trace.start(luagent.default_runtime(), { tree = true }))
+    local tracer = assert(luagent.default_runtime():trace { tree = true })
     local function tool(id, err)
       events.publish { type = "tool_execution_start", agent = "a", agent_id = "a#1", call_id = id, name = "look" }
       events.publish { type = "tool_execution_end", agent = "a", agent_id = "a#1", call_id = id, name = "look",
@@ -403,7 +401,7 @@ describe("trace, from the OTLP file export", function()
     end
     tool("c1")
     tool("c2", { kind = "tool_error", message = "no such record" })
-    local lines = stop_with_tree()
+    local lines = stop_with_tree(tracer)
     assert.equal(3, #lines)
     assert.matches("^execute_tool look %S+$", lines[1])
     assert.matches("^execute_tool look %S+  error: tool_error$", lines[2])
@@ -412,7 +410,7 @@ describe("trace, from the OTLP file export", function()
 
   it("prints names, models and messages from models, tools and servers escaped for the terminal", function()
     local hostile = "\27]0;pwned\7\27[2J\u{9b}H\r\n\u{202e}\xff"
-    assert(trace.start(luagent.default_runtime(), { tree = true }))
+    local tracer = assert(luagent.default_runtime():trace { tree = true })
     events.publish { type = "agent_start", agent = "a" .. hostile, agent_id = "a#1" }
     events.publish { type = "message_start", call = 1, agent_id = "a#1", id = "r1", model = "m" .. hostile }
     events.publish { type = "message_end", call = 1, agent_id = "a#1", final = true, attempts = 1, stop_reason = "error",
@@ -421,7 +419,7 @@ describe("trace, from the OTLP file export", function()
     events.publish { type = "tool_execution_end", agent = "a", agent_id = "a#1", call_id = "c1", name = "look" .. hostile,
       attempts = 1, error = { kind = "tool_error" .. hostile, message = "no such record " .. hostile } }
     events.publish { type = "agent_end", agent = "a" .. hostile, agent_id = "a#1", stop_reason = "stop", turns = 1 }
-    local lines = stop_with_tree()
+    local lines = stop_with_tree(tracer)
     assert.equal(5, #lines, table.concat(lines, "\n"))
     for _, l in ipairs(lines) do
       assert.is_nil(l:find("[%c\127]"), l)
@@ -440,11 +438,12 @@ describe("trace, from the OTLP file export", function()
   it("prints the tree from memory when there is no temporary file, a line per span", function()
     local tmpfile = io.tmpfile
     io.tmpfile = function() return nil end
-    local ok, err = pcall(trace.start, luagent.default_runtime(), { tree = true })
+    local rt = luagent.default_runtime()
+    local ok, tracer = pcall(rt.trace, rt, { tree = true })
     io.tmpfile = tmpfile
-    assert(ok, err)
+    assert(ok, tracer)
     for id = 1, 2 do bare_call(id) end
-    local lines = stop_with_tree()
+    local lines = stop_with_tree(tracer)
     assert.equal(4, #lines)
     assert.matches("^chat m ", lines[1])
     assert.matches("^  attempt 1 .*HTTP 200$", lines[2])
@@ -453,7 +452,7 @@ describe("trace, from the OTLP file export", function()
   end)
 
   it("prints the tree with durations, the failed attempts and their waits", function()
-    assert(trace.start(luagent.default_runtime(), { tree = true }))
+    local tracer = assert(luagent.default_runtime():trace { tree = true })
     local srv = assert(mock.start { faults = "503@1", seed = 1, script = script })
     local a = luagent.agent { name = "triage", tools = { lookup_tool() },
       policy = { backoff = { strategy = "fixed", base = 0.5 }, tool = { backoff = { strategy = "fixed", base = 0.25 } } },
@@ -461,7 +460,7 @@ describe("trace, from the OTLP file export", function()
     a:run("go")
     srv:close()
     local out = {}
-    trace.stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
+    tracer:stop { write = function(_, ...) for _, s in ipairs({ ... }) do out[#out + 1] = s end end }
     local text = table.concat(out)
     local lines = {}
     for l in text:gmatch("[^\n]+") do lines[#lines + 1] = l end
@@ -517,15 +516,15 @@ describe("an OTLP file that cannot be written", function()
     assert.equal(1, n, r.stderr)
   end)
 
-  it("makes trace.stop answer nil and the message; later spans are not written", function()
+  it("makes tracer:stop answer nil and the message; later spans are not written", function()
     local logged = {}
     local saved = luagent.configure { log_sink = function(_, line) logged[#logged + 1] = line end, log_level = "warn" }
-    assert(trace.start(luagent.default_runtime(), { file = "/dev/full" }))
-    local chunk = trace.file_chunk
-    trace.file_chunk = 1 -- each text goes out at once: the first trace meets the full disk
+    local tracer = assert(luagent.default_runtime():trace { file = "/dev/full" })
+    local chunk = tracer.file_chunk
+    tracer.file_chunk = 1 -- each text goes out at once: the first trace meets the full disk
     for id = 1, 3 do bare_call(id) end
-    trace.file_chunk = chunk
-    local ok, err = trace.stop()
+    tracer.file_chunk = chunk
+    local ok, err = tracer:stop()
     luagent.configure(saved)
     assert.is_nil(ok)
     assert.matches("^cannot write to '/dev/full': No space left on device", err)

@@ -92,7 +92,19 @@ function M.subscribe(fn, types) return rt():subscribe(fn, types) end
 local AREAS = {
   http = function() return require "luagent.base.http" end,
   json = function() return require "luagent.base.json" end,
-  log = function() return require "luagent.observe.log" end,
+  -- the default runtime's logger: write(level, msg [, fields]),
+  -- enabled(level), level(), library(line); where lines go and at which
+  -- level is luagent.configure{log_sink=, log_level=, ...}
+  log = function()
+    local log = require "luagent.observe.log"
+    return {
+      LEVELS = log.LEVELS, duration = log.duration,
+      write = function(level, msg, fields) return rt().log:write(level, msg, fields) end,
+      enabled = function(level) return rt().log:enabled(level) end,
+      level = function() return rt().log:level() end,
+      library = function(line) return rt().log:library(line) end,
+    }
+  end,
   -- the tools layer; an MCP set belongs to the default runtime
   tools = function()
     local tools = require "luagent.agent.tools"

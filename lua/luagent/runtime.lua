@@ -1,12 +1,14 @@
 -- The runtime: the owner of a running host's state, as a lua_State owns an
 -- interpreter's. Its settings, event bus, diagnostics, secrets, endpoints,
--- policy cache and watchers, meters, call numbering, journal and watched
--- tool sets hang off it, never off module upvalues: two runtimes in one
+-- policy cache and watchers, observers (its logger rt.log, its tracer
+-- rt.tracer while it traces, its meters), call numbering, journal and
+-- watched tool sets hang off it, never off module upvalues: two runtimes in one
 -- process (two embedders, two tenants of a server) share nothing but the
 -- loop and what they share on purpose (Redis, a journal database).
 --
 -- This is a composition root: it is the one place besides the face and the
 -- CLI that wires observers (lua/luagent/observe/) to the call layer.
+local core = require "luagent.core"
 local config = require "luagent.config"
 local bus = require "luagent.base.bus"
 local diagnostics = require "luagent.base.diagnostics"
@@ -25,14 +27,21 @@ local Runtime = {}
 Runtime.__index = Runtime
 M.Runtime = Runtime
 
--- What a settings change means for the observers it configures.
+-- What a settings change means for the observers it configures: its
+-- own logger's, and the cost meter that holds a cap.
 local function apply(rt, name, value)
-  if name == "log_level" then log.set_level(value or "warn")
-  elseif name == "log_format" then log.set_format(value or "auto")
-  elseif name == "log_sink" then log.sink = value or log.default_sink
-  elseif name == "log_content" then log.content = value or false
+  if name == "log_level" then rt.log:set_level(value or "warn")
+  elseif name == "log_format" then rt.log:set_format(value or "auto")
+  elseif name == "log_sink" then rt.log:set_sink(value)
+  elseif name == "log_content" then rt.log:set_content(value)
   elseif name == "max_cost" and value then rt:meter("cost")
   end
+end
+
+-- A traceparent with ids of its own, which no span keeps (a runtime that
+-- does not trace, when a policy asks for the header).
+local function fresh_traceparent()
+  return { traceparent = "00-" .. core.random_id(32) .. "-" .. core.random_id(16) .. "-01" }
 end
 
 -- new([settings]) -> a runtime. `settings` are those lua/luagent/config.lua
@@ -45,29 +54,39 @@ function M.new(settings)
     admission = {},     -- function(call opts) -> nil | error record, before every attempt
     decorators = {},    -- function(call, attempt, opts) -> headers to add, or nil
     meters = {},        -- name -> what rt:meter started
+    tracer = nil,       -- what rt:trace started, while it traces
     toolsets = {},      -- tool sets to close with the runtime
     closers = {},       -- functions rt:close() runs, last added first
     journal = journal.new(), -- its durable run and the journal stores it closes
   }, Runtime)
   -- the journal closes last: its run's claim is let go after the rest
   rt.closers[1] = function() rt.journal:close() end
+  -- the library's own lines go to this runtime's logger (its log_sink, at
+  -- its log_level)
   rt.diag = diagnostics.new(function(level, msg, fields, about)
+    local logger = rt.log
     -- a line repeating an event the log writes itself is left out
-    if about and log.logging_events() then return end
-    log.write(level, msg, fields)
+    if about and logger:logging_events() then return end
+    logger:write(level, msg, fields)
   end)
   rt.bus = bus.new { diag = rt.diag }
   rt.settings = config.new(nil)
+  -- made before the settings are applied (they configure it); its content
+  -- goes through this runtime's policy's redact hook
+  rt.log = log.new(rt)
   rt.settings.on_change = function(name, value) apply(rt, name, value) end
   if settings then rt.settings:set(settings, "luagent.runtime", 3) end
   rt.endpoints = registry.new(rt.diag)
   rt.policies = policy.cache(rt.settings, rt.diag)
   -- tracing's request decorator: a policy with traceparent = true sends
-  -- W3C Trace Context (lua/luagent/observe/trace.lua, loaded when asked)
+  -- W3C Trace Context, naming the attempt's span while this runtime traces
   rt.decorators[1] = function(c)
-    if c.policy.traceparent then return require("luagent.observe.trace").headers(c.id, c.attempt, c.opts) end
+    if c.policy.traceparent then
+      local tracer = rt.tracer
+      if tracer then return tracer:headers(c.id, c.attempt, c.opts) end
+      return fresh_traceparent()
+    end
   end
-  log.redact = function(text) return rt.policies:redact(text) end
   return rt
 end
 
@@ -100,16 +119,47 @@ end
 -- (lua/luagent/model/endpoint/init.lua, health).
 function Runtime:health(now) return self.endpoints:health(now) end
 
--- rt:meter(name) -> the meter, started once: "cost" (the cap of max_cost,
--- the cost table). Agents with max_cost ask for it.
+-- rt:meter(name) -> the runtime's meter, made once and started (again,
+-- if it was stopped): "cost" (lua/luagent/observe/cost.lua: the cap of
+-- max_cost, the cost table, its own prices). Agents with max_cost ask for
+-- it.
 function Runtime:meter(name)
   if name ~= "cost" then error("meter: no meter named '" .. tostring(name) .. "'", 2) end
-  cost.start(self) -- once: a meter already counting goes on
-  if not self.meters[name] then
-    self.meters[name] = cost
-    self.closers[#self.closers + 1] = function() cost.stop(self) end
+  local m = self.meters[name]
+  if not m then
+    m = cost.new(self)
+    self.meters[name] = m
   end
-  return cost
+  m:start() -- once: a meter already counting goes on
+  return m
+end
+
+-- rt:trace([opts]) -> the runtime's tracer | nil, message: made on first
+-- use (lua/luagent/observe/trace.lua, loaded then: start-up time), with the
+-- exporters opts asks for added ({tree=, file=, url=, headers=, max_queue=,
+-- batch=, timeout=}). While it traces, this runtime's log lines carry its
+-- trace and span ids and a policy's traceparent names its spans.
+-- tracer:stop([out]) ends it (rt:close() does, if nothing did); the next
+-- rt:trace makes a new one.
+function Runtime:trace(opts)
+  if opts ~= nil and type(opts) ~= "table" then error("trace: expects a table of options", 2) end
+  local tracer = self.tracer
+  if tracer then
+    local ok, err = tracer:export(opts)
+    if not ok then return nil, err end
+    return tracer
+  end
+  local err
+  tracer, err = require("luagent.observe.trace").new(self, opts)
+  if not tracer then return nil, err end
+  self.tracer = tracer
+  self.log:set_context(tracer.context_of)
+  tracer.on_stop = function()
+    if self.tracer ~= tracer then return end
+    self.tracer = nil
+    self.log:set_context(nil)
+  end
+  return tracer
 end
 
 -- rt:on_close(fn): fn runs when the runtime closes (an observer's flush).
@@ -124,9 +174,17 @@ function Runtime:own(set)
   return set
 end
 
+-- Runs fn(...) for rt:close(), a failure written to the runtime's log.
+local function closing(rt, fn, ...)
+  local ok, err = pcall(fn, ...)
+  if not ok then rt.diag:write("warn", "runtime close: " .. tostring(err)) end
+end
+
 -- rt:close(): stops the runtime's watchers, closes its tool sets, runs its
--- closers (exporters flush, Redis writes finish, the journal closes).
--- Closing twice is harmless.
+-- closers, stops its observers (the tracer's exporters flush, within a
+-- second, and its files close; the cost meter stops, its table still
+-- readable; the log stops making lines of events), finishes its Redis
+-- writes. Closing twice is harmless.
 function Runtime:close()
   if self.closed then return end
   self.closed = true
@@ -134,10 +192,10 @@ function Runtime:close()
     local set = self.toolsets[i]
     if set.close then pcall(set.close, set) end
   end
-  for i = #self.closers, 1, -1 do
-    local ok, err = pcall(self.closers[i])
-    if not ok then self.diag:write("warn", "runtime close: " .. tostring(err)) end
-  end
+  for i = #self.closers, 1, -1 do closing(self, self.closers[i]) end
+  if self.tracer then closing(self, self.tracer.stop, self.tracer, nil, 1) end
+  for _, m in pairs(self.meters) do closing(self, m.stop, m) end
+  self.log:stop()
   self.policies:close()
   self.endpoints:close()
 end

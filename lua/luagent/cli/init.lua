@@ -239,48 +239,55 @@ local function parse_run_args(args)
   return opts, i
 end
 
--- Sets up logs, traces and cost (the bus's observers) as the options ask;
--- returns their cleanup (exports, the tree, the cost table: true, or nil
--- and the message of an output file that could not be written), or nil
+-- Sets up logs, traces and cost (the runtime's observers) as the options
+-- ask; returns their cleanup (exports, the tree, the cost table: true, or
+-- nil and the message of an output file that could not be written), or nil
 -- and an exit code after reporting the problem.
 local function observe(rt, opts, usage_error)
-  local log = require "luagent.observe.log"
-  -- tracing and the cost meter are loaded only when asked for (startup)
-  local trace, cost
-  if opts.cost or opts.prices or opts["max-cost"] then cost = require "luagent.observe.cost" end
+  -- a bad --prices file is found before anything starts or opens a file
+  local prices
   if opts.prices then
-    local ok, err = cost.load_prices(opts.prices)
-    if not ok then return nil, usage_error("run: --prices: %s", err) end
+    local err
+    prices, err = require("luagent.observe.cost").read_prices(opts.prices)
+    if not prices then return nil, usage_error("run: --prices: %s", err) end
   end
-  rt.settings:set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false,
-                    max_cost = opts["max-cost"] and tonumber(opts["max-cost"]) or false }
+  rt.settings:set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false }
   -- --otlp FILE and a collector (--otlp URL, or the OTEL_ variables) may go together
   local file = opts.otlp and not opts.otlp:match("^https?://") and opts.otlp or nil
   local url = not file and opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     or os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
   if url == "" then url = nil end
-  -- spans are built when asked for, or when log lines at info carry their ids
-  if opts.trace or file or url or log.enabled("info") then
-    trace = require "luagent.observe.trace"
+  -- spans are built when asked for, or when log lines at info carry their
+  -- ids; the tracer (and the meter) are made only then (start-up time)
+  local tracer
+  if opts.trace or file or url or rt.log:enabled("info") then
     -- a post's bound, in milliseconds as OpenTelemetry's variables give it
     local timeout_ms = tonumber(os.getenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
       or os.getenv("OTEL_EXPORTER_OTLP_TIMEOUT") or "")
-    local ok, err = trace.start(rt, { tree = opts.trace, file = file, url = url,
+    local err
+    tracer, err = rt:trace { tree = opts.trace, file = file, url = url,
       max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
       batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")),
-      timeout = timeout_ms and timeout_ms > 0 and timeout_ms < math.huge and timeout_ms / 1000 or nil })
-    if not ok then return nil, usage_error("run: --otlp: %s", err) end
+      timeout = timeout_ms and timeout_ms > 0 and timeout_ms < math.huge and timeout_ms / 1000 or nil }
+    if not tracer then return nil, usage_error("run: --otlp: %s", err) end
   end
-  if cost then cost.start(rt) end
+  -- the meter after the tracer: the bus runs the annotator subscribed last
+  -- first, so agent_end carries its cost when the span is made of it
+  local meter
+  if opts.cost or prices or opts["max-cost"] then
+    meter = rt:meter("cost")
+    if prices then assert(meter:set_prices(prices, opts.prices)) end
+  end
+  rt.settings:set { max_cost = opts["max-cost"] and tonumber(opts["max-cost"]) or false }
   -- `--log off` asked for silence: no consumer at all
-  if opts.log ~= "off" then log.start(rt) end
+  if opts.log ~= "off" then rt.log:start() end
   return function()
-    log.stop()
+    rt.log:stop()
     local ok, err = true, nil
-    if trace then ok, err = trace.stop(opts.trace and io.stderr or nil) end
-    if cost then
-      if opts.cost then io.stderr:write(table.concat(cost.report(), "\n"), "\n") end
-      cost.stop(rt)
+    if tracer then ok, err = tracer:stop(opts.trace and io.stderr or nil) end
+    if meter then
+      if opts.cost then io.stderr:write(table.concat(meter:report(), "\n"), "\n") end
+      meter:stop()
     end
     return ok, err
   end
@@ -304,12 +311,12 @@ local function prepare(rt, opts, file)
   local jsonl = require "luagent.observe.jsonl"
   local retry_safe = require "luagent.observe.retry_safe"
   local seed = opts.seed and math.tointeger(tonumber(opts.seed))
-  local log = require "luagent.observe.log"
+  local log = rt.log
   if opts.log then rt.settings:set { log_level = opts.log } end
   -- with a log level asked for, luagent's own notes are log lines too
   local explicit_log = opts.log or os.getenv("LUAGENT_LOG")
   local function note(fmt, ...)
-    if explicit_log then log.write("info", (string.format(fmt, ...):gsub("^luagent: ", ""))) else say(fmt, ...) end
+    if explicit_log then log:write("info", (string.format(fmt, ...):gsub("^luagent: ", ""))) else say(fmt, ...) end
   end
   local options = { retry_safe = opts["retry-safe"] or false, seed = seed }
   rt.settings:set { options = options }
@@ -387,7 +394,7 @@ local function prepare(rt, opts, file)
       any_key() and "as asked" or "no API key set", srv.url,
       #what > 0 and " (" .. table.concat(what, ", ") .. ")" or "")
     cleanups[#cleanups + 1] = function()
-      for _, d in ipairs(srv:divergences()) do log.write("warn", "cassette divergence: " .. d) end
+      for _, d in ipairs(srv:divergences()) do log:write("warn", "cassette divergence: " .. d) end
       srv:close()
     end
   end

@@ -1,31 +1,34 @@
--- Cost: a consumer of the event bus that prices every attempt of every
--- model call (failed attempts included: their usage is billed too) with the
--- price table (lua/luagent/observe/prices.lua, overridable), and keeps a meter per
--- agent, per call and for the whole run. A model without a price is
--- reported as "no price", never as free.
+-- Cost: a meter a runtime owns (lua/luagent/runtime.lua, rt:meter("cost")):
+-- a consumer of the runtime's event bus that prices every attempt of every
+-- model call (failed attempts included: their usage is billed too) with
+-- its price table (lua/luagent/observe/prices.lua, overridable per meter),
+-- and keeps a meter per agent, per call and for the whole run. A model
+-- without a price is reported as "no price", never as free.
 --
--- It also enforces `max_cost` (an agent's option, or the run's `--max-cost`):
--- through the retry loop's gates, a call (or a retry) that would start once
--- the cap is reached is refused with a `cost_limit` error before any
--- request is sent. The totals of an agent's run are added to its
--- `agent_end` event as `cost`.
+-- It also enforces `max_cost` (an agent's option, or the runtime's
+-- max_cost setting, `--max-cost`): through the runtime's admission list, a
+-- call (or a retry) that would start once the cap is reached is refused
+-- with a `cost_limit` error before any request is sent. The totals of an
+-- agent's run are added to its `agent_end` event as `cost`.
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local usage = require "luagent.base.usage"
+local PRICES = require "luagent.observe.prices"
 
 local M = {}
 
-M.currency = "USD"
--- How many call records are kept for the costliest turns (at least).
-M.keep = 20
+M.CURRENCY = "USD"
+-- How many call records a meter keeps for the costliest turns (at least):
+-- its `keep` starts here.
+M.KEEP = 20
+
+local Meter = {}
+Meter.__index = Meter
+M.Meter = Meter
 
 ------------------------------------------------------------------------------
 -- Prices
 ------------------------------------------------------------------------------
-
-local prices = {}
-for k, v in pairs(require "luagent.observe.prices") do prices[k] = v end
-local found = {} -- model name -> entry or false: lookups made, until the table changes
 
 local PRICE_FIELDS = { input = true, output = true, cache_read = true, cache_write = true }
 
@@ -44,10 +47,9 @@ local function bad_entry(model, p)
   if p.input == nil or p.output == nil then return model .. ": input and output prices are required" end
 end
 
--- set_prices(t [, source]) -> true | nil, message: entries of `t` replace
--- the table's, model by model.
-function M.set_prices(t, source)
-  source = source or "prices"
+-- The models of price table `t`, sorted, or nil and what is wrong with it
+-- (`source` names it).
+local function checked_keys(t, source)
   if type(t) ~= "table" then return nil, source .. ": expected a table of models" end
   local keys = {}
   for k in pairs(t) do keys[#keys + 1] = k end
@@ -56,24 +58,42 @@ function M.set_prices(t, source)
     local why = bad_entry(k, t[k])
     if why then return nil, source .. ": " .. why end
   end
-  for _, k in ipairs(keys) do prices[k] = t[k] end
-  found = {}
+  return keys
+end
+
+-- meter:set_prices(t [, source]) -> true | nil, message: entries of `t`
+-- replace the meter's, model by model.
+function Meter:set_prices(t, source)
+  local keys, err = checked_keys(t, source or "prices")
+  if not keys then return nil, err end
+  for _, k in ipairs(keys) do self.prices[k] = t[k] end
+  self.found = {}
   return true
 end
 
--- load_prices(path) -> true | nil, message: a Lua file returning a price
--- table, run as text in an empty environment.
-function M.load_prices(path)
+-- read_prices(path) -> table | nil, message: a Lua file returning a price
+-- table, run as text in an empty environment, and checked.
+function M.read_prices(path)
   local chunk, err = loadfile(path, "t", {})
   if not chunk then return nil, err end
   local ok, t = pcall(chunk)
   if not ok then return nil, tostring(t) end
-  return M.set_prices(t, path)
+  local keys, why = checked_keys(t, path)
+  if not keys then return nil, why end
+  return t
 end
 
--- The entry for a model: its own, its name without a vendor prefix, or the
--- longest key its dated name starts with.
-local function lookup(model)
+-- meter:load_prices(path) -> true | nil, message: read_prices(path), laid
+-- over the meter's prices.
+function Meter:load_prices(path)
+  local t, err = M.read_prices(path)
+  if not t then return nil, err end
+  return self:set_prices(t, path)
+end
+
+-- The entry in `prices` for a model: its own, its name without a vendor
+-- prefix, or the longest key its dated name starts with.
+local function lookup(prices, model)
   local p = prices[model]
   if p then return p end
   local bare = model:match("^[^/]+/(.+)$")
@@ -86,12 +106,13 @@ local function lookup(model)
   return p
 end
 
--- price(model) -> the entry for a model name, or nil (no price).
-function M.price(model)
+-- meter:price(model) -> the entry for a model name, or nil (no price).
+function Meter:price(model)
   if type(model) ~= "string" then return nil end
+  local found = self.found -- model name -> entry or false: lookups made, until the table changes
   local p = found[model]
   if p == nil then
-    p = lookup(model) or false
+    p = lookup(self.prices, model) or false
     found[model] = p
   end
   return p or nil
@@ -124,27 +145,25 @@ local function costliest_first(a, b) return ahead(a.cost, a.call, b) end
 
 local function by_call(a, b) return a.call < b.call end
 
--- A meter: calls, attempts, usage and cost of an agent (or of the run).
-local function new_meter(name)
+-- A count: calls, attempts, usage and cost of an agent (or of the run).
+local function new_count(name)
   return { name = name, calls = 0, attempts = 0, usage = usage.zero(), cost = 0, unpriced = 0 }
 end
 
--- The meters of the run: per agent (by id, in first-seen order), the
+-- The counts of a meter: per agent (by id, in first-seen order), the
 -- records of calls in flight (made at a call's first charge, or at its
 -- end), the finished calls' records (and the floor a record must beat to
 -- be kept), each agent's current turn.
-local state -- {agents=, order=, calls=, done=, floor=, turns=, run=}
-local function reset()
-  state = { agents = {}, order = {}, calls = {}, done = {}, turns = {}, run = new_meter("total") }
+local function new_state()
+  return { agents = {}, order = {}, calls = {}, done = {}, turns = {}, run = new_count("total"), floor = nil }
 end
-reset()
 
--- The meter of the agent an event belongs to ("(no agent)" for bare calls).
-local function agent_meter(ev)
+-- The count of the agent an event belongs to ("(no agent)" for bare calls).
+local function agent_meter(state, ev)
   local key = ev.agent_id or ev.agent or "(no agent)"
   local m = state.agents[key]
   if not m then
-    m = new_meter(ev.agent or "(no agent)")
+    m = new_count(ev.agent or "(no agent)")
     state.agents[key] = m
     state.order[#state.order + 1] = key
   end
@@ -156,7 +175,7 @@ end
 -- generation_ids (OpenRouter: every attempt's id, in order, failed ones
 -- included, to look their cost up by: lua/luagent/observe/generations.lua),
 -- generation_id (the last of them), attempt_costs}.
-local function call_record(ev)
+local function call_record(state, ev)
   local r = state.calls[ev.call]
   if not r then
     r = { call = ev.call, agent = ev.agent, agent_id = ev.agent_id, turn = state.turns[ev.agent_id or ""],
@@ -172,9 +191,9 @@ local function cost_of(u, p)
 end
 
 -- Charges one attempt's usage `u` (costing c, nil: no price) to the
--- agent's meter and the run's.
-local function charge_meters(ev, u, c)
-  local a, run = agent_meter(ev), state.run
+-- agent's count and the run's.
+local function charge_meters(state, ev, u, c)
+  local a, run = agent_meter(state, ev), state.run
   a.attempts, run.attempts = a.attempts + 1, run.attempts + 1
   usage.add(a.usage, u)
   usage.add(run.usage, u)
@@ -182,55 +201,56 @@ local function charge_meters(ev, u, c)
 end
 
 -- Charges one attempt's usage to the call's record, its agent and the run.
-local function charge(r, ev, u)
+local function charge(self, r, ev, u)
   r.model = r.model or ev.request_model
   r.provider_kind = r.provider_kind or ev.provider_kind
   r.attempts = r.attempts + 1
-  local c = cost_of(u, M.price(r.model))
+  local c = cost_of(u, self:price(r.model))
   r.attempt_costs[#r.attempt_costs + 1] = c or false
   usage.add(r.usage, u)
-  charge_meters(ev, u, c)
+  charge_meters(self.state, ev, u, c)
   if c and r.cost then r.cost = r.cost + c else r.cost = nil end
 end
 
--- Counts a finished call (priced or not) on its agent's meter and the run's.
-local function count_call(ev, priced)
-  local a, run = agent_meter(ev), state.run
+-- Counts a finished call (priced or not) on its agent's count and the run's.
+local function count_call(state, ev, priced)
+  local a, run = agent_meter(state, ev), state.run
   a.calls, run.calls = a.calls + 1, run.calls + 1
   if not priced then a.unpriced, run.unpriced = a.unpriced + 1, run.unpriced + 1 end
 end
 
 -- A call ended: counted on its meters, its record kept for the report.
-local function finish_call(r, ev)
+local function finish_call(self, r, ev)
+  local state = self.state
   state.calls[ev.call] = nil
   local ids = ev.response_ids -- every attempt's message id (the final event's)
   r.message_id = ids and ids[#ids]
-  count_call(ev, r.cost ~= nil)
+  count_call(state, ev, r.cost ~= nil)
   if r.provider_kind == "openrouter" and ids then
     r.generation_ids, r.generation_id = ids, ids[#ids]
   end
-  -- keep the costliest M.keep (for the report), not every call of a long
-  -- run: past 2 * M.keep records, the costliest M.keep stay, and the
+  -- keep the costliest `keep` (for the report), not every call of a long
+  -- run: past 2 * keep records, the costliest `keep` stay, and the
   -- cheapest of them becomes the floor a later call must beat to be kept
   -- at all (the kept set only grows costlier)
   if state.floor and not costliest_first(r, state.floor) then return end
-  local done = state.done
+  local done, keep = state.done, self.keep
   done[#done + 1] = r
-  if #done > 2 * M.keep then
+  if #done > 2 * keep then
     table.sort(done, costliest_first)
-    for i = #done, M.keep + 1, -1 do done[i] = nil end
+    for i = #done, keep + 1, -1 do done[i] = nil end
     state.floor = done[#done]
     table.sort(done, by_call)
   end
 end
 
--- The consumer.
-local function consume(ev)
-  local t = ev.type
+-- The consumer of meter `self`.
+local function consume(self, ev)
+  local t, state = ev.type, self.state
   if t == "turn_start" then
     state.turns[ev.agent_id or ""] = ev.turn
   elseif t == "provider_retry" and ev.call ~= nil then
-    charge(call_record(ev), ev, ev.usage)
+    charge(self, call_record(state, ev), ev, ev.usage)
   elseif ((t == "message_end" and ev.final) or t == "call_aborted") and ev.call ~= nil then
     -- (an answer a resumed run replays from its journal has no call
     -- number: the run that got it paid for it)
@@ -240,41 +260,45 @@ local function consume(ev)
       -- call cannot beat the floor, it is charged and counted without a
       -- record (none is kept)
       local u = ev.total_usage
-      local c = cost_of(u, M.price(ev.request_model))
+      local c = cost_of(u, self:price(ev.request_model))
       if not ahead(c, ev.call, state.floor) then
-        charge_meters(ev, u, c)
-        return count_call(ev, c ~= nil)
+        charge_meters(state, ev, u, c)
+        return count_call(state, ev, c ~= nil)
       end
     end
-    r = r or call_record(ev)
+    r = r or call_record(state, ev)
     if (ev.attempts or 0) > r.attempts then
       -- the last attempt: what the call's total holds beyond the attempts
       -- charged so far (so the meter always adds up to total_usage); all
       -- of it when it was the only one
       local rest = ev.total_usage
       if r.attempts > 0 then rest = usage.add(usage.add(usage.zero(), rest), r.usage, -1) end
-      charge(r, ev, rest)
+      charge(self, r, ev, rest)
     end
-    finish_call(r, ev)
+    finish_call(self, r, ev)
   elseif t == "agent_end" then
-    ev.cost = M.totals(ev.agent_id or ev.agent)
+    ev.cost = self:totals(ev.agent_id or ev.agent)
   end
 end
 
--- totals([agent_id]) -> {total=<dollars or nil when no call was priced>,
--- calls=, attempts=, unpriced_calls=, usage=, currency=} of an agent (by
--- id) or of the whole run.
-function M.totals(key)
+-- meter:totals([agent_id]) -> {total=<dollars or nil when no call was
+-- priced>, calls=, attempts=, unpriced_calls=, usage=, currency=} of an
+-- agent (by id) or of the whole run.
+function Meter:totals(key)
+  local state = self.state
   local m = key and state.agents[key] or (not key and state.run)
-  if not m then m = new_meter(key) end
+  if not m then m = new_count(key) end
   local priced = m.calls - m.unpriced
   return { total = (priced > 0 or m.calls == 0) and m.cost or nil, calls = m.calls, attempts = m.attempts,
-           unpriced_calls = m.unpriced, usage = m.usage, currency = M.currency }
+           unpriced_calls = m.unpriced, usage = m.usage, currency = self.currency }
 end
 
--- records() -> the finished calls' records in call order: every one, or
--- (in a long run) at least the M.keep costliest.
-function M.records() return state.done end
+-- meter:records() -> the finished calls' records in call order: every
+-- one, or (in a long run) at least the `keep` costliest.
+function Meter:records() return self.state.done end
+
+-- meter:reset(): forgets every count and record (the prices stay).
+function Meter:reset() self.state = new_state() end
 
 ------------------------------------------------------------------------------
 -- The cap
@@ -291,10 +315,11 @@ local function model_of(opts)
   return type(m) == "table" and m.model or nil
 end
 
--- The retry loop's gate: a refusal when a cap applies and is reached, or
+-- The admission check: a refusal when a cap applies and is reached, or
 -- when a cap applies and the model has no price (the cap could not hold).
-local function gate(opts, run_limit)
+local function gate(self, opts, run_limit)
   if not opts.max_cost and not run_limit then return nil end -- no cap: every call's case, no work
+  local state = self.state
   local limits = {}
   if opts.max_cost then
     local m = state.agents[opts.agent_id or opts.agent or ""]
@@ -307,7 +332,7 @@ local function gate(opts, run_limit)
   local model = model_of(opts)
   for _, l in ipairs(limits) do
     local msg
-    if not M.price(model) then
+    if not self:price(model) then
       msg = string.format("max_cost of %s (%s) cannot hold: model '%s' has no price (add it with --prices)",
         l.what, money(l.limit), tostring(model))
     elseif l.spent >= l.limit then
@@ -322,32 +347,48 @@ local function gate(opts, run_limit)
 end
 
 ------------------------------------------------------------------------------
--- Starting, the table
+-- Making, starting, the table
 ------------------------------------------------------------------------------
 
-local unsubscribe
-
-local admit -- the cap's admission check, while started
-
--- start(rt): subscribes the meter (once) to runtime rt's bus and registers
--- the cap in its admission list (the run's cap is rt's max_cost setting).
-function M.start(rt)
-  if unsubscribe then return end
-  unsubscribe = rt.bus:subscribe(consume, { annotate = true, types = { "turn_start",
-    "provider_retry", "message_end", "call_aborted", "agent_end" } })
-  admit = function(opts) return gate(opts, rt.settings:get("max_cost")) end
-  rt.admission[#rt.admission + 1] = admit
+-- new(rt) -> the cost meter of runtime rt, not yet counting: its prices
+-- start from lua/luagent/observe/prices.lua; start() subscribes it to rt's
+-- bus and registers its cap in rt's admission list (the run's cap is rt's
+-- max_cost setting, an agent's its own max_cost option).
+function M.new(rt)
+  if type(rt) ~= "table" or not rt.bus or not rt.admission then error("cost.new: expects a runtime", 2) end
+  local self = setmetatable({
+    rt = rt, currency = M.CURRENCY, keep = M.KEEP,
+    prices = {}, found = {}, state = new_state(),
+    unsubscribe = nil, admit = nil, -- while started
+  }, Meter)
+  for k, v in pairs(PRICES) do self.prices[k] = v end
+  return self
 end
 
--- stop(rt): unsubscribes and forgets every meter.
-function M.stop(rt)
-  if not unsubscribe then return end
-  unsubscribe()
-  unsubscribe = nil
-  for i, g in ipairs(rt.admission) do if g == admit then table.remove(rt.admission, i) break end end
-  admit = nil
-  reset()
+-- meter:start(): subscribes the meter (once) to the runtime's bus and
+-- registers the cap in its admission list.
+function Meter:start()
+  if self.unsubscribe then return end
+  local rt = self.rt
+  self.unsubscribe = rt.bus:subscribe(function(ev) consume(self, ev) end, { annotate = true,
+    types = { "turn_start", "provider_retry", "message_end", "call_aborted", "agent_end" } })
+  self.admit = function(opts) return gate(self, opts, rt.settings:get("max_cost")) end
+  rt.admission[#rt.admission + 1] = self.admit
 end
+
+-- meter:stop(): unsubscribes and takes the cap out of the admission list;
+-- the counts stay readable (report, totals) until reset().
+function Meter:stop()
+  if not self.unsubscribe then return end
+  self.unsubscribe()
+  self.unsubscribe = nil
+  local admission = self.rt.admission
+  for i, g in ipairs(admission) do if g == self.admit then table.remove(admission, i) break end end
+  self.admit = nil
+end
+
+-- Whether the meter counts.
+function Meter:started() return self.unsubscribe ~= nil end
 
 -- "  generation ID" or "  generations ID, ID" of a record, or "".
 local function generations_text(r)
@@ -356,17 +397,18 @@ local function generations_text(r)
   return (#ids == 1 and "  generation " or "  generations ") .. table.concat(ids, ", ")
 end
 
--- report([top]) -> lines: a table per agent (calls, attempts, tokens,
--- cost) with the run's total, then the `top` costliest turns; text a
--- terminal would act on is escaped.
-function M.report(top)
+-- meter:report([top]) -> lines: a table per agent (calls, attempts,
+-- tokens, cost) with the run's total, then the `top` costliest turns; text
+-- a terminal would act on is escaped.
+function Meter:report(top)
   top = top or 5
+  local state = self.state
   local lines = {}
   local fmt = "%-20s %6s %8s %10s %10s %10s %10s %12s"
-  lines[1] = string.format("cost (%s; prices per million tokens, lua/luagent/observe/prices.lua or --prices)", M.currency)
+  lines[1] = string.format("cost (%s; prices per million tokens, lua/luagent/observe/prices.lua or --prices)", self.currency)
   lines[2] = string.format(fmt, "agent", "calls", "attempts", "input", "output", "cache_read", "cache_write", "cost")
   local function row(name, key)
-    local t = M.totals(key)
+    local t = self:totals(key)
     local cost = money(t.total)
     if t.total and t.unpriced_calls > 0 then cost = cost .. " + " .. t.unpriced_calls .. " unpriced" end
     lines[#lines + 1] = string.format(fmt, name:sub(1, 20), t.calls, t.attempts, t.usage.input_tokens,

@@ -4,14 +4,19 @@
 -- and call id, trace and span id, message, and the event's own fields.
 --
 -- The events are the full story of a run; these lines are for people and
--- log pipelines. The threshold comes from LUAGENT_LOG or `luagent run --log
--- LEVEL` (default `warn`). Lines are JSON when stderr is not a terminal (or
--- with `--log-format json`), a compact readable form on a terminal (colour
+-- log pipelines. Each runtime owns one logger (lua/luagent/runtime.lua,
+-- rt.log) with its own threshold, sink, format and content flag (the
+-- runtime's log_level, log_sink, log_format and log_content settings;
+-- LUAGENT_LOG or `luagent run --log LEVEL` for the threshold, default
+-- `warn`), the redaction of its own policy, and the trace ids of its own
+-- tracer. Lines are JSON when stderr is not a terminal (or with
+-- `--log-format json`), a compact readable form on a terminal (colour
 -- unless NO_COLOR is set; escape sequences and other control characters
--- from models, tools and servers written as visible escapes). Metadata is always logged; message content
--- (answers, tool arguments and results) only with `--log-content`, cut to
--- M.content_max bytes and passed through the policy's `redact(text)` hook.
--- Every line goes through the key scrubber (lua/luagent/base/secrets.lua).
+-- from models, tools and servers written as visible escapes). Metadata is
+-- always logged; message content (answers, tool arguments and results) only
+-- with `--log-content`, cut to logger.content_max bytes and passed through
+-- the runtime's policy's `redact(text)` hook. Every line goes through the
+-- key scrubber (lua/luagent/base/secrets.lua).
 local core = require "luagent.core"
 local json = require "luagent.base.json"
 local secrets = require "luagent.base.secrets"
@@ -19,36 +24,78 @@ local secrets = require "luagent.base.secrets"
 local M = {}
 
 M.LEVELS = { debug = 1, info = 2, warn = 3, error = 4, off = 5 }
+local LEVELS, OFF = M.LEVELS, M.LEVELS.off
 
-local threshold = M.LEVELS[os.getenv("LUAGENT_LOG") or ""] or M.LEVELS.warn
-
--- Where lines go: function(level, line, record). Embedders and specs
--- replace it (record is the line's fields as a table, already scrubbed).
--- The default writes the line to stderr, one write(2) per line.
+-- Where lines go unless the log_sink setting says otherwise:
+-- function(level, line, record) (record is the line's fields as a table,
+-- already scrubbed). This one writes the line to stderr, one write(2) per
+-- line.
 function M.default_sink(_, line) io.stderr:write(line .. "\n") end
-M.sink = M.default_sink
+local default_sink = M.default_sink
 
--- "auto" (JSON unless stderr is a terminal), "json" or "text"
--- (luagent.configure{log_format=}).
-M.format = "auto"
--- The bound of message content in a line, in bytes. Whether lines carry
--- content at all is the log_content setting (lua/luagent/config.lua).
-M.content_max = 2048
+-- The bound of message content in a line, in bytes (a logger's
+-- content_max starts here). Whether lines carry content at all is the
+-- log_content setting (lua/luagent/config.lua).
+M.CONTENT_MAX = 2048
+
+local Logger = {}
+Logger.__index = Logger
+M.Logger = Logger
+
+-- new(rt) -> the logger of runtime rt: its sink, format and content flag
+-- as rt.settings has them now, its threshold LUAGENT_LOG's when that names
+-- a level, else the log_level setting (the runtime applies later changes:
+-- set_level, set_format, set_sink, set_content); content goes through the
+-- redact hook of rt's policy (rt.policies:redact). Nothing is logged from
+-- events until start().
+function M.new(rt)
+  if type(rt) ~= "table" or not rt.settings or not rt.bus then error("log.new: expects a runtime", 2) end
+  local settings = rt.settings
+  return setmetatable({
+    rt = rt,
+    threshold = LEVELS[os.getenv("LUAGENT_LOG") or ""] or LEVELS[settings:get("log_level") or "warn"] or LEVELS.warn,
+    sink = settings:get("log_sink") or default_sink,
+    format = settings:get("log_format") or "auto",
+    content = settings:get("log_content") or false,
+    content_max = M.CONTENT_MAX,
+    -- content's redaction: the hook of the runtime's policy
+    redact = function(text) return rt.policies:redact(text) end,
+    -- function(ev) -> trace_id, span_id of the span an event belongs to:
+    -- the runtime's tracer's (lua/luagent/observe/trace.lua), while it traces
+    context = nil,
+    is_json = nil, colour = nil, -- decided at the first line
+    reported = false,            -- a failing redact hook is reported once
+    unsubscribe = nil,           -- the consumer's, while lines are made from events
+  }, Logger)
+end
 
 -- Sets the threshold by name; raises for a name not in M.LEVELS.
-function M.set_level(name)
-  local n = M.LEVELS[name]
+function Logger:set_level(name)
+  local n = LEVELS[name]
   if not n then error("log.set_level: unknown level '" .. tostring(name) .. "' (debug, info, warn, error, off)", 2) end
-  threshold = n
+  self.threshold = n
 end
 
 -- The threshold's name.
-function M.level()
-  for name, n in pairs(M.LEVELS) do if n == threshold then return name end end
+function Logger:level()
+  for name, n in pairs(LEVELS) do if n == self.threshold then return name end end
 end
 
 -- Whether a line at `level` would be written.
-function M.enabled(level) return M.LEVELS[level] >= threshold and threshold < M.LEVELS.off end
+function Logger:enabled(level)
+  local t = self.threshold
+  return LEVELS[level] >= t and t < OFF
+end
+
+-- Sets where lines go: function(level, line, record); nil: stderr.
+function Logger:set_sink(fn) self.sink = fn or default_sink end
+
+-- Sets whether lines carry message content.
+function Logger:set_content(on) self.content = on or false end
+
+-- Sets the trace context lines take their ids from: function(ev) ->
+-- trace_id, span_id (a tracer's), or nil for none.
+function Logger:set_context(fn) self.context = fn end
 
 ------------------------------------------------------------------------------
 -- Formatting one line
@@ -62,22 +109,22 @@ local function clock_time(t)
   return os.date("%H:%M:%S", s) .. string.format(".%03d", math.floor((t - s) * 1000))
 end
 
-local is_json, colour -- decided at the first line
-local function decide()
+-- Decides a logger's form (JSON or text, colour or not) at its first line.
+local function decide(self)
   local tty = core.isatty and core.isatty(2) or false
-  if M.format == "json" then is_json = true
-  elseif M.format == "text" then is_json = false
-  else is_json = not tty end
+  if self.format == "json" then self.is_json = true
+  elseif self.format == "text" then self.is_json = false
+  else self.is_json = not tty end
   local nc = os.getenv("NO_COLOR")
-  colour = not is_json and tty and not (nc and nc ~= "")
+  self.colour = not self.is_json and tty and not (nc and nc ~= "")
 end
 
 -- Sets the format ("auto", "json", "text"); raises for another name.
-function M.set_format(name)
+function Logger:set_format(name)
   if name ~= "auto" and name ~= "json" and name ~= "text" then
     error("log.set_format: unknown format '" .. tostring(name) .. "' (auto, json, text)", 2)
   end
-  M.format, is_json = name, nil
+  self.format, self.is_json = name, nil
 end
 
 local COLOUR = { debug = "\27[2m", info = "\27[36m", warn = "\27[33m", error = "\27[31m" }
@@ -104,10 +151,14 @@ local terminal_text = core.terminal_text
 -- A field's value that is no string, number or boolean, as JSON.
 local function encode_value(v) return json.encode(v, { nonfinite = "null" }) end
 
--- The line for `record` in the current format; with `clear`, the JSON
+-- The line for `record` in the logger's format; with `clear`, the JSON
 -- form empties the record as it reads it (the consumer fills it again).
-local function render(record, epoch, clear)
-  if is_json == nil then decide() end
+local function render(self, record, epoch, clear)
+  local is_json = self.is_json
+  if is_json == nil then
+    decide(self)
+    is_json = self.is_json
+  end
   if is_json then
     -- the leading fields in order, then the rest sorted, written in C
     -- (host/jsonw.c) into one string: a line per call must stay cheap
@@ -120,7 +171,7 @@ local function render(record, epoch, clear)
   if record.call then who[#who + 1] = "#" .. record.call end
   if record.call_id then who[#who + 1] = record.call_id end
   local lvl = string.format("%-5s", record.level:upper())
-  if colour then lvl = COLOUR[record.level] .. lvl .. "\27[0m" end -- (the only escape a line keeps)
+  if self.colour then lvl = COLOUR[record.level] .. lvl .. "\27[0m" end -- (the only escape a line keeps)
   local out = {}
   if #who > 0 then out[1] = table.concat(who, " ") end
   out[#out + 1] = record.msg
@@ -145,65 +196,57 @@ end
 -- than the default will see them. With the default sink and `reuse`, the
 -- record is left empty, for the caller to fill again; returns whether it
 -- was.
-local function emit(level, msg, record, reuse)
+local function emit(self, level, msg, record, reuse)
   local epoch = core.wall()
   record.time = iso_time(epoch)
   record.level, record.msg = level, msg
-  local default = M.sink == M.default_sink
+  local sink = self.sink
+  local default = sink == default_sink
   if not default then secrets.scrub(record) end
   local clear = reuse and default
-  M.sink(level, secrets.text(render(record, epoch, clear)), record)
-  if clear and not is_json then
+  sink(level, secrets.text(render(self, record, epoch, clear)), record)
+  if clear and not self.is_json then
     empty(record) -- (the text form reads it in Lua)
   end
   return clear
 end
 
--- write(level, msg [, fields]): one line at `level` when the threshold lets
--- it through: {time, level, msg, ...fields}, scrubbed of every key.
-function M.write(level, msg, fields)
-  if not M.enabled(level) then return end
+-- logger:write(level, msg [, fields]): one line at `level` when the
+-- threshold lets it through: {time, level, msg, ...fields}, scrubbed of
+-- every key.
+function Logger:write(level, msg, fields)
+  if not self:enabled(level) then return end
   local record = {}
   for k, v in pairs(fields or {}) do record[k] = v end
-  emit(level, msg, record)
+  emit(self, level, msg, record)
 end
 
--- library(line): a diagnostic line in the form older code wrote to stderr
--- ("luagent: ..."), logged at warn without the prefix. The library itself
--- calls M.write.
-function M.library(line)
-  M.write("warn", (tostring(line):gsub("^luagent: ", "")))
+-- logger:library(line): a diagnostic line in the form older code wrote to
+-- stderr ("luagent: ..."), logged at warn without the prefix. The library
+-- itself writes through its runtime's diagnostics (rt.diag).
+function Logger:library(line)
+  self:write("warn", (tostring(line):gsub("^luagent: ", "")))
 end
 
 ------------------------------------------------------------------------------
 -- Content: cut, redacted, scrubbed
 ------------------------------------------------------------------------------
 
-local reported -- a failing redact hook is reported once
-
--- Whether lines carry message content (`--log-content`).
-local function content() return M.content end
-
--- Whether lines carry content (the log_content setting of the runtime
--- that started the log, lua/luagent/runtime.lua), and the redaction content
--- goes through: the redact hook of that runtime's policy.
-M.content = false
-M.redact = function(text) return text end
-
--- content_text(text) -> the text as a log line may carry it: cut to
--- M.content_max bytes, passed through the redact hook of the policy in
--- force (lua/luagent/model/policy.lua, redact), scrubbed of keys.
-function M.content_text(text)
+-- logger:content_text(text) -> the text as a log line may carry it: cut
+-- to logger.content_max bytes, passed through the redact hook of the
+-- runtime's policy (lua/luagent/model/policy.lua, redact), scrubbed of keys.
+function Logger:content_text(text)
   text = tostring(text)
-  local more = #text > M.content_max
-  local cut = secrets.cut(more and text:sub(1, M.content_max + secrets.margin) or text, M.content_max, more)
+  local max = self.content_max
+  local more = #text > max
+  local cut = secrets.cut(more and text:sub(1, max + secrets.margin) or text, max, more)
   if more then cut = cut .. string.format("...[%d bytes]", #text) end
   do
-    local ok, red = pcall(M.redact, cut)
+    local ok, red = pcall(self.redact, cut)
     if not ok or type(red) ~= "string" then
-      if not reported then
-        reported = true
-        M.write("warn", "the policy's redact hook failed; content is left out of the log: "
+      if not self.reported then
+        self.reported = true
+        self:write("warn", "the policy's redact hook failed; content is left out of the log: "
           .. tostring(ok and ("it returned a " .. type(red)) or red))
       end
       return "[redact failed]"
@@ -219,12 +262,11 @@ end
 
 -- The field names of a usage's counts, per prefix ("" or "total_"): made
 -- once, not joined again for every line.
-local USAGE_KEYS = setmetatable({}, { __index = function(t, prefix)
-  local k = { input = prefix .. "input_tokens", output = prefix .. "output_tokens",
-              cache_read = prefix .. "cache_read_tokens", cache_write = prefix .. "cache_write_tokens" }
-  t[prefix] = k
-  return k
-end })
+local USAGE_KEYS = {}
+for _, prefix in ipairs({ "", "total_" }) do
+  USAGE_KEYS[prefix] = { input = prefix .. "input_tokens", output = prefix .. "output_tokens",
+    cache_read = prefix .. "cache_read_tokens", cache_write = prefix .. "cache_write_tokens" }
+end
 
 -- Copies a usage table's token counts into a line's fields.
 local function usage_fields(r, u, prefix)
@@ -255,20 +297,20 @@ function M.duration(d)
 end
 local secs = M.duration
 
--- Per event type: function(ev, fields) -> level, message. Fields hold the
--- event's metadata; types not listed (deltas) are never logged.
+-- Per event type: function(ev, fields, logger) -> level, message. Fields
+-- hold the event's metadata; types not listed (deltas) are never logged.
 local EVENTS = {
   agent_start = function(ev, r)
     r.history = ev.history
     return "info", "agent started"
   end,
-  agent_end = function(ev, r)
+  agent_end = function(ev, r, log)
     r.stop_reason, r.turns, r.reason, r.error = ev.stop_reason, ev.turns, ev.reason, err_text(ev.error)
     usage_fields(r, ev.usage, "")
     if ev.cost then r.cost = ev.cost.total; r.cost_unpriced = ev.cost.unpriced end
-    if content() and ev.messages and #ev.messages > 0 then
+    if log.content and ev.messages and #ev.messages > 0 then
       local last = ev.messages[#ev.messages]
-      if last.role == "assistant" then r.content = M.content_text(last.content or "") end
+      if last.role == "assistant" then r.content = log:content_text(last.content or "") end
     end
     return ev.stop_reason == "error" and "error" or "info", "agent ended: " .. tostring(ev.stop_reason)
   end,
@@ -284,7 +326,7 @@ local EVENTS = {
   end,
   usage = function(ev, r) usage_fields(r, ev, "") return "debug", "usage reported" end,
   stream_reset = function(ev, r) r.attempt = ev.attempt return "debug", "partial answer reset for a retry" end,
-  message_end = function(ev, r)
+  message_end = function(ev, r, log)
     r.stop_reason, r.raw_stop_reason = ev.stop_reason, ev.raw_stop_reason
     usage_fields(r, ev.usage, "")
     if not ev.final then
@@ -300,7 +342,7 @@ local EVENTS = {
     elseif ev.stop_reason == "aborted" then
       return "info", "model call aborted"
     end
-    if content() and ev.message then r.content = M.content_text(ev.message.content or "") end
+    if log.content and ev.message then r.content = log:content_text(ev.message.content or "") end
     return "info", "model call done in " .. secs(r.duration)
   end,
   call_aborted = function(ev, r) r.attempts = ev.attempts return "info", "model call aborted" end,
@@ -326,8 +368,8 @@ local EVENTS = {
     return "warn", "retry budget exhausted"
   end,
   cooldown = function(ev, r) r.endpoint = ev.endpoint return "info", "endpoint cooling down" end,
-  tool_execution_start = function(ev, r)
-    if content() and ev.arguments then r.content = M.content_text(json.encode(ev.arguments)) end
+  tool_execution_start = function(ev, r, log)
+    if log.content and ev.arguments then r.content = log:content_text(json.encode(ev.arguments)) end
     return "info", "tool call started"
   end,
   tool_execution_update = function(_, _) return "debug", "tool progress" end,
@@ -336,15 +378,15 @@ local EVENTS = {
     return "info", string.format("tool failed (attempt %d/%d), retrying in %.2fs: %s", ev.attempt,
       ev.max_attempts, (ev.delay_ms or 0) / 1000, tostring(ev.error))
   end,
-  tool_execution_end = function(ev, r)
+  tool_execution_end = function(ev, r, log)
     r.attempts = ev.attempts
     r.duration = ev.duration and micros(ev.duration)
     if ev.error then
       r.error = err_text(ev.error)
-      if content() then r.content = M.content_text(ev.error.message or "") end
+      if log.content then r.content = log:content_text(ev.error.message or "") end
       return "info", "tool call failed"
     end
-    if content() and ev.result then r.content = M.content_text(ev.result) end
+    if log.content and ev.result then r.content = log:content_text(ev.result) end
     return "info", "tool call done in " .. secs(ev.duration)
   end,
   tools_changed = function(ev, r)
@@ -373,18 +415,14 @@ M.TYPES = {}
 for t in pairs(MOST) do M.TYPES[#M.TYPES + 1] = t end
 table.sort(M.TYPES)
 
--- The trace and span ids of the span an event belongs to, while tracing
--- (lua/luagent/observe/trace.lua needs this module, so it is looked up, not
--- required: no trace loaded, no ids).
-local function trace_context(ev)
-  local trace = package.loaded["luagent.observe.trace"]
-  if trace then return trace.context(ev) end
-end
+-- The highest level of each type, as a number.
+local MOST_LEVEL = {}
+for t, level in pairs(MOST) do MOST_LEVEL[t] = LEVELS[level] end
 
--- consumer() -> a bus consumer writing one line per event worth logging
--- (lua/luagent/base/bus.lua); subscribe it for M.TYPES. Deltas are never
--- logged.
-function M.consumer()
+-- logger:consumer() -> a bus consumer writing one line per event worth
+-- logging (lua/luagent/base/bus.lua); subscribe it for M.TYPES. Deltas are
+-- never logged.
+function Logger:consumer()
   local models = {} -- call -> model, for the events that do not name it
   -- A record no sink kept (the default sink makes its line and lets it
   -- go), emptied (as its JSON line was written, or here when no line was
@@ -393,8 +431,8 @@ function M.consumer()
   local spare
   return function(ev)
     local t = ev.type
-    local most = MOST[t]
-    if not most or not M.enabled(most) then
+    local most, threshold = MOST_LEVEL[t], self.threshold
+    if not most or most < threshold or threshold >= OFF then
       if ev.final and ev.call then models[ev.call] = nil end
       return
     end
@@ -418,33 +456,34 @@ function M.consumer()
     elseif ev.call_id then
       r.tool, r.call_id = ev.name, ev.call_id
     end
-    local level, msg = EVENTS[t](ev, r)
-    if not M.enabled(level) then
+    local level, msg = EVENTS[t](ev, r, self)
+    if LEVELS[level] < self.threshold then
       empty(r)
       spare = r
       return
     end
-    r.trace_id, r.span_id = trace_context(ev)
-    if emit(level, msg, r, true) then spare = r end
+    -- the trace and span ids of the span the event belongs to, while the
+    -- runtime traces (its tracer's context)
+    local context = self.context
+    if context then r.trace_id, r.span_id = context(ev) end
+    if emit(self, level, msg, r, true) then spare = r end
   end
 end
 
-local unsubscribe -- the consumer's, while lines are made from events
-
--- start(rt): subscribes a consumer (once) to runtime rt's bus: events
--- become log lines.
-function M.start(rt)
-  if not unsubscribe then unsubscribe = rt.bus:subscribe(M.consumer(), { types = M.TYPES }) end
+-- logger:start(): subscribes a consumer (once) to the runtime's bus:
+-- events become log lines.
+function Logger:start()
+  if not self.unsubscribe then self.unsubscribe = self.rt.bus:subscribe(self:consumer(), { types = M.TYPES }) end
 end
 
--- stop(): unsubscribes it.
-function M.stop()
-  if unsubscribe then unsubscribe() end
-  unsubscribe = nil
+-- logger:stop(): unsubscribes it.
+function Logger:stop()
+  if self.unsubscribe then self.unsubscribe() end
+  self.unsubscribe = nil
 end
 
 -- Whether events become log lines (the retry loop then leaves its own
 -- line for a retry to the provider_retry event's).
-function M.logging_events() return unsubscribe ~= nil end
+function Logger:logging_events() return self.unsubscribe ~= nil end
 
 return M

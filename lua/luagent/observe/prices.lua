@@ -6,7 +6,7 @@
 -- These are the providers' list prices as published when this table was
 -- written; they change. Override them with `luagent run --prices FILE` (a
 -- Lua file returning a table of the same shape; its entries replace these
--- model by model) or `require("luagent.observe.cost").set_prices{...}`. A model
+-- model by model) or a runtime's `rt:meter("cost"):set_prices{...}`. A model
 -- found nowhere is reported as "no price", never as free.
 --
 -- Keys are model names as sent in requests. A dated name

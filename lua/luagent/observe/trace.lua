@@ -1,5 +1,6 @@
--- Traces: a consumer of the event bus that turns a run's events into spans
--- after the OpenTelemetry GenAI semantic conventions:
+-- Traces: a tracer a runtime owns (lua/luagent/runtime.lua, rt:trace{...}):
+-- a consumer of the runtime's event bus that turns a run's events into
+-- spans after the OpenTelemetry GenAI semantic conventions:
 --
 --   invoke_agent {agent}          INTERNAL, one per agent run
 --     chat {model}                CLIENT, one per model call
@@ -11,14 +12,17 @@
 -- root). Spans are built from the events alone (their times: the events'
 -- `started` / `attempt_started` fields and the moment each event is
 -- published); the retry loop and the agent loop do not know about them.
+-- Each tracer holds its own spans, exporters and printed tree: two
+-- runtimes trace apart.
 --
--- When a trace's root span ends, the trace goes to the exporters: a file of
--- OTLP JSON lines (one TracesData object per line: hex ids, 64-bit integers
--- as strings), an OTLP/HTTP JSON collector (batched, on the loop, from a
--- bounded queue; each post bounded in time and in what it reads of the
--- reply, only a 2xx a success; a collector that fails is logged once per
--- kind of failure and never slows the run), and the tree printed by
--- `luagent run --trace` at the end.
+-- When a trace's root span ends, the trace goes to the tracer's exporters:
+-- a file of OTLP JSON lines (one TracesData object per line: hex ids,
+-- 64-bit integers as strings), an OTLP/HTTP JSON collector (batched, on
+-- the loop, from a bounded queue; each post bounded in time and in what it
+-- reads of the reply, only a 2xx a success; a collector that fails is
+-- logged once per kind of failure, through the runtime's diagnostics, and
+-- never slows the run), and the tree printed by `luagent run --trace` at
+-- the end.
 local core = require "luagent.core"
 local json = require "luagent.base.json"
 local secrets = require "luagent.base.secrets"
@@ -33,8 +37,12 @@ local M = {}
 M.KIND = { INTERNAL = 1, SERVER = 2, CLIENT = 3 }
 M.STATUS = { UNSET = 0, OK = 1, ERROR = 2 }
 
+local Tracer = {}
+Tracer.__index = Tracer
+M.Tracer = Tracer
+
 ------------------------------------------------------------------------------
--- Ids and times
+-- Ids
 ------------------------------------------------------------------------------
 
 -- A random id of `n` hex digits (16 or 32), never all zeros, from the
@@ -42,16 +50,6 @@ M.STATUS = { UNSET = 0, OK = 1, ERROR = 2 }
 -- a constant still gets ids of its own on every run.
 local hex_id = core.random_id
 M.hex_id = hex_id
-
-local offset -- epoch seconds minus loop-clock seconds, fixed when tracing starts
-
--- Unix nanoseconds of a loop-clock time, as an integer.
-local function unix_nano(t)
-  local e = t + offset
-  local s = math.floor(e)
-  return s * 1000000000 + math.floor((e - s) * 1e9)
-end
-M.unix_nano = unix_nano
 
 ------------------------------------------------------------------------------
 -- Spans
@@ -143,57 +141,25 @@ local function flatten(root, out)
   return out
 end
 
--- The spans' OTLP JSON objects (written in C, host/jsonw.c),
--- comma-separated: a piece of a TracesData spans array.
-function M.spans_json(spans)
-  local b = {}
-  for i, s in ipairs(spans) do b[i] = core.otlp_span(s, offset) end
-  return table.concat(b, ",")
-end
 
--- The TracesData text before the spans, and after them (one resource,
--- one scope).
-local resource_head
+-- The TracesData text after the spans (one resource, one scope).
 local RESOURCE_TAIL = "]}]}]}"
-local function head()
-  if not resource_head then
-    local b = { '{"resourceSpans":[{"resource":{"attributes":[' }
-    for i, kv in ipairs({ { "service.name", M.service_name }, { "telemetry.sdk.name", "luagent" },
-                          { "telemetry.sdk.language", "lua" }, { "telemetry.sdk.version", core.version } }) do
-      b[#b + 1] = (i > 1 and "," or "") .. '{"key":"' .. kv[1] .. '","value":{"stringValue":'
-        .. json.quote(kv[2]) .. "}}"
-    end
-    b[#b + 1] = ']},"scopeSpans":[{"scope":{"name":"luagent","version":' .. json.quote(core.version) .. '},"spans":['
-    resource_head = table.concat(b)
+
+-- The TracesData text before the spans, for a service name.
+local function resource_head(service_name)
+  local b = { '{"resourceSpans":[{"resource":{"attributes":[' }
+  for i, kv in ipairs({ { "service.name", service_name }, { "telemetry.sdk.name", "luagent" },
+                        { "telemetry.sdk.language", "lua" }, { "telemetry.sdk.version", core.version } }) do
+    b[#b + 1] = (i > 1 and "," or "") .. '{"key":"' .. kv[1] .. '","value":{"stringValue":'
+      .. json.quote(kv[2]) .. "}}"
   end
-  return resource_head
+  b[#b + 1] = ']},"scopeSpans":[{"scope":{"name":"luagent","version":' .. json.quote(core.version) .. '},"spans":['
+  return table.concat(b)
 end
-
--- TracesData JSON text for a list of spans, scrubbed of keys.
-function M.traces_data(spans)
-  return secrets.text(head() .. M.spans_json(spans) .. RESOURCE_TAIL)
-end
-
-M.service_name = os.getenv("OTEL_SERVICE_NAME") or "luagent"
 
 ------------------------------------------------------------------------------
 -- Building spans from events
 ------------------------------------------------------------------------------
-
-local runs = {}   -- agent_id -> invoke_agent span
-local calls = {}  -- call -> chat span (its children: the attempts)
-local tools = {}  -- agent_id .. "\0" .. call_id -> {span=, n= (attempts so far), next_start=}
-local sinks = {}  -- function(root): called when a trace's root ends
-local unsubscribe
-
--- The span that just ended, per kind (r: agent run, c: call, t: tool), so
--- that consumers of the same event running after this one (its log line)
--- still find its ids. One each: they run in the same publish.
-local recent, recent_key = {}, {}
-local function ended(kind, key, span) recent[kind], recent_key[kind] = span, key end
-local function just_ended(kind, key)
-  return recent_key[kind] == key and recent[kind] or nil
-end
 
 -- The gen_ai.usage.* attributes of a usage table.
 local function usage_attrs(span, u)
@@ -201,11 +167,6 @@ local function usage_attrs(span, u)
   set4(span, "gen_ai.usage.input_tokens", u.input_tokens, "gen_ai.usage.output_tokens", u.output_tokens,
     "gen_ai.usage.cache_read.input_tokens", u.cache_read_tokens,
     "gen_ai.usage.cache_creation.input_tokens", u.cache_write_tokens)
-end
-
--- A trace's root ended: every sink gets the tree.
-local function root_done(root)
-  for _, sink in ipairs(sinks) do sink(root) end
 end
 
 -- once(make, bound) -> f(key): make(key), made once per key for the
@@ -223,238 +184,276 @@ local function once(make, bound)
   end
 end
 
--- Span names: "attempt N" per N, "chat MODEL" per model.
-local attempt_name = once(function(n) return "attempt " .. n end, 64)
-local chat_name = once(function(model) return "chat " .. model end, 256)
-
--- gen_ai.response.finish_reasons: one list per reason (a span's
--- attributes are never changed after they are set).
-local finish_list = once(function(reason) return json.array { reason } end, 64)
-local function finish_reasons(reason)
-  if reason == nil then return json.array {} end
-  return finish_list(reason)
-end
-
--- The chat span of call `id` (made on first sight).
-local function call_of(id, agent_id, t)
-  local s = calls[id]
-  if s then return s end
-  local parent = agent_id and runs[agent_id]
-  s = new_span("chat", M.KIND.CLIENT, parent, t, true)
-  set(s, "gen_ai.operation.name", "chat")
-  calls[id] = s
-  return s
-end
-
--- The span of attempt `n` of chat span `c` (made on first sight).
-local function attempt_of(c, n, t)
-  local kids = c.children
-  if kids then
-    for i = #kids, 1, -1 do
-      if kids[i].attempt == n then return kids[i] end
-    end
-  end
-  local a = new_span(attempt_name(n), M.KIND.CLIENT, c, t)
-  a.attempt = n
-  set(a, "http.request.method", "POST")
-  if n > 1 then set(a, "http.request.resend_count", n - 1) end
-  return a
-end
-
 -- error.type of a failure: the classifier's class, else the error's kind.
 local function error_type(err, class)
   if type(err) ~= "table" then return class or "error" end
   return err.class or class or err.kind or "error"
 end
 
--- {host, port} of a base URL (parsed once per URL), or nil.
-local servers = {} -- base URL -> {host, port}
-local function server_of(url)
-  if type(url) ~= "string" then return nil end
-  local hp = servers[url]
-  if not hp then
-    local host, port = url:match("^%a[%w+.-]*://%[?([^/%]]+)%]?:(%d+)")
-    if not host then host = url:match("^%a[%w+.-]*://([^/:]+)") end
-    hp = { host, math.tointeger(tonumber(port)) or (url:match("^https") and 443 or 80) }
-    servers[url] = hp
-  end
-  return hp
-end
-
-local H = {} -- per event type
-
-function H.agent_start(ev, now)
-  local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, nil, now, true)
-  set(s, "gen_ai.operation.name", "invoke_agent")
-  set(s, "gen_ai.agent.name", ev.agent)
-  set(s, "gen_ai.agent.id", ev.agent_id)
-  runs[ev.agent_id or ev.agent] = s
-end
-
-function H.agent_end(ev, now)
-  local key = ev.agent_id or ev.agent
-  local s = runs[key]
-  if not s then return end
-  runs[key] = nil
-  ended("r", key, s)
-  usage_attrs(s, ev.usage)
-  set(s, "luagent.stop_reason", ev.stop_reason)
-  set(s, "luagent.turns", ev.turns)
-  if ev.cost and ev.cost.total then set(s, "luagent.cost", ev.cost.total) end
-  if ev.stop_reason == "error" then fail(s, error_type(ev.error), ev.error and ev.error.message or ev.reason) end
-  finish(s, now)
-  root_done(s)
-end
-
--- A model call's events carry its number; an answer a resumed run replays
--- from its journal has none (no request was made): it is no span.
-function H.message_start(ev, now)
-  if ev.call == nil then return end
-  local s = call_of(ev.call, ev.agent_id, now)
-  s.response_model, s.response_id = ev.model, ev.id
-end
-
-function H.provider_retry(ev, now)
-  if ev.call == nil then return end
-  local c = call_of(ev.call, ev.agent_id, ev.started or now)
-  local a = attempt_of(c, ev.attempt, ev.attempt_started or now)
-  a.start = ev.attempt_started or a.start
-  set(a, "http.response.status_code", ev.status)
-  set(a, "luagent.retry.delay_ms", ev.delay_ms)
-  set(a, "luagent.retry.source", ev.source)
-  usage_attrs(a, ev.usage)
-  fail(a, ev.class or "error", ev.error)
-  a.delay = ev.delay_ms and ev.delay_ms / 1000
-  finish(a, now)
-end
-
--- The call's final event (message_end final, or call_aborted).
-local function call_end(ev, now)
-  if ev.call == nil then return end
-  local s = call_of(ev.call, ev.agent_id, ev.started or now)
-  calls[ev.call] = nil
-  ended("c", ev.call, s)
-  if ev.started then s.start = ev.started end
-  local n = ev.attempts or 0
-  -- the last attempt, unless provider_retry ended it already (the retry
-  -- it announced was then refused: budget, breaker, deadline, a gate)
-  local kids = s.children
-  local last = kids and kids[#kids]
-  if n > 0 and not (last and last.attempt == n and last.stop) then
-    local a = attempt_of(s, n, ev.attempt_started or now)
-    if ev.attempt_started then a.start = ev.attempt_started end
-    set(a, "http.response.status_code", ev.status)
-    usage_attrs(a, ev.usage)
-    if ev.stop_reason == "error" then
-      fail(a, error_type(ev.error and ev.error.cause or ev.error), ev.error and ev.error.message)
-    elseif ev.stop_reason == "aborted" then
-      fail(a, "cancelled", "aborted")
-    end
-    finish(a, now)
-  end
-  s.name = chat_name(tostring(ev.request_model or s.response_model or ""))
-  local answered = ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted"
-  -- the call names its provider as its adapter says (EVENTS.md, provider_name)
-  set4(s, "gen_ai.provider.name", ev.provider_name or ev.provider_kind,
-    "gen_ai.request.model", ev.request_model,
-    "gen_ai.response.model", answered and s.response_model or nil,
-    "gen_ai.response.id", answered and s.response_id or nil)
-  usage_attrs(s, ev.total_usage)
-  local hp = server_of(ev.endpoint)
-  set4(s, "gen_ai.response.finish_reasons", finish_reasons(ev.raw_stop_reason or ev.stop_reason),
-    "server.address", hp and hp[1], "server.port", hp and hp[2], "luagent.call", ev.call)
-  set(s, "luagent.attempts", n)
-  if ev.stop_reason == "error" then
-    fail(s, error_type(ev.error), ev.error and ev.error.message)
-  elseif ev.stop_reason == "aborted" then
-    fail(s, "cancelled", "aborted")
-  end
-  finish(s, now)
-  if not s.parent then root_done(s) end
-end
-
-function H.message_end(ev, now)
-  if ev.final then call_end(ev, now) end
-end
-H.call_aborted = call_end
-
 -- A tool call's key: its agent and call id.
 local function tool_key(ev) return tostring(ev.agent_id or ev.agent) .. "\0" .. tostring(ev.call_id) end
 
-function H.tool_execution_start(ev, now)
-  local parent = runs[ev.agent_id or ev.agent]
-  local s = new_span("execute_tool " .. tostring(ev.name), M.KIND.INTERNAL, parent, now)
-  set(s, "gen_ai.operation.name", "execute_tool")
-  set(s, "gen_ai.tool.name", ev.name)
-  set(s, "gen_ai.tool.call.id", ev.call_id)
-  set(s, "gen_ai.tool.type", "function")
-  tools[tool_key(ev)] = { span = s, n = 0, next_start = now }
-end
+-- The event types spans are built from.
+local TYPES = { "agent_start", "agent_end", "message_start", "provider_retry", "message_end", "call_aborted",
+  "tool_execution_start", "tool_retry", "tool_execution_end" }
 
--- Ends the next attempt of tool call `t` now: from the end of the wait
--- before it, with its error and the wait after it, if any.
-local function tool_attempt(t, now, err, delay)
-  t.n = t.n + 1
-  -- the attempt began after the wait (delay_ms is rounded: never past now)
-  local a = new_span(attempt_name(t.n), M.KIND.INTERNAL, t.span, math.min(t.next_start, now))
-  a.attempt = t.n
-  if err then fail(a, err.kind or "tool_error", err.message or err) end
-  if delay then
-    set(a, "luagent.retry.delay_ms", math.floor(delay * 1000 + 0.5))
-    a.delay = delay
+-- builder(sinks) -> consume(ev), context(ev), headers(call, attempt,
+-- opts), end_open(): a tracer's span builder, its state in the closures'
+-- upvalues (a field lookup per span access costs on the event path); a
+-- trace whose root ends goes to each function of the list `sinks`.
+local function builder(sinks)
+  local runs = {}   -- agent_id -> invoke_agent span
+  local calls = {}  -- call -> chat span (its children: the attempts)
+  local tools = {}  -- agent_id .. "\0" .. call_id -> {span=, n= (attempts so far), next_start=}
+
+  -- The span that just ended, per kind (r: agent run, c: call, t: tool), so
+  -- that consumers of the same event running after this one (its log line)
+  -- still find its ids. One each: they run in the same publish.
+  local recent, recent_key = {}, {}
+  local function ended(kind, key, span) recent[kind], recent_key[kind] = span, key end
+  local function just_ended(kind, key)
+    return recent_key[kind] == key and recent[kind] or nil
   end
-  finish(a, now)
-  t.next_start = now + (delay or 0)
-end
 
-function H.tool_retry(ev, now)
-  local t = tools[tool_key(ev)]
-  if not t then return end
-  local kind = tostring(ev.error):match("^([%w_]+):") or "tool_error"
-  tool_attempt(t, now, { kind = kind, message = ev.error }, (ev.delay_ms or 0) / 1000)
-end
+  -- A trace's root ended: every sink gets the tree.
+  local function root_done(root)
+    for _, sink in ipairs(sinks) do sink(root) end
+  end
 
-function H.tool_execution_end(ev, now)
-  local key = tool_key(ev)
-  local t = tools[key]
-  if not t then return end
-  tools[key] = nil
-  ended("t", key, t.span)
-  if (ev.attempts or 0) > t.n then tool_attempt(t, now, ev.error) end
-  if ev.error then fail(t.span, ev.error.kind or "tool_error", ev.error.message) end
-  finish(t.span, now)
-  if not t.span.parent then root_done(t.span) end
-end
+  -- Span names: "attempt N" per N, "chat MODEL" per model.
+  local attempt_name = once(function(n) return "attempt " .. n end, 64)
+  local chat_name = once(function(model) return "chat " .. model end, 256)
 
--- The bus consumer.
-local function consume(ev)
-  local h = H[ev.type]
-  if h then h(ev, core.now()) end
-end
+  -- gen_ai.response.finish_reasons: one list per reason (a span's
+  -- attributes are never changed after they are set).
+  local finish_list = once(function(reason) return json.array { reason } end, 64)
+  local function finish_reasons(reason)
+    if reason == nil then return json.array {} end
+    return finish_list(reason)
+  end
 
--- context(ev) -> trace_id, span_id of the span an event belongs to (for
--- log lines), or nil.
-function M.context(ev)
-  local s
-  if ev.call then
-    s = calls[ev.call] or just_ended("c", ev.call)
-  elseif ev.call_id then
+  -- The chat span of call `id` (made on first sight).
+  local function call_of(id, agent_id, t)
+    local s = calls[id]
+    if s then return s end
+    local parent = agent_id and runs[agent_id]
+    s = new_span("chat", M.KIND.CLIENT, parent, t, true)
+    set(s, "gen_ai.operation.name", "chat")
+    calls[id] = s
+    return s
+  end
+
+  -- The span of attempt `n` of chat span `c` (made on first sight).
+  local function attempt_of(c, n, t)
+    local kids = c.children
+    if kids then
+      for i = #kids, 1, -1 do
+        if kids[i].attempt == n then return kids[i] end
+      end
+    end
+    local a = new_span(attempt_name(n), M.KIND.CLIENT, c, t)
+    a.attempt = n
+    set(a, "http.request.method", "POST")
+    if n > 1 then set(a, "http.request.resend_count", n - 1) end
+    return a
+  end
+
+  -- {host, port} of a base URL (parsed once per URL), or nil.
+  local servers = {} -- base URL -> {host, port}
+  local function server_of(url)
+    if type(url) ~= "string" then return nil end
+    local hp = servers[url]
+    if not hp then
+      local host, port = url:match("^%a[%w+.-]*://%[?([^/%]]+)%]?:(%d+)")
+      if not host then host = url:match("^%a[%w+.-]*://([^/:]+)") end
+      hp = { host, math.tointeger(tonumber(port)) or (url:match("^https") and 443 or 80) }
+      servers[url] = hp
+    end
+    return hp
+  end
+
+  local H = {} -- per event type
+
+  function H.agent_start(ev, now)
+    local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, nil, now, true)
+    set(s, "gen_ai.operation.name", "invoke_agent")
+    set(s, "gen_ai.agent.name", ev.agent)
+    set(s, "gen_ai.agent.id", ev.agent_id)
+    runs[ev.agent_id or ev.agent] = s
+  end
+
+  function H.agent_end(ev, now)
+    local key = ev.agent_id or ev.agent
+    local s = runs[key]
+    if not s then return end
+    runs[key] = nil
+    ended("r", key, s)
+    usage_attrs(s, ev.usage)
+    set(s, "luagent.stop_reason", ev.stop_reason)
+    set(s, "luagent.turns", ev.turns)
+    if ev.cost and ev.cost.total then set(s, "luagent.cost", ev.cost.total) end
+    if ev.stop_reason == "error" then fail(s, error_type(ev.error), ev.error and ev.error.message or ev.reason) end
+    finish(s, now)
+    root_done(s)
+  end
+
+  -- A model call's events carry its number; an answer a resumed run replays
+  -- from its journal has none (no request was made): it is no span.
+  function H.message_start(ev, now)
+    if ev.call == nil then return end
+    local s = call_of(ev.call, ev.agent_id, now)
+    s.response_model, s.response_id = ev.model, ev.id
+  end
+
+  function H.provider_retry(ev, now)
+    if ev.call == nil then return end
+    local c = call_of(ev.call, ev.agent_id, ev.started or now)
+    local a = attempt_of(c, ev.attempt, ev.attempt_started or now)
+    a.start = ev.attempt_started or a.start
+    set(a, "http.response.status_code", ev.status)
+    set(a, "luagent.retry.delay_ms", ev.delay_ms)
+    set(a, "luagent.retry.source", ev.source)
+    usage_attrs(a, ev.usage)
+    fail(a, ev.class or "error", ev.error)
+    a.delay = ev.delay_ms and ev.delay_ms / 1000
+    finish(a, now)
+  end
+
+  -- The call's final event (message_end final, or call_aborted).
+  local function call_end(ev, now)
+    if ev.call == nil then return end
+    local s = call_of(ev.call, ev.agent_id, ev.started or now)
+    calls[ev.call] = nil
+    ended("c", ev.call, s)
+    if ev.started then s.start = ev.started end
+    local n = ev.attempts or 0
+    -- the last attempt, unless provider_retry ended it already (the retry
+    -- it announced was then refused: budget, breaker, deadline, a gate)
+    local kids = s.children
+    local last = kids and kids[#kids]
+    if n > 0 and not (last and last.attempt == n and last.stop) then
+      local a = attempt_of(s, n, ev.attempt_started or now)
+      if ev.attempt_started then a.start = ev.attempt_started end
+      set(a, "http.response.status_code", ev.status)
+      usage_attrs(a, ev.usage)
+      if ev.stop_reason == "error" then
+        fail(a, error_type(ev.error and ev.error.cause or ev.error), ev.error and ev.error.message)
+      elseif ev.stop_reason == "aborted" then
+        fail(a, "cancelled", "aborted")
+      end
+      finish(a, now)
+    end
+    s.name = chat_name(tostring(ev.request_model or s.response_model or ""))
+    local answered = ev.stop_reason ~= "error" and ev.stop_reason ~= "aborted"
+    -- the call names its provider as its adapter says (EVENTS.md, provider_name)
+    set4(s, "gen_ai.provider.name", ev.provider_name or ev.provider_kind,
+      "gen_ai.request.model", ev.request_model,
+      "gen_ai.response.model", answered and s.response_model or nil,
+      "gen_ai.response.id", answered and s.response_id or nil)
+    usage_attrs(s, ev.total_usage)
+    local hp = server_of(ev.endpoint)
+    set4(s, "gen_ai.response.finish_reasons", finish_reasons(ev.raw_stop_reason or ev.stop_reason),
+      "server.address", hp and hp[1], "server.port", hp and hp[2], "luagent.call", ev.call)
+    set(s, "luagent.attempts", n)
+    if ev.stop_reason == "error" then
+      fail(s, error_type(ev.error), ev.error and ev.error.message)
+    elseif ev.stop_reason == "aborted" then
+      fail(s, "cancelled", "aborted")
+    end
+    finish(s, now)
+    if not s.parent then root_done(s) end
+  end
+
+  function H.message_end(ev, now)
+    if ev.final then call_end(ev, now) end
+  end
+  H.call_aborted = call_end
+
+  function H.tool_execution_start(ev, now)
+    local parent = runs[ev.agent_id or ev.agent]
+    local s = new_span("execute_tool " .. tostring(ev.name), M.KIND.INTERNAL, parent, now)
+    set(s, "gen_ai.operation.name", "execute_tool")
+    set(s, "gen_ai.tool.name", ev.name)
+    set(s, "gen_ai.tool.call.id", ev.call_id)
+    set(s, "gen_ai.tool.type", "function")
+    tools[tool_key(ev)] = { span = s, n = 0, next_start = now }
+  end
+
+  -- Ends the next attempt of tool call `t` now: from the end of the wait
+  -- before it, with its error and the wait after it, if any.
+  local function tool_attempt(t, now, err, delay)
+    t.n = t.n + 1
+    -- the attempt began after the wait (delay_ms is rounded: never past now)
+    local a = new_span(attempt_name(t.n), M.KIND.INTERNAL, t.span, math.min(t.next_start, now))
+    a.attempt = t.n
+    if err then fail(a, err.kind or "tool_error", err.message or err) end
+    if delay then
+      set(a, "luagent.retry.delay_ms", math.floor(delay * 1000 + 0.5))
+      a.delay = delay
+    end
+    finish(a, now)
+    t.next_start = now + (delay or 0)
+  end
+
+  function H.tool_retry(ev, now)
     local t = tools[tool_key(ev)]
-    s = t and t.span or just_ended("t", tool_key(ev))
+    if not t then return end
+    local kind = tostring(ev.error):match("^([%w_]+):") or "tool_error"
+    tool_attempt(t, now, { kind = kind, message = ev.error }, (ev.delay_ms or 0) / 1000)
   end
-  local key = ev.agent_id or ev.agent
-  s = s or (key and (runs[key] or just_ended("r", key)))
-  if s then return s.trace_id, s.span_id end
-end
 
--- headers(call, attempt, opts) -> {traceparent = ...} for an attempt's
--- request (W3C Trace Context; the attempt's own span is the parent, or,
--- when nothing is traced, fresh ids that no span keeps).
-function M.headers(call, attempt, opts)
-  if not unsubscribe then return { traceparent = "00-" .. hex_id(32) .. "-" .. hex_id(16) .. "-01" } end
-  local c = call_of(call, opts and opts.agent_id, core.now())
-  local a = attempt_of(c, attempt, core.now())
-  return { traceparent = "00-" .. a.trace_id .. "-" .. a.span_id .. "-01" }
+  function H.tool_execution_end(ev, now)
+    local key = tool_key(ev)
+    local t = tools[key]
+    if not t then return end
+    tools[key] = nil
+    ended("t", key, t.span)
+    if (ev.attempts or 0) > t.n then tool_attempt(t, now, ev.error) end
+    if ev.error then fail(t.span, ev.error.kind or "tool_error", ev.error.message) end
+    finish(t.span, now)
+    if not t.span.parent then root_done(t.span) end
+  end
+
+  -- The bus consumer.
+  local function consume(ev)
+    local h = H[ev.type]
+    if h then h(ev, core.now()) end
+  end
+
+  -- context(ev) -> trace_id, span_id of the span an event belongs to (for
+  -- log lines), or nil.
+  local function context(ev)
+    local s
+    if ev.call then
+      s = calls[ev.call] or just_ended("c", ev.call)
+    elseif ev.call_id then
+      local t = tools[tool_key(ev)]
+      s = t and t.span or just_ended("t", tool_key(ev))
+    end
+    local key = ev.agent_id or ev.agent
+    s = s or (key and (runs[key] or just_ended("r", key)))
+    if s then return s.trace_id, s.span_id end
+  end
+
+  -- headers(call, attempt, opts) -> {traceparent = ...} for an attempt's
+  -- request (W3C Trace Context): the attempt's own span is the parent.
+  local function headers(call, attempt, opts)
+    local c = call_of(call, opts and opts.agent_id, core.now())
+    local a = attempt_of(c, attempt, core.now())
+    return { traceparent = "00-" .. a.trace_id .. "-" .. a.span_id .. "-01" }
+  end
+
+  -- end_open(): the agent runs still open (a run cut short) end now and
+  -- go to the sinks.
+  local function end_open()
+    for key, s in pairs(runs) do
+      finish(s)
+      runs[key] = nil
+      root_done(s)
+    end
+  end
+
+  return consume, context, headers, end_open
 end
 
 ------------------------------------------------------------------------------
@@ -464,11 +463,9 @@ end
 M.duration = log.duration -- "37.968s", "1.3ms", "191µs"
 local terminal_text = core.terminal_text
 
-local INDENT = setmetatable({}, { __index = function(t, depth)
-  local s = string.rep("  ", depth)
-  t[depth] = s
-  return s
-end })
+-- A tree line's indent per depth (deeper ones are made as needed).
+local INDENT = {}
+for depth = 0, 15 do INDENT[depth] = string.rep("  ", depth) end
 
 -- Children in start order (ties: by span id).
 local function by_start(a, b)
@@ -476,15 +473,13 @@ local function by_start(a, b)
   return a.span_id < b.span_id
 end
 
--- "HTTP 503", per status.
-local http_note = once(function(status) return "HTTP " .. status end, 64)
-
 -- Hands emit(line) each line of the tree under `root`: each span with its
 -- duration, children indented in start order; attempts say their status
--- or error and the wait after. Lines are not scrubbed.
-local function tree_lines(root, emit, depth)
+-- or error and the wait after (http_note(status) -> "HTTP 503"). Lines are
+-- not scrubbed.
+local function tree_lines(root, emit, depth, http_note)
   local d = (root.stop or root.start) - root.start
-  local head = INDENT[depth] .. root.name .. " " .. M.duration(d)
+  local head = (INDENT[depth] or string.rep("  ", depth)) .. root.name .. " " .. M.duration(d)
   local tool = false
   if root.attempt then
     local status = get(root, "http.response.status_code")
@@ -507,26 +502,27 @@ local function tree_lines(root, emit, depth)
     kids = table.move(kids, 1, #kids, 1, {})
     table.sort(kids, by_start)
   end
-  for _, c in ipairs(kids) do tree_lines(c, emit, depth + 1) end
+  for _, c in ipairs(kids) do tree_lines(c, emit, depth + 1, http_note) end
 end
 
 ------------------------------------------------------------------------------
 -- Exporters
 ------------------------------------------------------------------------------
 
--- How the file exporter batches, as the OpenTelemetry SDK's batch span
--- processor does: the spans of the traces that finish within `delay`
--- seconds of the first go out as one TracesData line, or sooner once
--- `batch` spans wait.
-M.file_batch = { delay = 1, batch = 512 }
+-- How a tracer's file exporters batch (tracer.file_batch starts as a copy),
+-- as the OpenTelemetry SDK's batch span processor does: the spans of the
+-- traces that finish within `delay` seconds of the first go out as one
+-- TracesData line, or sooner once `batch` spans wait.
+M.FILE_BATCH = { delay = 1, batch = 512 }
 
 -- How many finished traces wait to be turned into text together (the
 -- OTLP file's JSON, the --trace tree's lines). Run back to back, the
 -- writer's code and branches stay warm: one at a time, between the
 -- chunks of a streaming run, it cost twice as much. A trace is written as
 -- it is when its batch is turned into text: an event that still changes
--- it after its root ended (a call ending after its agent run) shows.
-M.render_batch = 32
+-- it after its root ended (a call ending after its agent run) shows. A
+-- tracer's render_batch starts here.
+M.RENDER_BATCH = 32
 
 -- The spans of the tree under `s`.
 local function count_spans(s)
@@ -537,21 +533,23 @@ local function count_spans(s)
   return n
 end
 
--- file_exporter(path) -> sink, close | nil, message: TracesData lines of
--- finished traces, batched as M.file_batch says; close() ends the line
--- that is open and closes the file: true, or nil and the message of a
--- write that failed. Finished traces wait, M.render_batch at most, and are
--- turned into JSON together (one string, scrubbed); the texts wait
--- until M.file_chunk bytes of them are there and go out together: little
+-- tracer:file_exporter(path) -> sink, close | nil, message: TracesData
+-- lines of finished traces, batched as tracer.file_batch says; close() ends
+-- the line that is open and closes the file: true, or nil and the message
+-- of a write that failed. Finished traces wait, tracer.render_batch at
+-- most, and are turned into JSON together (one string, scrubbed); the texts
+-- wait until tracer.file_chunk bytes of them are there and go out together: little
 -- of a batch stays in the Lua heap, where every object kept makes each
 -- collection of a streaming run longer, and a text larger than stdio's
 -- 4 KiB buffer goes to the file in one write (glibc ignores the size
 -- setvbuf asks for). A line is whole in the file once its batch ends (its
 -- tail and a flush); until then the file may end inside it. A write that
--- fails (a full disk) is logged once; the file then takes no more
--- (lua/luagent/base/outfile.lua) and later traces are dropped unrendered.
-M.file_chunk = 16384
-function M.file_exporter(path)
+-- fails (a full disk) is logged once (the runtime's diagnostics); the file
+-- then takes no more (lua/luagent/base/outfile.lua) and later traces are
+-- dropped unrendered.
+M.FILE_CHUNK = 16384
+function Tracer:file_exporter(path)
+  local tracer = self
   local out, err = outfile.open(path)
   if not out then return nil, err end
   local spans, timer = 0, nil -- spans in the open line; its batch's timer
@@ -563,7 +561,7 @@ function M.file_exporter(path)
   local function check(ok, message)
     if ok or told then return end
     told = true
-    log.write("warn", "trace: the OTLP file export failed: " .. tostring(message) .. "; later spans are not written")
+    tracer.diag:write("warn", "trace: the OTLP file export failed: " .. tostring(message) .. "; later spans are not written")
   end
   local function write_out()
     if bytes == 0 then return end
@@ -574,15 +572,15 @@ function M.file_exporter(path)
   local function add(text)
     texts[#texts + 1] = text
     bytes = bytes + #text
-    if bytes >= M.file_chunk then write_out() end
+    if bytes >= tracer.file_chunk then write_out() end
   end
   local function render()
     if roots[1] == nil then return end
     local batch = roots -- taken first: a batch that fails to render is not tried again
     roots = {}
     if out.error then return end -- nowhere to go
-    local text = secrets.text((core.otlp_traces(batch, offset)))
-    add(opened and "," or head())
+    local text = secrets.text((core.otlp_traces(batch, tracer.offset)))
+    add(opened and "," or tracer.head)
     opened = true
     add(text)
   end
@@ -605,11 +603,11 @@ function M.file_exporter(path)
     if out.error then return end -- the file failed: the trace is dropped
     roots[#roots + 1] = root
     spans = spans + count_spans(root)
-    if spans >= M.file_batch.batch then return end_line() end
-    if #roots >= M.render_batch then render() end
+    if spans >= tracer.file_batch.batch then return end_line() end
+    if #roots >= tracer.render_batch then render() end
     if not timer then
       timer = core.spawn(function()
-        core.sleep(M.file_batch.delay)
+        core.sleep(tracer.file_batch.delay)
         timer = nil
         end_line()
       end)
@@ -683,15 +681,18 @@ local function post_once(x, body, total)
   return nil, string.format("HTTP %d", status), why
 end
 
--- http_exporter{url=, max_queue=, batch=, timeout=} -> exporter with
--- :sink(root), :flush(seconds) and the counts sent, dropped, failures.
+-- tracer:http_exporter{url=, max_queue=, batch=, timeout=, headers=} ->
+-- exporter with .sink(root), .flush(seconds) and the counts sent, dropped,
+-- failures.
 -- Spans wait in a bounded queue; one sender task at a time posts them in
 -- batches, each post bounded by `timeout` seconds (default 5; the
 -- connection by 2 of them) and by what it reads of the reply
 -- (M.REPLY_MAX); a batch that fails (a status that is not 2xx, no answer
 -- in time) is dropped and counted, each kind of failure logged once, and
--- the run goes on at its own pace.
-function M.http_exporter(opts)
+-- the run goes on at its own pace. Failures are logged through the
+-- runtime's diagnostics.
+function Tracer:http_exporter(opts)
+  local tracer, diag = self, self.diag
   local x = {
     url = opts.url, max_queue = opts.max_queue or 2048, batch = opts.batch or 512,
     timeout = opts.timeout or 5, queue = queue.new(), sent = 0, dropped = 0, failures = 0,
@@ -704,7 +705,7 @@ function M.http_exporter(opts)
   local function report(kind, message)
     if x.reported[kind] or x.kinds >= M.REPORTED_KINDS then return end
     x.reported[kind], x.kinds = true, x.kinds + 1
-    log.write("warn", "OTLP export to " .. x.url .. " failed (" .. message
+    diag:write("warn", "OTLP export to " .. x.url .. " failed (" .. message
       .. "); its spans are dropped and counted, the run goes on")
   end
 
@@ -712,7 +713,7 @@ function M.http_exporter(opts)
   -- and is logged the first time of its kind.
   local function post(spans, total)
     x.inflight = #spans
-    local ran, ok, kind, message = pcall(post_once, x, M.traces_data(spans), total)
+    local ran, ok, kind, message = pcall(post_once, x, tracer:traces_data(spans), total)
     x.inflight = 0
     if not ran then
       if errors.is_cancel(ok) then error(ok, 0) end
@@ -790,14 +791,14 @@ function M.http_exporter(opts)
       x.dropped = x.dropped + (x.inflight or 0)
       if not next(x.reported) then
         x.reported.unanswered = true
-        log.write("warn", string.format("OTLP export to %s: the collector did not answer (the run's end waited %g s)",
+        diag:write("warn", string.format("OTLP export to %s: the collector did not answer (the run's end waited %g s)",
           x.url, seconds))
       end
     end
     local lost = x.queue:len()
     if lost > 0 then x.dropped = x.dropped + lost end
     if x.dropped > 0 then
-      log.write("warn", string.format("OTLP export to %s: %d span(s) sent, %d dropped (%d over the queue bound of %d)",
+      diag:write("warn", string.format("OTLP export to %s: %d span(s) sent, %d dropped (%d over the queue bound of %d)",
         x.url, x.sent, x.dropped, x.overflow or 0, x.max_queue))
     end
   end
@@ -805,76 +806,125 @@ function M.http_exporter(opts)
 end
 
 ------------------------------------------------------------------------------
--- Starting and stopping
+-- The tracer: making, exporting, stopping
 ------------------------------------------------------------------------------
 
-local printed, exporters, closers = nil, {}, {}
-local tree_roots = {} -- finished traces whose tree lines are not yet in `printed`
+-- The spans' OTLP JSON objects (written in C, host/jsonw.c),
+-- comma-separated: a piece of a TracesData spans array.
+function Tracer:spans_json(spans)
+  local b, offset = {}, self.offset
+  for i, s in ipairs(spans) do b[i] = core.otlp_span(s, offset) end
+  return table.concat(b, ",")
+end
 
--- start(rt, {tree=bool, file=path, url=base URL, headers="k=v,..", max_queue=,
--- batch=, timeout=})
--- -> true | nil, message. Subscribes the span builder (once) to runtime rt's bus and the
--- exporters asked for; with none, spans still give log lines their ids.
-function M.start(rt, opts)
+-- TracesData JSON text for a list of spans, scrubbed of keys.
+function Tracer:traces_data(spans)
+  return secrets.text(self.head .. self:spans_json(spans) .. RESOURCE_TAIL)
+end
+
+-- new(rt [, opts]) -> tracer | nil, message: a tracer of runtime rt, its
+-- span builder subscribed to rt's bus, with the exporters opts asks for
+-- (tracer:export); its warnings go to rt.diag. With no exporter, spans
+-- still give log lines their ids (the runtime hands tracer.context_of to
+-- its logger) and requests their traceparent (tracer:headers). nil and a
+-- message, and nothing subscribed, when an exporter cannot be opened.
+function M.new(rt, opts)
+  if type(rt) ~= "table" or not rt.bus or not rt.diag then error("trace.new: expects a runtime", 2) end
+  local self = setmetatable({
+    rt = rt, diag = rt.diag,
+    offset = core.wall() - core.now(), -- epoch seconds minus loop-clock seconds, fixed as tracing starts
+    service_name = os.getenv("OTEL_SERVICE_NAME") or "luagent",
+    render_batch = M.RENDER_BATCH, file_chunk = M.FILE_CHUNK,
+    file_batch = { delay = M.FILE_BATCH.delay, batch = M.FILE_BATCH.batch },
+    sinks = {},       -- function(root): called when a trace's root ends
+    exporters = {},   -- the OTLP/HTTP exporters, flushed at stop
+    closers = {},     -- what stop runs: files closed, the tree's last batch rendered
+    printed = nil,    -- the tree's text so far, when asked for
+    running = true,
+    on_stop = nil,    -- function(tracer), told once when the tracer stops (the runtime's)
+  }, Tracer)
+  if opts and opts.service_name then self.service_name = opts.service_name end
+  self.head = resource_head(self.service_name)
+  local consume, context, headers, end_open = builder(self.sinks)
+  self.context_of, self.headers_of, self.end_open = context, headers, end_open
+  local ok, err = self:export(opts)
+  if not ok then return nil, err end
+  -- an annotator: it runs before the log lines that use its ids
+  self.unsubscribe = rt.bus:subscribe(consume, { annotate = true, types = TYPES })
+  return self
+end
+
+-- tracer:export{tree=bool, file=path, url=base URL, headers="k=v,..",
+-- max_queue=, batch=, timeout=} -> true | nil, message: adds the exporters
+-- asked for (the tree at most once).
+function Tracer:export(opts)
   opts = opts or {}
-  if not unsubscribe then
-    offset = core.wall() - core.now()
-    local types = {}
-    for t in pairs(H) do types[#types + 1] = t end
-    -- an annotator: it runs before the log lines that use its ids
-    unsubscribe = rt.bus:subscribe(consume, { annotate = true, types = types })
-  end
+  if not self.running then error("trace: this tracer is stopped", 2) end
+  local sinks = self.sinks
   if opts.file then
-    local sink, close = M.file_exporter(opts.file)
+    local sink, close = self:file_exporter(opts.file)
     if not sink then return nil, "cannot open '" .. opts.file .. "': " .. tostring(close) end
     sinks[#sinks + 1] = sink
-    closers[#closers + 1] = close
+    self.closers[#self.closers + 1] = close
   end
   if opts.url then
-    local x = M.http_exporter { url = M.traces_url(opts.url), headers = opts.headers, max_queue = opts.max_queue,
+    local x = self:http_exporter { url = M.traces_url(opts.url), headers = opts.headers, max_queue = opts.max_queue,
       batch = opts.batch, timeout = opts.timeout }
     sinks[#sinks + 1] = x.sink
-    exporters[#exporters + 1] = x
+    self.exporters[#self.exporters + 1] = x
   end
-  if opts.tree and not printed then
+  if opts.tree and not self.printed then
     -- kept as text, in a temporary file (the spans can go, and a long
     -- run's tree does not grow the Lua heap); in memory if there is none
-    printed = io.tmpfile() or { write = function(self, ...) for _, text in ipairs({ ... }) do self[#self + 1] = text end end }
+    local printed = io.tmpfile() or { write = function(buf, ...) for _, text in ipairs({ ... }) do buf[#buf + 1] = text end end }
+    self.printed = printed
+    local http_note = once(function(status) return "HTTP " .. status end, 64) -- "HTTP 503", per status
     -- names, models and messages come from models, tools and servers:
     -- escaped for the terminal the tree is printed on (host/termtext.c)
     local function emit(line) printed:write(terminal_text(secrets.text(line)), "\n") end
+    local roots = {} -- finished traces whose tree lines are not yet in `printed`
     local function render()
-      local batch = tree_roots -- taken first, as the file exporter's
-      tree_roots = {}
-      for i = 1, #batch do tree_lines(batch[i], emit, 0) end
+      local batch = roots -- taken first, as the file exporter's
+      roots = {}
+      for i = 1, #batch do tree_lines(batch[i], emit, 0, http_note) end
     end
     sinks[#sinks + 1] = function(root)
-      tree_roots[#tree_roots + 1] = root
-      if #tree_roots >= M.render_batch then render() end
+      roots[#roots + 1] = root
+      if #roots >= self.render_batch then render() end
     end
-    closers[#closers + 1] = render
+    self.closers[#self.closers + 1] = render
   end
   return true
 end
 
--- stop([out]) -> true | nil, message: ends tracing: exports what is
--- queued (bounded in time), closes files and writes the tree of every
--- trace to `out` (a file, when `--trace`). Spans still open (a run cut
--- short) are ended now. nil and a message when the OTLP file could not be
--- written (logged once when it happened).
-function M.stop(out, flush_seconds)
-  for key, s in pairs(runs) do
-    finish(s)
-    runs[key] = nil
-    root_done(s)
-  end
-  for _, x in ipairs(exporters) do x.flush(flush_seconds or 1) end
+-- tracer:context(ev) -> trace_id, span_id of the span an event belongs to
+-- (for log lines), or nil. (tracer.context_of is the same, as a function.)
+function Tracer:context(ev) return self.context_of(ev) end
+
+-- tracer:headers(call, attempt, opts) -> {traceparent = ...} for an
+-- attempt's request (W3C Trace Context): the attempt's own span is the
+-- parent.
+function Tracer:headers(call, attempt, opts) return self.headers_of(call, attempt, opts) end
+
+-- tracer:stop([out [, flush_seconds]]) -> true | nil, message: ends
+-- tracing: spans still open (a run cut short) end now, the collectors get
+-- what is queued (within flush_seconds, default 1), files close and the tree
+-- of every trace is written to `out` (a file, when `--trace`). nil and a
+-- message when the OTLP file could not be written (logged once when it
+-- happened). Stopping twice is harmless; a stopped tracer takes no more
+-- exporters.
+function Tracer:stop(out, flush_seconds)
+  if not self.running then return true end
+  self.running = false
+  self.end_open()
+  for _, x in ipairs(self.exporters) do x.flush(flush_seconds or 1) end
   local failure
-  for _, close in ipairs(closers) do
+  for _, close in ipairs(self.closers) do
     local ok, closed, message = pcall(close) -- one that fails must not keep the others or the tree
-    if not ok then log.write("warn", "trace: an exporter failed at the end: " .. secrets.text(tostring(closed))) end
+    if not ok then self.diag:write("warn", "trace: an exporter failed at the end: " .. secrets.text(tostring(closed))) end
     if ok and closed == nil and message then failure = failure or message end
   end
+  local printed = self.printed
   if printed and out then
     if io.type(printed) == "file" then
       printed:seek("set")
@@ -884,10 +934,9 @@ function M.stop(out, flush_seconds)
     end
   end
   if io.type(printed) == "file" then printed:close() end
-  if unsubscribe then unsubscribe() end
-  unsubscribe, printed, exporters, closers, sinks = nil, nil, {}, {}, {}
-  runs, calls, tools, tree_roots = {}, {}, {}, {}
-  recent, recent_key = {}, {}
+  self.unsubscribe()
+  self.printed, self.exporters, self.closers = nil, {}, {}
+  if self.on_stop then self.on_stop(self) end
   if failure then return nil, failure end
   return true
 end
