@@ -2,18 +2,17 @@
 -- order, and what happens when a consumer raises: it is removed and
 -- reported once, the consumers after it still get the event, and a
 -- cancellation goes on to the publisher.
-local events = require("luagent").events
+local luagent = require "luagent"
+local events = luagent.events
 local errors = require "luagent.base.errors"
-local log = require "luagent.observe.log"
 
--- Collects the log's lines while fn runs.
+-- Collects the log's lines while fn runs (the log_sink and log_level
+-- settings of the default runtime, restored after).
 local function logged(fn)
-  local lines, sink, level = {}, log.sink, log.level()
-  log.sink = function(_, line) lines[#lines + 1] = line end
-  log.set_level("warn")
+  local lines = {}
+  local old = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
   local ok, err = pcall(fn)
-  log.sink = sink
-  log.set_level(level)
+  luagent.configure(old)
   assert(ok, err)
   return lines
 end
@@ -78,7 +77,6 @@ describe("events.publish", function()
   end)
 
   it("blames the consumer that raised after waiting while another task published", function()
-    local luagent = require "luagent"
     luagent.clock.virtual()
     local got = {}
     -- route [P, Q] (the consumer subscribed last runs first)
@@ -192,16 +190,15 @@ describe("the retry-safe filter", function()
   -- Pushes `evs` (of one call) through a filter, then finishes it; returns
   -- the types released, in order, and the log's lines.
   local function through(evs)
-    local out, lines, sink, level = {}, {}, log.sink, log.level()
-    log.sink = function(lvl, _, record) lines[#lines + 1] = record lines[#lines].lvl = lvl end
-    log.set_level("warn")
+    local out, lines = {}, {}
+    local old = luagent.configure { log_level = "warn",
+      log_sink = function(lvl, _, record) lines[#lines + 1] = record lines[#lines].lvl = lvl end }
     local ok, err = pcall(function()
       local f = events.retry_safe_filter(function(ev) out[#out + 1] = ev end)
       for _, ev in ipairs(evs) do f:push(ev) end
       f:finish()
     end)
-    log.sink = sink
-    log.set_level(level)
+    luagent.configure(old)
     assert(ok, err)
     local types = {}
     for i, ev in ipairs(out) do types[i] = ev.type end

@@ -11,7 +11,6 @@ local endpoint = require "luagent.model.endpoint"
 local registry = luagent.default_runtime().endpoints
 local shared = require "luagent.model.endpoint.redis"
 local http = require "luagent.base.http"
-local log = require "luagent.observe.log"
 local mock = require "luagent.mock"
 local cjson = require "cjson"
 local helpers = require "helpers"
@@ -445,11 +444,9 @@ describe("endpoint state shared through Redis", function()
 
   it("falls back to local state within the timeout when Redis dies, and returns when it is back", function()
     local lines = {}
-    local sink, every = log.sink, shared.retry_every
-    log.sink = function(_, line) lines[#lines + 1] = line end
-    local level = log.level()
-    log.set_level("warn") -- `make test` runs with --log off
-    shared.retry_every = 0.05
+    -- `make test` runs with --log off; reconnects come quickly
+    local old = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn",
+                                    redis_retry_every = 0.05 }
     local srv = assert(mock.start { faults = "503" })
     local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
     local policy = { max_retries = 0, budget = false, cooldown = false,
@@ -516,19 +513,16 @@ describe("endpoint state shared through Redis", function()
       conn:close()
       assert.is_true(#fields > 0)
     end)
-    log.sink, shared.retry_every = sink, every
-    log.set_level(level)
+    luagent.configure(old)
     srv:close()
     assert(ok, failure)
   end)
 
   it("falls back within the timeout when Redis stops answering (SIGSTOP), and returns after SIGCONT", function()
-    local sink, every = log.sink, shared.retry_every
     local lines = {}
-    log.sink = function(_, line) lines[#lines + 1] = line end
-    local level = log.level()
-    log.set_level("warn") -- `make test` runs with --log off
-    shared.retry_every = 0.05
+    -- `make test` runs with --log off; reconnects come quickly
+    local old = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn",
+                                    redis_retry_every = 0.05 }
     local opts = { breaker = { consecutive = 1000, window = 0 }, budget = false,
                    shared = { redis = redis.url, timeout = 0.2 } }
     local ep = registry:get("http://stopped/v1", opts)
@@ -553,8 +547,7 @@ describe("endpoint state shared through Redis", function()
       end
       assert.equal("redis", ep:snapshot().backend)
     end)
-    log.sink, shared.retry_every = sink, every
-    log.set_level(level)
+    luagent.configure(old)
     os.execute("kill -CONT " .. redis.pid)
     assert(ok, failure)
     local down = 0
@@ -590,13 +583,10 @@ describe("endpoint state shared through Redis", function()
   it("authenticates with the URL's password and never shows it", function()
     local secured = start_redis(nil, nil, "--requirepass s3cret")
     local lines = {}
-    local sink = log.sink
-    log.sink = function(_, line) lines[#lines + 1] = line end
-    local level = log.level()
-    log.set_level("warn") -- `make test` runs with --log off
+    -- `make test` runs with --log off
+    local old = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
     finally(function() -- one finally per case: busted keeps the last one given
-      log.sink = sink
-      log.set_level(level)
+      luagent.configure(old)
       stop_redis(secured)
     end)
     local good = registry:get("http://auth/v1", { shared = { redis = "redis://:s3cret@127.0.0.1:" .. secured.port .. "/3" } })
