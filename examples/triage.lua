@@ -12,7 +12,6 @@
 -- The output is the retry-safe view of the agent's events: each tool call,
 -- each retry and the answer appear once, whatever was retried.
 local luagent = require "luagent"
-require("luagent.model.call").log = function() end -- the retry is shown below, once
 
 local here = arg and arg[0] and arg[0]:match("^(.*)/[^/]*$") or "examples"
 local tools = luagent.options and luagent.options.tools or assert(luagent.tools.dir(here .. "/tools"))
