@@ -42,7 +42,7 @@ PREFIX ?= /usr/local
 BUSTED := /usr/bin/busted
 SPECS  ?= spec
 
-.PHONY: all deps test run bench fuzz install rock rock-install clean help san
+.PHONY: all deps test run bench fuzz install rock rock-install clean help san settings
 
 all: deps $(B)/luagent $(B)/lua/luagent/core.so
 
@@ -62,6 +62,7 @@ help:
 	@echo "make install    install into PREFIX (default /usr/local)"
 	@echo "                (luarocks make: the Lua library and luagent.core, see the rockspec)"
 	@echo "make peers      npm-install the test peers (aimock, openai, @anthropic-ai/sdk, MCP servers) into .peers/"
+	@echo "make settings   rewrite README.md's table of settings from lua/luagent/config.lua"
 
 # Installs only what is missing; a no-op (one dpkg-query) when all is there.
 deps:
@@ -101,6 +102,11 @@ test: DEBIAN_PACKAGES += luarocks redis-server
 # log lines of the failures specs cause on purpose out of the report.
 test: all
 	@LUAGENT_BIN=$(B)/luagent $(B)/luagent run --log off $(BUSTED) --output=spec/support/summary.lua $(SPECS)
+
+# README.md's table of settings, from the table in lua/luagent/config.lua
+# (spec/settings_spec.lua fails until this has been run after a change).
+settings: deps
+	@lua5.4 mk/settings.lua README.md
 
 # ARGS adds options: make run ARGS="--trace --cost"
 run: all

@@ -21,10 +21,7 @@ end
 -- Everything an openai decoder makes of `events`, the fast path on or off:
 -- a list of {"feed"|"finish", events} and {"error", record}.
 local function transcript(events, fast)
-  local saved = openai.fast
-  openai.fast = fast
-  local dec = openai.decoder({ model = "requested-model" })
-  openai.fast = saved
+  local dec = openai.decoder({ model = "requested-model", fast = fast })
   local out = {}
   for _, ev in ipairs(events) do
     local evs, err = dec:feed(ev)
@@ -57,7 +54,7 @@ end
 
 describe("the OpenAI chunk fast path", function()
   it("is on in the adapter and reads the common chunks itself", function()
-    assert.is_true(openai.fast)
+    assert.is_function(openai.decoder({ model = "m" }).fast) -- on unless a decoder is asked otherwise
     local ok, id, model, n, content, thinking, reason = core.openai_chunk(
       '{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
       .. '"choices":[{"index":0,"delta":{"content":"Hi \\"you\\" \\u00e9\\n"},'

@@ -23,10 +23,7 @@ local OPENING = {
 -- Feeds the opening event, then `data` (as SSE event `name`); returns the
 -- decoder's error, or nil when it read both.
 local function feed(provider, data, name, fast)
-  local saved = openai.fast
-  if fast ~= nil then openai.fast = fast end
-  local dec = ADAPTERS[provider].decoder({ model = "m" })
-  openai.fast = saved
+  local dec = ADAPTERS[provider].decoder({ model = "m", fast = fast })
   assert(dec:feed(OPENING[provider]))
   local out, err = dec:feed({ event = name or "message", data = data, offset = 999 })
   if out then return nil end
@@ -196,7 +193,7 @@ end
 describe("a decoder given a payload of the wrong shape", function()
   it("openai (and OpenRouter): names the field and what was wrong, fast path on or off", function()
     for _, c in ipairs(OPENAI) do
-      for _, fast in ipairs({ false, openai.fast }) do
+      for _, fast in ipairs({ false, true }) do
         assert_names(feed("openai", c[1], nil, fast), c[2], c[3], c[1] .. (fast and " (fast)" or ""))
       end
     end
@@ -231,7 +228,7 @@ describe("a decoder given a payload of the wrong shape", function()
         .. '"usage":{"input_tokens":1,"output_tokens":2,"input_tokens_details":null},"error":null}}' },
     }
     for _, c in ipairs(ok) do
-      for _, fast in ipairs({ false, openai.fast }) do
+      for _, fast in ipairs({ false, true }) do
         local err = feed(c[1], c[3], c[2], fast)
         assert.is_nil(err, c[3] .. ": " .. tostring(err))
       end

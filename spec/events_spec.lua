@@ -6,12 +6,13 @@ local luagent = require "luagent"
 local events = luagent.events
 local errors = require "luagent.base.errors"
 
--- Collects the log's lines (the default runtime's) while fn runs.
+-- Collects the log's lines while fn runs (the log_sink and log_level
+-- settings of the default runtime, restored after).
 local function logged(fn)
   local lines = {}
-  local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
+  local old = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
   local ok, err = pcall(fn)
-  luagent.configure(saved)
+  luagent.configure(old)
   assert(ok, err)
   return lines
 end
@@ -76,7 +77,6 @@ describe("events.publish", function()
   end)
 
   it("blames the consumer that raised after waiting while another task published", function()
-    local luagent = require "luagent"
     luagent.clock.virtual()
     local got = {}
     -- route [P, Q] (the consumer subscribed last runs first)
@@ -191,14 +191,14 @@ describe("the retry-safe filter", function()
   -- the types released, in order, and the log's lines.
   local function through(evs)
     local out, lines = {}, {}
-    local saved = luagent.configure { log_sink = function(lvl, _, record) lines[#lines + 1] = record lines[#lines].lvl = lvl end,
-      log_level = "warn" }
+    local old = luagent.configure { log_level = "warn",
+      log_sink = function(lvl, _, record) lines[#lines + 1] = record lines[#lines].lvl = lvl end }
     local ok, err = pcall(function()
       local f = events.retry_safe_filter(function(ev) out[#out + 1] = ev end)
       for _, ev in ipairs(evs) do f:push(ev) end
       f:finish()
     end)
-    luagent.configure(saved)
+    luagent.configure(old)
     assert(ok, err)
     local types = {}
     for i, ev in ipairs(out) do types[i] = ev.type end

@@ -444,10 +444,9 @@ describe("endpoint state shared through Redis", function()
 
   it("falls back to local state within the timeout when Redis dies, and returns when it is back", function()
     local lines = {}
-    local every = shared.retry_every
-    -- `make test` runs with --log off
-    local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
-    shared.retry_every = 0.05
+    -- `make test` runs with --log off; reconnects come quickly
+    local old = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn",
+                                    redis_retry_every = 0.05 }
     local srv = assert(mock.start { faults = "503" })
     local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
     local policy = { max_retries = 0, budget = false, cooldown = false,
@@ -514,18 +513,16 @@ describe("endpoint state shared through Redis", function()
       conn:close()
       assert.is_true(#fields > 0)
     end)
-    shared.retry_every = every
-    luagent.configure(saved)
+    luagent.configure(old)
     srv:close()
     assert(ok, failure)
   end)
 
   it("falls back within the timeout when Redis stops answering (SIGSTOP), and returns after SIGCONT", function()
-    local every = shared.retry_every
     local lines = {}
-    -- `make test` runs with --log off
-    local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
-    shared.retry_every = 0.05
+    -- `make test` runs with --log off; reconnects come quickly
+    local old = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn",
+                                    redis_retry_every = 0.05 }
     local opts = { breaker = { consecutive = 1000, window = 0 }, budget = false,
                    shared = { redis = redis.url, timeout = 0.2 } }
     local ep = registry:get("http://stopped/v1", opts)
@@ -550,8 +547,7 @@ describe("endpoint state shared through Redis", function()
       end
       assert.equal("redis", ep:snapshot().backend)
     end)
-    shared.retry_every = every
-    luagent.configure(saved)
+    luagent.configure(old)
     os.execute("kill -CONT " .. redis.pid)
     assert(ok, failure)
     local down = 0
@@ -588,9 +584,9 @@ describe("endpoint state shared through Redis", function()
     local secured = start_redis(nil, nil, "--requirepass s3cret")
     local lines = {}
     -- `make test` runs with --log off
-    local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
+    local old = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
     finally(function() -- one finally per case: busted keeps the last one given
-      luagent.configure(saved)
+      luagent.configure(old)
       stop_redis(secured)
     end)
     local good = registry:get("http://auth/v1", { shared = { redis = "redis://:s3cret@127.0.0.1:" .. secured.port .. "/3" } })

@@ -46,7 +46,9 @@ end
 
 -- new([settings]) -> a runtime. `settings` are those lua/luagent/config.lua
 -- lists (policy=, seed=, providers=, log_level=, log_sink=, max_cost=, ...);
--- a bad one raises, naming it.
+-- a bad one raises, naming it. Settings not given start from their
+-- environment variable (LUAGENT_LOG, LUAGENT_REDIS_URL, OTEL_..., as the
+-- table says), else their default.
 function M.new(settings)
   if settings ~= nil and type(settings) ~= "table" then error("luagent.runtime: expects a table", 2) end
   local rt = setmetatable({
@@ -71,12 +73,17 @@ function M.new(settings)
   end)
   rt.bus = bus.new { diag = rt.diag }
   rt.settings = config.new(nil)
+  -- the one place the environment is read (lua/luagent/config.lua lists
+  -- each setting's variable); what `settings` gives wins, and a bad
+  -- LUAGENT_ variable raises, naming it
+  local ignored = rt.settings:read_env(settings)
   -- made before the settings are applied (they configure it); its content
   -- goes through this runtime's policy's redact hook
   rt.log = log.new(rt)
   rt.settings.on_change = function(name, value) apply(rt, name, value) end
   if settings then rt.settings:set(settings, "luagent.runtime", 3) end
-  rt.endpoints = registry.new(rt.diag)
+  for _, msg in ipairs(ignored) do rt.diag:write("warn", msg) end
+  rt.endpoints = registry.new(rt.diag, rt.settings)
   rt.policies = policy.cache(rt.settings, rt.diag)
   -- tracing's request decorator: a policy with traceparent = true sends
   -- W3C Trace Context, naming the attempt's span while this runtime traces

@@ -7,6 +7,7 @@ local flags = require "luagent.cli.flags"
 local json = require "luagent.base.json"
 local journal = require "luagent.agent.journal"
 local generations = require "luagent.observe.generations"
+local provider = require "luagent.model.provider"
 
 local M = {}
 
@@ -111,9 +112,11 @@ local function out(fmt, ...) io.write(core.terminal_text(string.format(fmt, ...)
 
 -- Looks every generation up; prints its line and the total. Returns the exit code.
 local function settle(list, opts)
-  local env_base = os.getenv("OPENROUTER_BASE_URL")
+  -- the OpenRouter adapter's own variables (lua/luagent/model/providers/openrouter.lua)
+  local openrouter = provider.kinds.openrouter
+  local env_base = os.getenv(openrouter.base_env)
   if env_base == "" then env_base = nil end
-  local key = os.getenv("OPENROUTER_API_KEY")
+  local key = os.getenv(openrouter.key_env)
   local wait = tonumber(opts.wait)
   -- one lookup per base URL, in the order the ids came
   local groups, by_base = {}, {}

@@ -60,63 +60,12 @@ every provider at it, and says so on stderr. Traffic still goes through
 libcurl and real sockets.
 
 options:
-  --policy FILE       retry policy for calls that name none (watched: edits
-                      apply to the next attempt; a broken edit keeps the old)
-  --faults SPEC       inject faults into the mock (see 'luagent help faults')
-  --cassette FILE     replay this recorded run from the mock (at its
-                      recorded pace; --fast replays without pauses)
-  --mock              use the mock provider even when a key is set
-  --seed N            seed for the mock's faults and the retry jitter
-  --record FILE       save every model exchange of this run as a cassette
-  --events jsonl:FILE write every event as one JSON line to FILE (created or
-                      truncated; /dev/fd/N for a descriptor), away from
-                      what the script prints; jsonl:- (or jsonl) writes to
-                      stdout, for scripts that print nothing themselves
-  --retry-safe        hold each attempt's events until it succeeds (for
-                      pipes and logs); applies to --events and to scripts
-                      that read luagent.options.retry_safe
-  --virtual-clock     run on the virtual clock: sleeps, backoff waits and
-                      timeouts complete at once, in order, and luagent.now()
-                      jumps (tests, demos); while a reply from outside the
-                      process is awaited (a provider, Redis, a child
-                      process) time runs as on the real clock
-  --log LEVEL         log lines on stderr, one per event worth logging and
-                      per library message: debug, info (calls, tools, each
-                      retry), warn (default: what needs a look), error, off;
-                      LUAGENT_LOG=LEVEL does the same. With it, luagent's
-                      own notes on stderr are log lines too
-  --log-format F      json (default when stderr is not a terminal), text
-                      (default on a terminal; NO_COLOR honoured) or auto
-  --log-content       add message content (answers, tool arguments and
-                      results) to log lines: cut to 2 KiB and passed through
-                      the policy's redact(text) hook
-  --trace             print the span tree of every agent run, with
-                      durations, on stderr at the end
-  --otlp FILE|URL     export spans after the OpenTelemetry GenAI conventions:
-                      to FILE as OTLP JSON lines, or to an OTLP/HTTP
-                      collector at URL (http://host:4318; /v1/traces is
-                      added). OTEL_EXPORTER_OTLP_ENDPOINT does the same;
-                      OTEL_EXPORTER_OTLP_TIMEOUT bounds a post (ms, 5000)
-  --cost              print the cost table (per agent, and the costliest
-                      turns) on stderr at the end ('luagent cost settle'
-                      looks up later what OpenRouter billed for each
-                      generation, failed attempts included)
-  --prices FILE       a Lua file returning model prices (dollars per million
-                      tokens) laid over lua/luagent/observe/prices.lua
-  --max-cost N        refuse any model call once the run has cost N dollars
-  --tools DIR         load a tool set from DIR (every *.lua file returns a
-                      tool or a list of tools; watched and reloaded between
-                      turns) as luagent.options.tools
-  --durable           journal every agent of the script (as durable = true):
-                      the run id is printed at the start; after a crash or
-                      a failure, 'luagent resume RUN_ID' continues it
-  --journal FILE      the run journal (SQLite) of durable agents (default
-                      $LUAGENT_HOME/runs.db, else .luagent/runs.db here)
+]] .. config.flag_lines() .. [[
   -h, --help          show this help
 
-LUAGENT_REDIS_URL=redis://HOST:PORT/DB shares every endpoint's circuit
-breaker, retry budget and cooldown with the other hosts using that Redis
-(a policy's `shared` field overrides it; see policies/README.md).
+environment (each variable gives the runtime setting named first; a flag
+wins over its variable; README.md lists every setting):
+]] .. config.env_lines() .. [[
 
 Exit codes: 0 done; 1 the script raised an error (printed as
 "luagent: FILE:LINE: message" with a traceback); 2 usage error or missing
@@ -203,40 +152,20 @@ local function describe_error(err)
   return tostring(err)
 end
 
--- Options of `luagent run`: name -> true when it takes a value.
-local RUN_FLAGS = {
-  policy = true, faults = true, cassette = true, seed = true, record = true, events = true, log = true,
-  tools = true, journal = true, ["log-format"] = true, otlp = true, prices = true, ["max-cost"] = true,
-  mock = false, ["retry-safe"] = false, fast = false, ["virtual-clock"] = false, durable = false,
-  ["log-content"] = false, trace = false, cost = false,
-}
+-- Options of `luagent run`: name -> true when it takes a value. Every
+-- flag is listed, with its setting, in lua/luagent/config.lua.
+local RUN_FLAGS = config.run_flags()
 
--- Parses run's options; returns opts, index of FILE, or nil, message.
+-- Parses run's options; returns opts (flag -> its text; a run-only flag's
+-- value parsed: --events jsonl:FILE -> FILE), index of FILE, the runtime
+-- settings the flags give; or nil, message.
 local function parse_run_args(args)
   local opts, i = flags.parse(args, RUN_FLAGS, "run")
   if not opts or opts.help then return opts, i end
-  if opts.events then
-    local dest = opts.events == "jsonl" and "-" or opts.events:match("^jsonl:(.+)$")
-    if not dest then
-      return nil, string.format("run: --events wants 'jsonl:FILE' or 'jsonl:-', not '%s'", opts.events)
-    end
-    opts.events = dest
-  end
-  if opts.log and not config.LOG_LEVELS[opts.log] then
-    return nil, string.format("run: --log wants debug, info, warn, error or off, not '%s'", opts.log)
-  end
-  local fmt = opts["log-format"]
-  if fmt and fmt ~= "json" and fmt ~= "text" and fmt ~= "auto" then
-    return nil, string.format("run: --log-format wants json, text or auto, not '%s'", fmt)
-  end
-  local cap = opts["max-cost"]
-  if cap and not (tonumber(cap) and tonumber(cap) >= 0 and tonumber(cap) < math.huge) then
-    return nil, string.format("run: --max-cost wants a number of dollars >= 0, not '%s'", cap)
-  end
-  if opts.seed and not math.tointeger(tonumber(opts.seed)) then
-    return nil, string.format("run: --seed wants an integer, got '%s'", opts.seed)
-  end
-  return opts, i
+  local settings, run = config.from_flags(opts, "run")
+  if not settings then return nil, run end
+  for flag, value in pairs(run) do opts[flag] = value end
+  return opts, i, settings
 end
 
 -- Sets up logs, traces and cost (the runtime's observers) as the options
@@ -310,16 +239,14 @@ end
 local function prepare(rt, opts, file)
   local jsonl = require "luagent.observe.jsonl"
   local retry_safe = require "luagent.observe.retry_safe"
-  local seed = opts.seed and math.tointeger(tonumber(opts.seed))
+  local seed = rt.settings:get("seed")
   local log = rt.log
-  if opts.log then rt.settings:set { log_level = opts.log } end
-  -- with a log level asked for, luagent's own notes are log lines too
-  local explicit_log = opts.log or os.getenv("LUAGENT_LOG")
+  -- with a log level asked for (--log, LUAGENT_LOG), luagent's own notes are log lines too
+  local explicit_log = rt.settings:source("log_level") ~= "default"
   local function note(fmt, ...)
     if explicit_log then log:write("info", (string.format(fmt, ...):gsub("^luagent: ", ""))) else say(fmt, ...) end
   end
-  local options = { retry_safe = opts["retry-safe"] or false, seed = seed }
-  rt.settings:set { options = options }
+  local options = rt.settings:get("options") -- --tools adds its set below
   local cleanups = {}
   local failure -- the first output file that could not be written
   local function output(ok, err)
@@ -340,14 +267,13 @@ local function prepare(rt, opts, file)
     local fh = io.open(opts.policy, "r")
     if not fh then return nil, usage_error("run: cannot open policy '%s'", opts.policy) end
     fh:close()
+    -- the runtime's policy already (from the flag); loaded now, so a broken one stops the run
     local ok, err = pcall(rt.policies.watched, rt.policies, opts.policy)
     if not ok then
       say("luagent: %s", tostring(type(err) == "table" and err.message or err))
       return nil, 1
     end
-    rt.settings:set { policy = opts.policy }
   end
-  if seed then rt.settings:set { seed = seed } end
   -- before the mock starts, so a bad --prices or --otlp leaves nothing behind
   local obs, code = observe(rt, opts, usage_error)
   if not obs then
@@ -529,35 +455,42 @@ local function open_journal(opts)
 end
 
 -- Options of `luagent run` a durable run records, for `luagent resume`
--- (faults, events, recording and logging belong to one invocation).
-local RECORDED = { "policy", "cassette", "mock", "seed", "fast", "tools", "retry-safe", "durable" }
+-- (faults, events, recording and logging belong to one invocation):
+-- those lua/luagent/config.lua marks recorded.
+local RECORDED = config.recorded_flags()
 
 -- Parses the options of run or resume: opts, index of the first other
--- argument; or nil, exit code (usage error, or --help shown).
+-- argument, the settings they give; or nil, exit code (usage error, or
+-- --help shown).
 local function parse_or_help(args, cmd)
-  local opts, i = parse_run_args(args)
+  local opts, i, settings = parse_run_args(args)
   if not opts then return nil, usage_error("%s", (i:gsub("^run:", cmd .. ":"))) end
   if opts.help then
     io.write(HELP[cmd])
     return nil, 0
   end
-  return opts, i
+  return opts, i, settings
 end
 
--- The runtime of `luagent run` and `luagent resume`, made through the same
--- constructor an embedder calls and made the default one, which the
--- script's luagent.stream{...} and luagent.agent{...} use. Bare policy
--- names are looked for here, then beside the executable.
-local function host_runtime()
-  local rt = luagent.runtime {
-    policy_path = M.root and ("policies/?.lua;" .. M.root .. "/policies/?.lua") or nil,
-  }
+-- The runtime of `luagent run` and `luagent resume`: flags -> settings ->
+-- luagent.runtime(settings), the constructor an embedder calls, made the
+-- default runtime, which the script's luagent.stream{...} and
+-- luagent.agent{...} use. `settings` are those the flags give; to them
+-- the command line adds what the script reads as luagent.options and
+-- where bare policy names are looked for (here, then beside the
+-- executable). Returns the runtime, or nil and the exit code after saying
+-- why (a bad environment variable: LUAGENT_LOG, LUAGENT_REDIS_URL, ...).
+local function host_runtime(opts, settings)
+  settings.options = { retry_safe = opts["retry-safe"] or false, seed = settings.seed }
+  settings.policy_path = M.root and ("policies/?.lua;" .. M.root .. "/policies/?.lua") or nil
+  local ok, rt = pcall(luagent.runtime, settings)
+  if not ok then return nil, usage_error("%s", tostring(rt)) end
   luagent.default_runtime(rt)
   return rt
 end
 
 function M.run(args)
-  local opts, i = parse_or_help(args, "run")
+  local opts, i, settings = parse_or_help(args, "run")
   if not opts then return i end
   local file = args[i]
   if not file then return usage_error("run: missing FILE.lua") end
@@ -565,7 +498,9 @@ function M.run(args)
   if not chunk then return code end
   local script_args = { [0] = file, [-1] = args[0] }
   for j = i + 1, #args do script_args[#script_args + 1] = args[j] end
-  local rt = host_runtime()
+  local rt
+  rt, code = host_runtime(opts, settings)
+  if not rt then return code end
   if opts.durable or opts.journal then
     local journal = require "luagent.agent.journal"
     local recorded = {}
@@ -589,7 +524,7 @@ end
 -- `luagent resume [options] RUN_ID`: the run's script again, with its
 -- arguments, recorded options (those given here win) and run id.
 function M.resume(args)
-  local opts, i = parse_or_help(args, "resume")
+  local opts, i, settings = parse_or_help(args, "resume")
   if not opts then return i end
   local id = args[i]
   if not id then return usage_error("resume: missing RUN_ID ('luagent runs' lists them)") end
@@ -614,6 +549,15 @@ function M.resume(args)
   for k, v in pairs(rec.options or {}) do
     if opts[k] == nil then opts[k] = v end
   end
+  -- the recorded flags give settings as the flags given here do; these win
+  local recorded, why = config.from_flags(rec.options or {}, "resume")
+  if not recorded then
+    run:release()
+    return usage_error("%s", why)
+  end
+  for k, v in pairs(recorded) do
+    if settings[k] == nil then settings[k] = v end
+  end
   opts.resuming = true
   local chunk
   chunk, code = load_script(rec.script, "resume")
@@ -623,7 +567,12 @@ function M.resume(args)
   end
   local script_args = { [0] = rec.script, [-1] = args[0] }
   for j, a in ipairs(rec.args or {}) do script_args[j] = a end
-  local rt = host_runtime()
+  local rt
+  rt, code = host_runtime(opts, settings)
+  if not rt then
+    run:release()
+    return code
+  end
   journal.use(rt, run, { close_store = true })
   rt.settings:set { durable = rec.options and rec.options.durable or false }
   say("luagent: resuming run %s (%s; %d step(s) in the journal%s)", id, rec.script, #rec.steps,

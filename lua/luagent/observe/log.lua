@@ -53,7 +53,7 @@ function M.new(rt)
   local settings = rt.settings
   return setmetatable({
     rt = rt,
-    threshold = LEVELS[os.getenv("LUAGENT_LOG") or ""] or LEVELS[settings:get("log_level") or "warn"] or LEVELS.warn,
+    threshold = LEVELS[settings:get("log_level") or "warn"] or LEVELS.warn,
     sink = settings:get("log_sink") or default_sink,
     format = settings:get("log_format") or "auto",
     content = settings:get("log_content") or false,

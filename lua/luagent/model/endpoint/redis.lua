@@ -38,7 +38,8 @@
 -- by default; see host/redis.c), a connection that fails, or an error
 -- reply, switches the endpoint to its local state at once (the in-process
 -- endpoint it wraps) and logs one warning; a daemon task reconnects (at
--- once, then every M.retry_every seconds), and when Redis is back it logs
+-- once, then every redis_retry_every seconds, a setting of the runtime:
+-- lua/luagent/config.lua), and when Redis is back it logs
 -- again and the shared state serves from the next attempt. The results
 -- counted locally meanwhile (the latest M.max_unshared) are written to
 -- Redis first, in order, by one script (`replay`), before the connection
@@ -57,7 +58,6 @@ local M = {}
 M.default_timeout = 0.25 -- seconds for a connect or a command
 M.default_prefix = "luagent:"
 M.fresh = 0.5            -- seconds a kept "closed" view answers admit
-M.retry_every = 1        -- seconds between reconnect attempts
 M.max_waits = 3          -- replies an admission waits on before it asks itself
 M.ttl = 86400            -- seconds an endpoint's key lives after its last write
 M.max_unshared = 256     -- results kept to write once Redis serves (the latest)
@@ -260,10 +260,17 @@ end
 local Client = {}
 Client.__index = Client
 
--- pool(diag) -> connections by URL, their lines going to diag
--- (lua/luagent/base/diagnostics.lua); M.close_pool(pool) closes them.
-function M.pool(diag)
-  return { clients = {}, diag = diag }
+-- pool(diag [, settings]) -> connections by URL, their lines going to diag
+-- (lua/luagent/base/diagnostics.lua), reconnecting as the runtime's
+-- settings say (redis_retry_every); M.close_pool(pool) closes them.
+function M.pool(diag, settings)
+  return { clients = {}, diag = diag, settings = settings }
+end
+
+-- Seconds between two reconnect attempts of a client of `pool`, read at
+-- each wait: a change applies from the next one.
+local function retry_every(pool)
+  return pool.settings and pool.settings:get("redis_retry_every") or 1
 end
 
 -- Joins `task`, letting only a cancellation of the caller through.
@@ -281,7 +288,7 @@ local function client_for(pool, url, timeout)
   c = setmetatable({ url = u.shown, host = u.host, port = u.port, db = u.db, user = u.user,
                      password = u.password, timeout = timeout,
                      state = "new", conn = nil, shas = {}, trying = nil, retrier = nil,
-                     diag = pool.diag,
+                     diag = pool.diag, pool = pool,
                      endpoints = {} }, Client) -- the shared endpoints it serves
   clients[url] = c
   return c
@@ -373,7 +380,7 @@ function Client:up(conn)
 end
 
 -- Unreachable or too slow: local state from now on (said once), and a
--- daemon task that reconnects at once and then every M.retry_every seconds
+-- daemon task that reconnects at once and then every redis_retry_every seconds
 -- until it is back.
 function Client:down(err)
   if self.conn then self.conn:close() self.conn = nil end
@@ -386,7 +393,7 @@ function Client:down(err)
   self.retrier = core.spawn(function()
     join_quietly(self:attempt()) -- at once: Redis may be back already (a restart)
     while not self.conn and not self.closed do
-      core.sleep(M.retry_every)
+      core.sleep(retry_every(self.pool))
       if not self.closed then join_quietly(self:attempt()) end
     end
     self.retrier = nil

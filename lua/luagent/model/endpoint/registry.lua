@@ -12,10 +12,12 @@ local M = {}
 local Registry = {}
 Registry.__index = Registry
 
--- new(diag) -> an empty registry; its Redis connections' lines (down, back)
--- go to diag (lua/luagent/base/diagnostics.lua).
-function M.new(diag)
-  return setmetatable({ endpoints = {}, pool = redis.pool(diag) }, Registry)
+-- new(diag [, settings]) -> an empty registry; its Redis connections' lines
+-- (down, back) go to diag (lua/luagent/base/diagnostics.lua). `settings`
+-- are its runtime's (redis_url, redis_retry_every: lua/luagent/config.lua);
+-- without them, endpoints are shared only when their options say so.
+function M.new(diag, settings)
+  return setmetatable({ endpoints = {}, settings = settings, pool = redis.pool(diag, settings) }, Registry)
 end
 
 -- registry:get(key [, opts]) -> the endpoint for `key`, created on first
@@ -23,7 +25,7 @@ end
 -- core.retry_budget>, cooldown={jitter=}, shared={redis=, prefix=,
 -- timeout=}}; false for breaker or budget means none); later calls return
 -- the same endpoint and ignore `opts`. With `shared` (or, when opts.shared
--- is nil, LUAGENT_REDIS_URL set) the state lives in Redis and is shared
+-- is nil, the redis_url setting, LUAGENT_REDIS_URL) the state lives in Redis and is shared
 -- with every host using the same server and prefix; shared = false keeps it
 -- local. A bad option raises, naming the field, and registers nothing.
 function Registry:get(key, opts)
@@ -32,14 +34,17 @@ function Registry:get(key, opts)
   if ep then return ep end
   local jitter = endpoint.check_opts(opts)
   local shared = opts and opts.shared
-  local env = os.getenv("LUAGENT_REDIS_URL")
-  if shared == nil and env and env ~= "" then
-    local ok, why = redis.parse_url(env)
+  local url = self.settings and self.settings:get("redis_url")
+  if shared == nil and url then
+    local ok, why = redis.parse_url(url)
     if not ok then
-      local shown = env:gsub("^(redis://[^:/@]*:)[^@]*@", "%1***@") -- no password in a message
-      error(errors.new("usage", "LUAGENT_REDIS_URL must be " .. why .. " (got '" .. shown .. "')"), 0)
+      -- named as it was given: the variable, or the setting
+      local source = self.settings:source("redis_url")
+      local shown = url:gsub("^(redis://[^:/@]*:)[^@]*@", "%1***@") -- no password in a message
+      error(errors.new("usage", (source == "set" and "redis_url" or source) .. " must be " .. why
+        .. " (got '" .. shown .. "')"), 0)
     end
-    shared = { redis = env }
+    shared = { redis = url }
   end
   ep = endpoint.new_local(key, opts, jitter)
   if shared then ep = redis.new(ep, opts, shared, self.pool) end

@@ -166,13 +166,14 @@ local function fast(dec, data)
   return true
 end
 
--- Whether decoders use the fast path (specs compare both ways).
-M.fast = read_chunk ~= nil
+-- Whether the core has the fast path (a constant: not to be assigned).
+local HAS_FAST = read_chunk ~= nil
 
--- A decoder for one response stream; ctx = {model=}.
+-- A decoder for one response stream; ctx = {model=, fast=}: fast = false
+-- decodes every chunk in Lua (specs compare both ways).
 function M.decoder(ctx)
   local dec = common.decoder(M.name, ctx, handle, "[DONE]", "[DONE]")
-  if M.fast then dec.fast = fast end
+  if HAS_FAST and ctx.fast ~= false then dec.fast = fast end
   return dec
 end
 
