@@ -130,6 +130,8 @@ function Call.new(rt, opts, provider, policy_src)
   local seed = opts.seed or (run_seed and run_seed + call_id) or math.random(0, 2 ^ 31)
   return setmetatable({
     rt = rt,
+    bus = rt.bus,           -- where every event is published as it is delivered
+    before_publish = opts.before_publish, -- the caller's hook, before the bus (the journal)
     id = call_id, provider = provider, policy_src = policy_src, policy = policy_src:get(),
     opts = opts,            -- the caller's (agent, agent_id; the gates see them)
     rng = luagent_core.backoff_rng(seed),
@@ -515,9 +517,9 @@ function Call:deliver()
   if ev then
     local opts = self.opts
     ev.call, ev.agent, ev.agent_id = self.id, opts.agent, opts.agent_id
-    local before = opts.before_publish
+    local before = self.before_publish
     if before then before(ev) end
-    self.rt.bus:publish(ev)
+    self.bus:publish(ev)
   end
   return ev
 end
