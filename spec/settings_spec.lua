@@ -277,11 +277,6 @@ local READS = {
     -- PENDING (the log's owner): the threshold is the runtime's log_level setting
     ['"LUAGENT_LOG"'] = "pending: setting log_level",
   },
-  ["lua/luagent/observe/trace.lua"] = {
-    -- PENDING (the tracer's owner): read rt.settings:get("service_name"), ("otlp_headers")
-    ['"OTEL_SERVICE_NAME"'] = "pending: setting service_name",
-    ['"OTEL_EXPORTER_OTLP_HEADERS"'] = "pending: setting otlp_headers",
-  },
 }
 
 describe("the environment, read in one place", function()
@@ -331,10 +326,6 @@ local ASSIGNED = {
   ["luagent.observe.log.sink"] = "pending: the log reads its runtime's log_sink setting",
   ["luagent.observe.log.content"] = "pending: the log reads its runtime's log_content setting",
   ["luagent.observe.log.redact"] = "pending: the log asks its runtime's policies",
-  -- trace_spec: constants of the tracer's batching, to become options of its exporters
-  ["luagent.observe.trace.render_batch"] = "pending: an option of trace's exporters (the tracer's owner)",
-  ["luagent.observe.trace.file_chunk"] = "pending: an option of trace.file_exporter (the tracer's owner)",
-  ["luagent.observe.trace.file_batch.batch"] = "pending: the otlp_batch setting (the tracer's owner)",
   -- cost_spec: how many costliest calls the cost table keeps
   ["luagent.observe.cost.keep"] = "pending: an option of the cost meter (the cost meter's owner)",
 }
