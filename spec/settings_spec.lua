@@ -326,8 +326,6 @@ local ASSIGNED = {
   ["luagent.observe.log.sink"] = "pending: the log reads its runtime's log_sink setting",
   ["luagent.observe.log.content"] = "pending: the log reads its runtime's log_content setting",
   ["luagent.observe.log.redact"] = "pending: the log asks its runtime's policies",
-  -- cost_spec: how many costliest calls the cost table keeps
-  ["luagent.observe.cost.keep"] = "pending: an option of the cost meter (the cost meter's owner)",
 }
 
 -- The fields of required luagent modules a file assigns: a list of
