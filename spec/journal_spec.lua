@@ -225,9 +225,10 @@ describe("the SQLite journal store", function()
     cleanup(p)
   end)
 
-  it("path(): --journal, else $LUAGENT_HOME/runs.db, else .luagent/runs.db", function()
-    assert.equal("x.db", journal.path("x.db"))
-    if not os.getenv("LUAGENT_HOME") then assert.equal(".luagent/runs.db", journal.path()) end
+  it("path(): --journal, else HOME/runs.db (the home setting, LUAGENT_HOME), else .luagent/runs.db", function()
+    assert.equal("x.db", journal.path("x.db", "/h"))
+    assert.equal("/h/runs.db", journal.path(nil, "/h/"))
+    assert.equal(".luagent/runs.db", journal.path()) -- the environment is the runtime's to read, not path's
     assert.matches("^%d%d%d%d%d%d%d%d%-%d%d%d%d%d%d%-%d%d%d%-%x%x%x%x$", journal.new_id(1764530000.25))
     assert.is_true(journal.new_id(1764530000) < journal.new_id(1764530001))
   end)

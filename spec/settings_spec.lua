@@ -269,8 +269,6 @@ local READS = {
   ["lua/luagent/agent/journal/owner.lua"] = { ['"HOSTNAME"'] = "who holds a run's claim: the host's name" },
   ["lua/luagent/agent/journal/init.lua"] = {
     ['"PWD"'] = "the folder a durable run started in: a fact of the process, recorded, no setting",
-    -- PENDING (the journal's owner): path() reads settings:get("home")
-    ['"LUAGENT_HOME"'] = "pending: setting home",
   },
   ["lua/luagent/observe/log.lua"] = {
     ['"NO_COLOR"'] = "whether the terminal the lines go to wants colour: the terminal's, as isatty is",

@@ -444,9 +444,9 @@ end
 
 -- The journal of a run to resume: the store, or nil and the exit code (2:
 -- there is no journal file; nothing is created).
-local function open_journal(opts)
+local function open_journal(opts, home)
   local journal = require "luagent.agent.journal"
-  local store, err = journal.open(opts.journal, { existing = true })
+  local store, err = journal.open(opts.journal, { existing = true, home = home })
   if not store then
     say("luagent: %s%s", err.missing and "resume: " or "", tostring(err.missing and err.message or err))
     return nil, err.missing and 2 or 1
@@ -530,7 +530,12 @@ function M.resume(args)
   if not id then return usage_error("resume: missing RUN_ID ('luagent runs' lists them)") end
   if args[i + 1] then return usage_error("resume: unexpected argument '%s'", args[i + 1]) end
   local journal = require "luagent.agent.journal"
-  local store, code = open_journal(opts)
+  -- the journal is found before the runtime is made: the home setting
+  -- (LUAGENT_HOME) read as the runtime will read it
+  local env = config.new()
+  local read, why = pcall(env.read_env, env, settings)
+  if not read then return usage_error("%s", tostring(why)) end
+  local store, code = open_journal(opts, env:get("home"))
   if not store then return code end
   local run, err = journal.resume(store, id)
   if not run then
