@@ -9,7 +9,6 @@ local mock = require "luagent.mock"
 local journal = require "luagent.agent.journal"
 local store_mod = require "luagent.agent.journal.sqlite"
 local owner = require "luagent.agent.journal.owner"
-local log = require "luagent.observe.log"
 
 local function tempdb()
   local p = os.tmpname()
@@ -469,12 +468,8 @@ describe("a durable agent", function()
     start_mock()
     local p2 = tempdb()
     local info = { script = "s.lua", args = {}, options = {}, quiet = true }
-    -- (a runtime made still sets the log's process-wide redaction, issue
-    -- 25: the default runtime's is put back)
-    local redact = log.redact
     local a = luagent.runtime { journal_file = p, run_info = info }
     local b = luagent.runtime { journal_file = p2, run_info = info }
-    log.redact = redact
     local plain = { name = "note", description = "Notes", idempotent = true,
       params = { type = "object", properties = { n = { type = "integer" } } },
       run = function(args) return "noted " .. args.n end }
