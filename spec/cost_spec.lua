@@ -175,20 +175,22 @@ describe("cost", function()
   end)
 
   it("keeps the costliest calls of a long run, in call order, not every call", function()
-    local keep = meter().keep
-    meter().keep = 3
+    -- a meter of its own runtime, keeping 3
+    local rt = luagent.runtime { log_sink = function() end }
+    local m = cost.new(rt, { keep = 3 })
+    m:start()
+    assert(m:set_prices { ["test-model"] = PRICE })
     -- call i costs i tokens out, except two expensive ones early, one
     -- between them later and one costliest late
     local out = { [2] = 900, [5] = 800, [20] = 850, [30] = 1000 }
     out[41] = 0 -- the cheapest last: below the floor, never kept
     for i = 1, 41 do
-      events.publish { type = "message_end", call = 1000 + i, final = true, attempts = 1, stop_reason = "stop",
+      rt.bus:publish { type = "message_end", call = 1000 + i, final = true, attempts = 1, stop_reason = "stop",
         request_model = "test-model", provider_kind = "openai",
         total_usage = { input_tokens = 0, output_tokens = out[i] or i, cache_read_tokens = 0, cache_write_tokens = 0 } }
     end
-    meter().keep = keep
     local calls = {}
-    for _, r in ipairs(meter():records()) do calls[#calls + 1] = r.call end
+    for _, r in ipairs(m:records()) do calls[#calls + 1] = r.call end
     -- at least the 3 costliest (1002, 1020, 1030), every record in call
     -- order, and the cheap early calls are gone
     local kept = {}
@@ -199,27 +201,28 @@ describe("cost", function()
     assert.is_nil(kept[1041])
     assert.is_true(#calls <= 2 * 3)
     -- the meters count and charge every call, kept or not
-    local totals, sum = meter():totals(), 0
+    local totals, sum = m:totals(), 0
     for i = 1, 41 do sum = sum + (out[i] or i) end
     assert.equal(41, totals.calls)
     assert.equal(41, totals.attempts)
     assert.equal(sum, totals.usage.output_tokens)
-    assert.is_true(math.abs(totals.total - sum * meter():price("test-model").output / 1e6) < 1e-12)
+    assert.is_true(math.abs(totals.total - sum * m:price("test-model").output / 1e6) < 1e-12)
     -- past the floor, a retried call still gets its record: every attempt,
     -- the last answer's id
     local u = { input_tokens = 0, output_tokens = 2000, cache_read_tokens = 0, cache_write_tokens = 0 }
-    events.publish { type = "message_start", call = 2000, id = "m1" }
-    events.publish { type = "provider_retry", call = 2000, attempt = 1, usage = u, request_model = "test-model" }
-    events.publish { type = "message_start", call = 2000, id = "m2" }
-    events.publish { type = "message_end", call = 2000, final = true, attempts = 2, stop_reason = "stop",
+    rt.bus:publish { type = "message_start", call = 2000, id = "m1" }
+    rt.bus:publish { type = "provider_retry", call = 2000, attempt = 1, usage = u, request_model = "test-model" }
+    rt.bus:publish { type = "message_start", call = 2000, id = "m2" }
+    rt.bus:publish { type = "message_end", call = 2000, final = true, attempts = 2, stop_reason = "stop",
       request_model = "test-model", provider_kind = "openai", response_ids = { "m1", "m2" },
       total_usage = { input_tokens = 0, output_tokens = 5000, cache_read_tokens = 0, cache_write_tokens = 0 } }
-    local last = meter():records()[#meter():records()]
+    local last = m:records()[#m:records()]
     assert.equal(2000, last.call)
     assert.equal(2, last.attempts)
     assert.equal(5000, last.usage.output_tokens)
     assert.equal("m2", last.message_id)
-    assert.equal(43, meter():totals().attempts)
+    assert.equal(43, m:totals().attempts)
+    rt:close()
   end)
 
   it("prints the table with agent and model names escaped for the terminal", function()

@@ -9,7 +9,6 @@ local mock = require "luagent.mock"
 local journal = require "luagent.agent.journal"
 local store_mod = require "luagent.agent.journal.sqlite"
 local owner = require "luagent.agent.journal.owner"
-local log = require "luagent.observe.log"
 
 local function tempdb()
   local p = os.tmpname()
@@ -225,9 +224,10 @@ describe("the SQLite journal store", function()
     cleanup(p)
   end)
 
-  it("path(): --journal, else $LUAGENT_HOME/runs.db, else .luagent/runs.db", function()
-    assert.equal("x.db", journal.path("x.db"))
-    if not os.getenv("LUAGENT_HOME") then assert.equal(".luagent/runs.db", journal.path()) end
+  it("path(): --journal, else HOME/runs.db (the home setting, LUAGENT_HOME), else .luagent/runs.db", function()
+    assert.equal("x.db", journal.path("x.db", "/h"))
+    assert.equal("/h/runs.db", journal.path(nil, "/h/"))
+    assert.equal(".luagent/runs.db", journal.path()) -- the environment is the runtime's to read, not path's
     assert.matches("^%d%d%d%d%d%d%d%d%-%d%d%d%d%d%d%-%d%d%d%-%x%x%x%x$", journal.new_id(1764530000.25))
     assert.is_true(journal.new_id(1764530000) < journal.new_id(1764530001))
   end)
@@ -468,12 +468,8 @@ describe("a durable agent", function()
     start_mock()
     local p2 = tempdb()
     local info = { script = "s.lua", args = {}, options = {}, quiet = true }
-    -- (a runtime made still sets the log's process-wide redaction, issue
-    -- 25: the default runtime's is put back)
-    local redact = log.redact
     local a = luagent.runtime { journal_file = p, run_info = info }
     local b = luagent.runtime { journal_file = p2, run_info = info }
-    log.redact = redact
     local plain = { name = "note", description = "Notes", idempotent = true,
       params = { type = "object", properties = { n = { type = "integer" } } },
       run = function(args) return "noted " .. args.n end }

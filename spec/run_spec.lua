@@ -208,3 +208,19 @@ describe("luagent run, embedded default", function()
     os.remove(broken)
   end)
 end)
+
+describe("luagent run, at its end", function()
+  it("closes its runtime, after every output, and when the script ends with os.exit", function()
+    for _, ending in ipairs { "", "os.exit(0)" } do
+      local script = h.tempfile([[
+        local luagent = require "luagent"
+        luagent.default_runtime():on_close(function() io.stderr:write("runtime closed\n") end)
+        io.stderr:write("script done\n")
+      ]] .. ending, ".lua")
+      local r = h.run("run", "--mock", "--cost", script)
+      os.remove(script)
+      assert.equal(0, r.code, r.stderr)
+      assert.matches("script done\ncost %(USD.*\ntotal [^\n]*\nruntime closed\n$", r.stderr)
+    end
+  end)
+end)

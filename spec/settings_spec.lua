@@ -252,14 +252,6 @@ local READS = {
   ["lua/luagent/cli/init.lua"] = {
     ["name"] = "whether a key of any adapter is set (provider.key_variables()): the embedded mock or not",
     ['"PWD"'] = "the folder a durable run started in: a fact of the process, recorded, no setting",
-    -- PENDING (the owner of cli/init.lua's observe()): read rt.settings:get("otlp_endpoint"),
-    -- ("otlp_timeout") (seconds), ("otlp_max_queue"), ("otlp_batch") instead
-    ['"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"'] = "pending: setting otlp_endpoint",
-    ['"OTEL_EXPORTER_OTLP_ENDPOINT"'] = "pending: setting otlp_endpoint",
-    ['"OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"'] = "pending: setting otlp_timeout",
-    ['"OTEL_EXPORTER_OTLP_TIMEOUT"'] = "pending: setting otlp_timeout",
-    ['"OTEL_BSP_MAX_QUEUE_SIZE"'] = "pending: setting otlp_max_queue",
-    ['"OTEL_BSP_MAX_EXPORT_BATCH_SIZE"'] = "pending: setting otlp_batch",
   },
   ["lua/luagent/base/http.lua"] = {
     ['"CURL_CA_BUNDLE"'] = "the TLS trust store, curl's own convention: the machine's, no runtime's",
@@ -269,18 +261,9 @@ local READS = {
   ["lua/luagent/agent/journal/owner.lua"] = { ['"HOSTNAME"'] = "who holds a run's claim: the host's name" },
   ["lua/luagent/agent/journal/init.lua"] = {
     ['"PWD"'] = "the folder a durable run started in: a fact of the process, recorded, no setting",
-    -- PENDING (the journal's owner): path() reads settings:get("home")
-    ['"LUAGENT_HOME"'] = "pending: setting home",
   },
   ["lua/luagent/observe/log.lua"] = {
     ['"NO_COLOR"'] = "whether the terminal the lines go to wants colour: the terminal's, as isatty is",
-    -- PENDING (the log's owner): the threshold is the runtime's log_level setting
-    ['"LUAGENT_LOG"'] = "pending: setting log_level",
-  },
-  ["lua/luagent/observe/trace.lua"] = {
-    -- PENDING (the tracer's owner): read rt.settings:get("service_name"), ("otlp_headers")
-    ['"OTEL_SERVICE_NAME"'] = "pending: setting service_name",
-    ['"OTEL_EXPORTER_OTLP_HEADERS"'] = "pending: setting otlp_headers",
   },
 }
 
@@ -325,18 +308,6 @@ local ASSIGNED = {
   ["luagent.core.retry_budget"] = "a spy: the simulation makes one budget per strategy",
   ["luagent.agent.tools.mcp.Set.make_tool"] = "a double: a tool set whose tools fail to build",
   ["luagent.options"] = "the face refuses it (the spec checks that it raises)",
-  -- PENDING, in modules this change does not touch (their owners):
-  -- runtime.lua's observer wiring sets the log's sink, content and redaction
-  -- from the settings log_sink, log_content and the policy (the log's owner)
-  ["luagent.observe.log.sink"] = "pending: the log reads its runtime's log_sink setting",
-  ["luagent.observe.log.content"] = "pending: the log reads its runtime's log_content setting",
-  ["luagent.observe.log.redact"] = "pending: the log asks its runtime's policies",
-  -- trace_spec: constants of the tracer's batching, to become options of its exporters
-  ["luagent.observe.trace.render_batch"] = "pending: an option of trace's exporters (the tracer's owner)",
-  ["luagent.observe.trace.file_chunk"] = "pending: an option of trace.file_exporter (the tracer's owner)",
-  ["luagent.observe.trace.file_batch.batch"] = "pending: the otlp_batch setting (the tracer's owner)",
-  -- cost_spec: how many costliest calls the cost table keeps
-  ["luagent.observe.cost.keep"] = "pending: an option of the cost meter (the cost meter's owner)",
 }
 
 -- The fields of required luagent modules a file assigns: a list of

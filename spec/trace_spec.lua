@@ -281,11 +281,10 @@ describe("trace, from the OTLP file export", function()
     assert.same({ "chat m,attempt 1,chat m,attempt 1", "chat m,attempt 1" }, lines)
   end)
 
-  it("ends a batch's line at once when it holds file_batch.batch spans", function()
+  it("ends a batch's line at once when it holds `batch` spans", function()
     local call = bare_call
     local file = os.tmpname()
-    local tracer = assert(luagent.default_runtime():trace { file = file })
-    tracer.file_batch.batch = 4 -- two calls: a chat span and an attempt each
+    local tracer = assert(luagent.default_runtime():trace { file = file, batch = 4 }) -- two calls: a chat span and an attempt each
     call(1)
     call(2)
     local first = slurp(file) -- whole already: no timer, no stop
@@ -300,17 +299,36 @@ describe("trace, from the OTLP file export", function()
     assert.equal(2, #cjson.decode(lines[2]).resourceSpans[1].scopeSpans[1].spans)
   end)
 
+  it("takes its file lines' bound from the runtime's otlp_batch setting (OTEL_BSP_MAX_EXPORT_BATCH_SIZE)", function()
+    local rt = luagent.runtime { otlp_batch = 2, log_sink = function() end }
+    local file = os.tmpname()
+    local tracer = assert(rt:trace { file = file })
+    for id = 1, 3 do
+      rt.bus:publish { type = "message_start", call = id, id = "r" .. id, model = "m" }
+      rt.bus:publish { type = "message_end", call = id, final = true, attempts = 1, stop_reason = "stop",
+        request_model = "m", provider_kind = "openai", status = 200 }
+    end
+    tracer:stop()
+    rt:close()
+    local counts = {}
+    for line in slurp(file):gmatch("[^\n]+") do
+      counts[#counts + 1] = #cjson.decode(line).resourceSpans[1].scopeSpans[1].spans
+    end
+    os.remove(file)
+    assert.same({ 2, 2, 2 }, counts) -- a call's two spans a line, where 512 would hold them all
+  end)
+
   it("turns finished traces into text render_batch at a time, in the order they ended", function()
     local file = os.tmpname()
     local tracer = assert(luagent.default_runtime():trace { file = file, tree = true })
-    for id = 1, 2 * tracer.render_batch + 5 do bare_call(id) end
+    for id = 1, 2 * trace.RENDER_BATCH + 5 do bare_call(id) end
     local tree = stop_with_tree(tracer)
     local lines = {}
     for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
     os.remove(file)
     assert.equal(1, #lines)
     local spans = cjson.decode(lines[1]).resourceSpans[1].scopeSpans[1].spans
-    assert.equal(2 * (2 * tracer.render_batch + 5), #spans)
+    assert.equal(2 * (2 * trace.RENDER_BATCH + 5), #spans)
     for i = 1, #spans, 2 do
       local chat, attempt = spans[i], spans[i + 1]
       assert.equal("chat m", chat.name)
@@ -325,13 +343,11 @@ describe("trace, from the OTLP file export", function()
   it("writes what rendered before a batch that fails at the end, and closes the file", function()
     local file = os.tmpname()
     local tracer = assert(luagent.default_runtime():trace {})
-    local sink, close = tracer:file_exporter(file)
+    local sink, close = tracer:file_exporter(file, { render_batch = 2 })
     local good = { trace_id = string.rep("a", 32), span_id = string.rep("b", 16), name = "fine", kind = 1,
       start = 1, stop = 2, status = 0, attrs = {}, nattrs = 0 }
-    local batch = tracer.render_batch
-    tracer.render_batch = 1
-    sink(good) -- rendered at once
-    tracer.render_batch = batch
+    sink(good)
+    sink(good) -- a batch: rendered at once
     sink({ name = "no span" }) -- waits, fails at the end
     assert.has_error(close)
     tracer:stop()
@@ -345,9 +361,7 @@ describe("trace, from the OTLP file export", function()
   it("drops a batch that fails to turn into text, and goes on with the next", function()
     local file = os.tmpname()
     local tracer = assert(luagent.default_runtime():trace {})
-    local sink, close = tracer:file_exporter(file)
-    local batch = tracer.render_batch
-    tracer.render_batch = 1
+    local sink, close = tracer:file_exporter(file, { render_batch = 1 })
     local ok, err = pcall(sink, { name = "no span" })
     assert.is_false(ok)
     assert.matches("not a span", tostring(err))
@@ -355,7 +369,6 @@ describe("trace, from the OTLP file export", function()
       start = 1, stop = 2, status = 0, attrs = {}, nattrs = 0 }
     sink(s)
     close()
-    tracer.render_batch = batch
     tracer:stop()
     local lines = {}
     for line in slurp(file):gmatch("[^\n]+") do lines[#lines + 1] = line end
@@ -519,11 +532,9 @@ describe("an OTLP file that cannot be written", function()
   it("makes tracer:stop answer nil and the message; later spans are not written", function()
     local logged = {}
     local saved = luagent.configure { log_sink = function(_, line) logged[#logged + 1] = line end, log_level = "warn" }
-    local tracer = assert(luagent.default_runtime():trace { file = "/dev/full" })
-    local chunk = tracer.file_chunk
-    tracer.file_chunk = 1 -- each text goes out at once: the first trace meets the full disk
+    -- each text goes out at once: the first trace meets the full disk
+    local tracer = assert(luagent.default_runtime():trace { file = "/dev/full", file_chunk = 1 })
     for id = 1, 3 do bare_call(id) end
-    tracer.file_chunk = chunk
     local ok, err = tracer:stop()
     luagent.configure(saved)
     assert.is_nil(ok)

@@ -6,6 +6,7 @@ local core = require "luagent.core"
 local flags = require "luagent.cli.flags"
 local json = require "luagent.base.json"
 local journal = require "luagent.agent.journal"
+local config = require "luagent.config"
 local generations = require "luagent.observe.generations"
 local provider = require "luagent.model.provider"
 
@@ -49,11 +50,17 @@ end
 -- The generation ids a durable run journaled: {id=, endpoint=, where=}
 -- in step order, or nil and the exit code.
 local function from_journal(opts, run_id, say, usage_error)
-  local path = journal.path(opts.journal)
+  -- where the default journal is: the home setting (LUAGENT_HOME), read as
+  -- a runtime reads it (a bad LUAGENT_ variable is a usage error)
+  local env = config.new()
+  local read, why = pcall(env.read_env, env)
+  if not read then return nil, usage_error("%s", tostring(why)) end
+  local home = env:get("home")
+  local path = journal.path(opts.journal, home)
   local f = io.open(path, "r") -- (opening a journal that is not there would make one)
   if not f then return nil, usage_error("cost settle: no journal at %s", path) end
   f:close()
-  local store, err = journal.open(opts.journal, { readonly = true }) -- it only reads, on a full disk too
+  local store, err = journal.open(opts.journal, { readonly = true, home = home }) -- it only reads, on a full disk too
   if not store then
     say("luagent: %s", tostring(err))
     return nil, 1
@@ -66,7 +73,7 @@ local function from_journal(opts, run_id, say, usage_error)
       say("luagent: %s", tostring(err))
       return nil, 1
     end
-    return nil, usage_error("cost settle: no run '%s' in journal %s", run_id, journal.path(opts.journal))
+    return nil, usage_error("cost settle: no run '%s' in journal %s", run_id, journal.path(opts.journal, home))
   end
   local out = {}
   for _, s in ipairs(run.steps) do

@@ -169,9 +169,12 @@ local function parse_run_args(args)
 end
 
 -- Sets up logs, traces and cost (the runtime's observers) as the options
--- ask; returns their cleanup (exports, the tree, the cost table: true, or
--- nil and the message of an output file that could not be written), or nil
--- and an exit code after reporting the problem.
+-- ask; returns their cleanup, or nil and an exit code after reporting the
+-- problem. The cleanup writes what the run prints at its end and answers
+-- whether the files went well: the tracer stops (its exports flushed, the
+-- --trace tree to stderr), then the --cost table; true, or nil and the
+-- message of an output file that could not be written. Stopping the log
+-- and the meter is rt:close()'s.
 local function observe(rt, opts, usage_error)
   -- a bad --prices file is found before anything starts or opens a file
   local prices
@@ -180,24 +183,19 @@ local function observe(rt, opts, usage_error)
     prices, err = require("luagent.observe.cost").read_prices(opts.prices)
     if not prices then return nil, usage_error("run: --prices: %s", err) end
   end
-  rt.settings:set { log_format = opts["log-format"] or false, log_content = opts["log-content"] or false }
-  -- --otlp FILE and a collector (--otlp URL, or the OTEL_ variables) may go together
+  -- --otlp FILE and a collector (--otlp URL, else the otlp_endpoint
+  -- setting: the OTEL_ variables) may go together
   local file = opts.otlp and not opts.otlp:match("^https?://") and opts.otlp or nil
-  local url = not file and opts.otlp or os.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    or os.getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-  if url == "" then url = nil end
+  local url = not file and opts.otlp or rt.settings:get("otlp_endpoint")
   -- spans are built when asked for, or when log lines at info carry their
   -- ids; the tracer (and the meter) are made only then (start-up time)
   local tracer
   if opts.trace or file or url or rt.log:enabled("info") then
-    -- a post's bound, in milliseconds as OpenTelemetry's variables give it
-    local timeout_ms = tonumber(os.getenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT")
-      or os.getenv("OTEL_EXPORTER_OTLP_TIMEOUT") or "")
+    -- the queue's bound, a post's spans and its time bound are the
+    -- runtime's settings (otlp_max_queue, otlp_batch, otlp_timeout), which
+    -- the tracer reads
     local err
-    tracer, err = rt:trace { tree = opts.trace, file = file, url = url,
-      max_queue = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_QUEUE_SIZE") or "")),
-      batch = math.tointeger(tonumber(os.getenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") or "")),
-      timeout = timeout_ms and timeout_ms > 0 and timeout_ms < math.huge and timeout_ms / 1000 or nil }
+    tracer, err = rt:trace { tree = opts.trace, file = file, url = url }
     if not tracer then return nil, usage_error("run: --otlp: %s", err) end
   end
   -- the meter after the tracer: the bus runs the annotator subscribed last
@@ -211,13 +209,9 @@ local function observe(rt, opts, usage_error)
   -- `--log off` asked for silence: no consumer at all
   if opts.log ~= "off" then rt.log:start() end
   return function()
-    rt.log:stop()
     local ok, err = true, nil
     if tracer then ok, err = tracer:stop(opts.trace and io.stderr or nil) end
-    if meter then
-      if opts.cost then io.stderr:write(table.concat(meter:report(), "\n"), "\n") end
-      meter:stop()
-    end
+    if meter and opts.cost then io.stderr:write(table.concat(meter:report(), "\n"), "\n") end
     return ok, err
   end
 end
@@ -362,8 +356,8 @@ local function end_run(rt, failed)
 end
 
 -- Runs FILE (already checked to load) with its arguments under the
--- options. Returns the exit code.
-local function execute(rt, opts, file, chunk, script_args)
+-- options, and ends its durable run. Returns the exit code.
+local function run_script(rt, opts, file, chunk, script_args)
   _G.arg = script_args
 
   if opts["virtual-clock"] then core.clock_virtual() end
@@ -390,6 +384,9 @@ local function execute(rt, opts, file, chunk, script_args)
     if not ok then say("luagent: while exiting: %s", tostring(done)) end
     local ended, err = pcall(end_run, rt)
     if not ended then say("luagent: while exiting: %s", tostring(err)) end
+    -- after the run's end is written: its claim goes with the journal
+    local closed, why = pcall(rt.close, rt)
+    if not closed then say("luagent: while exiting: %s", tostring(why)) end
     -- a success whose outputs could not all be written is none
     if ok and not done and (status == nil or status == true or status == 0) then status = EXIT_OUTPUT end
     return exit(status, true)
@@ -429,6 +426,16 @@ local function execute(rt, opts, file, chunk, script_args)
   return outputs_written and 0 or EXIT_OUTPUT
 end
 
+-- run_script, then the runtime closes (its watchers, Redis writes, log,
+-- meters and journal): after the run's end, so its final status (and exit
+-- 3) is written before its claim goes.
+local function execute(rt, opts, file, chunk, script_args)
+  local code = run_script(rt, opts, file, chunk, script_args)
+  local ok, err = pcall(rt.close, rt)
+  if not ok then say("luagent: while closing: %s", tostring(err)) end
+  return code
+end
+
 -- Loads FILE as a chunk: chunk, or nil and the exit code after saying why.
 local function load_script(file, cmd)
   local fh, open_err = io.open(file, "r")
@@ -444,9 +451,9 @@ end
 
 -- The journal of a run to resume: the store, or nil and the exit code (2:
 -- there is no journal file; nothing is created).
-local function open_journal(opts)
+local function open_journal(opts, home)
   local journal = require "luagent.agent.journal"
-  local store, err = journal.open(opts.journal, { existing = true })
+  local store, err = journal.open(opts.journal, { existing = true, home = home })
   if not store then
     say("luagent: %s%s", err.missing and "resume: " or "", tostring(err.missing and err.message or err))
     return nil, err.missing and 2 or 1
@@ -514,6 +521,7 @@ function M.run(args)
       local run, err = journal.current(rt)
       if not run then
         say("luagent: %s", tostring(err))
+        rt:close()
         return 1
       end
     end
@@ -530,7 +538,12 @@ function M.resume(args)
   if not id then return usage_error("resume: missing RUN_ID ('luagent runs' lists them)") end
   if args[i + 1] then return usage_error("resume: unexpected argument '%s'", args[i + 1]) end
   local journal = require "luagent.agent.journal"
-  local store, code = open_journal(opts)
+  -- the journal is found before the runtime is made: the home setting
+  -- (LUAGENT_HOME) read as the runtime will read it
+  local env = config.new()
+  local read, why = pcall(env.read_env, env, settings)
+  if not read then return usage_error("%s", tostring(why)) end
+  local store, code = open_journal(opts, env:get("home"))
   if not store then return code end
   local run, err = journal.resume(store, id)
   if not run then

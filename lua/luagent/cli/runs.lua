@@ -175,11 +175,18 @@ function M.main(args, say, usage_error)
     return 0
   end
   local journal = require "luagent.agent.journal"
+  -- where the default journal is: the home setting (LUAGENT_HOME), read as
+  -- a runtime reads it (a bad LUAGENT_ variable is a usage error)
+  local env = require("luagent.config").new()
+  local read, why = pcall(env.read_env, env)
+  if not read then return usage_error("%s", tostring(why)) end
+  local home = env:get("home")
   -- listing and showing write nothing (a full disk, a read-only folder);
   -- no command creates a journal: the file must be there. nil and the exit
   -- code when it cannot be opened
   local function open()
-    local store, err = journal.open(opts.journal, { readonly = sub == "list" or sub == "show", existing = true })
+    local store, err = journal.open(opts.journal, { readonly = sub == "list" or sub == "show", existing = true,
+      home = home })
     if store then return store end
     if err.missing and sub == "list" then
       io.write("no runs: ", err.message, "\n")

@@ -18,8 +18,8 @@ local PRICES = require "luagent.observe.prices"
 local M = {}
 
 M.CURRENCY = "USD"
--- How many call records a meter keeps for the costliest turns (at least):
--- its `keep` starts here.
+-- How many call records a meter keeps for the costliest turns (at least),
+-- unless its `keep` option says otherwise (cost.new).
 M.KEEP = 20
 
 local Meter = {}
@@ -350,14 +350,17 @@ end
 -- Making, starting, the table
 ------------------------------------------------------------------------------
 
--- new(rt) -> the cost meter of runtime rt, not yet counting: its prices
--- start from lua/luagent/observe/prices.lua; start() subscribes it to rt's
--- bus and registers its cap in rt's admission list (the run's cap is rt's
--- max_cost setting, an agent's its own max_cost option).
-function M.new(rt)
+-- new(rt [, opts]) -> the cost meter of runtime rt, not yet counting: its
+-- prices start from lua/luagent/observe/prices.lua; start() subscribes it
+-- to rt's bus and registers its cap in rt's admission list (the run's cap
+-- is rt's max_cost setting, an agent's its own max_cost option).
+-- opts.keep: how many of the costliest call records it keeps (M.KEEP).
+function M.new(rt, opts)
   if type(rt) ~= "table" or not rt.bus or not rt.admission then error("cost.new: expects a runtime", 2) end
+  local keep = opts and opts.keep or M.KEEP
+  if math.tointeger(keep) == nil or keep < 1 then error("cost.new: keep must be a whole number >= 1", 2) end
   local self = setmetatable({
-    rt = rt, currency = M.CURRENCY, keep = M.KEEP,
+    rt = rt, currency = M.CURRENCY, keep = keep,
     prices = {}, found = {}, state = new_state(),
     unsubscribe = nil, admit = nil, -- while started
   }, Meter)

@@ -6,10 +6,10 @@
 -- The events are the full story of a run; these lines are for people and
 -- log pipelines. Each runtime owns one logger (lua/luagent/runtime.lua,
 -- rt.log) with its own threshold, sink, format and content flag (the
--- runtime's log_level, log_sink, log_format and log_content settings;
--- LUAGENT_LOG or `luagent run --log LEVEL` for the threshold, default
--- `warn`), the redaction of its own policy, and the trace ids of its own
--- tracer. Lines are JSON when stderr is not a terminal (or with
+-- runtime's log_level, log_sink, log_format and log_content settings: the
+-- threshold is log_level, default `warn`, which `luagent run --log LEVEL`
+-- sets and LUAGENT_LOG gives when the runtime is made), the redaction of
+-- its own policy, and the trace ids of its own tracer. Lines are JSON when stderr is not a terminal (or with
 -- `--log-format json`), a compact readable form on a terminal (colour
 -- unless NO_COLOR is set; escape sequences and other control characters
 -- from models, tools and servers written as visible escapes). Metadata is
@@ -42,10 +42,10 @@ local Logger = {}
 Logger.__index = Logger
 M.Logger = Logger
 
--- new(rt) -> the logger of runtime rt: its sink, format and content flag
--- as rt.settings has them now, its threshold LUAGENT_LOG's when that names
--- a level, else the log_level setting (the runtime applies later changes:
--- set_level, set_format, set_sink, set_content); content goes through the
+-- new(rt) -> the logger of runtime rt: its threshold, sink, format and
+-- content flag as rt.settings has them now (the log_level setting: the
+-- runtime's read_env put LUAGENT_LOG there); the runtime applies later
+-- changes (set_level, set_format, set_sink, set_content); content goes through the
 -- redact hook of rt's policy (rt.policies:redact). Nothing is logged from
 -- events until start().
 function M.new(rt)

@@ -509,19 +509,21 @@ end
 -- Exporters
 ------------------------------------------------------------------------------
 
--- How a tracer's file exporters batch (tracer.file_batch starts as a copy),
--- as the OpenTelemetry SDK's batch span processor does: the spans of the
--- traces that finish within `delay` seconds of the first go out as one
--- TracesData line, or sooner once `batch` spans wait.
-M.FILE_BATCH = { delay = 1, batch = 512 }
+-- How long a file exporter's line stays open, in seconds, as the
+-- OpenTelemetry SDK's batch span processor waits: the spans of the traces
+-- that finish within it of the first go out as one TracesData line, or
+-- sooner once a batch of them waits (the exporter's `batch` option: the
+-- runtime's otlp_batch setting, OTEL_BSP_MAX_EXPORT_BATCH_SIZE, which the
+-- SDK's processor applies to every exporter, a file's too).
+M.FILE_DELAY = 1
 
 -- How many finished traces wait to be turned into text together (the
 -- OTLP file's JSON, the --trace tree's lines). Run back to back, the
 -- writer's code and branches stay warm: one at a time, between the
 -- chunks of a streaming run, it cost twice as much. A trace is written as
 -- it is when its batch is turned into text: an event that still changes
--- it after its root ended (a call ending after its agent run) shows. A
--- tracer's render_batch starts here.
+-- it after its root ended (a call ending after its agent run) shows. The
+-- default of an exporter's `render_batch` option.
 M.RENDER_BATCH = 32
 
 -- The spans of the tree under `s`.
@@ -533,12 +535,14 @@ local function count_spans(s)
   return n
 end
 
--- tracer:file_exporter(path) -> sink, close | nil, message: TracesData
--- lines of finished traces, batched as tracer.file_batch says; close() ends
--- the line that is open and closes the file: true, or nil and the message
--- of a write that failed. Finished traces wait, tracer.render_batch at
--- most, and are turned into JSON together (one string, scrubbed); the texts
--- wait until tracer.file_chunk bytes of them are there and go out together: little
+-- tracer:file_exporter(path [, opts]) -> sink, close | nil, message:
+-- TracesData lines of finished traces, a line ending M.FILE_DELAY seconds
+-- after its first trace or once opts.batch spans wait (default: the
+-- runtime's otlp_batch setting); close() ends the line that is open and
+-- closes the file: true, or nil and the message of a write that failed.
+-- Finished traces wait, opts.render_batch at most (M.RENDER_BATCH), and are
+-- turned into JSON together (one string, scrubbed); the texts wait until
+-- opts.chunk bytes of them (M.FILE_CHUNK) are there and go out together: little
 -- of a batch stays in the Lua heap, where every object kept makes each
 -- collection of a streaming run longer, and a text larger than stdio's
 -- 4 KiB buffer goes to the file in one write (glibc ignores the size
@@ -548,8 +552,11 @@ end
 -- then takes no more (lua/luagent/base/outfile.lua) and later traces are
 -- dropped unrendered.
 M.FILE_CHUNK = 16384
-function Tracer:file_exporter(path)
+function Tracer:file_exporter(path, opts)
+  opts = opts or {}
   local tracer = self
+  local batch = opts.batch or tracer.rt.settings:get("otlp_batch")
+  local render_batch, chunk = opts.render_batch or M.RENDER_BATCH, opts.chunk or M.FILE_CHUNK
   local out, err = outfile.open(path)
   if not out then return nil, err end
   local spans, timer = 0, nil -- spans in the open line; its batch's timer
@@ -572,7 +579,7 @@ function Tracer:file_exporter(path)
   local function add(text)
     texts[#texts + 1] = text
     bytes = bytes + #text
-    if bytes >= tracer.file_chunk then write_out() end
+    if bytes >= chunk then write_out() end
   end
   local function render()
     if roots[1] == nil then return end
@@ -603,11 +610,11 @@ function Tracer:file_exporter(path)
     if out.error then return end -- the file failed: the trace is dropped
     roots[#roots + 1] = root
     spans = spans + count_spans(root)
-    if spans >= tracer.file_batch.batch then return end_line() end
-    if #roots >= tracer.render_batch then render() end
+    if spans >= batch then return end_line() end
+    if #roots >= render_batch then render() end
     if not timer then
       timer = core.spawn(function()
-        core.sleep(tracer.file_batch.delay)
+        core.sleep(M.FILE_DELAY)
         timer = nil
         end_line()
       end)
@@ -685,18 +692,20 @@ end
 -- exporter with .sink(root), .flush(seconds) and the counts sent, dropped,
 -- failures.
 -- Spans wait in a bounded queue; one sender task at a time posts them in
--- batches, each post bounded by `timeout` seconds (default 5; the
--- connection by 2 of them) and by what it reads of the reply
+-- batches, each post bounded by `timeout` seconds (the connection by 2 of
+-- them) and by what it reads of the reply
 -- (M.REPLY_MAX); a batch that fails (a status that is not 2xx, no answer
 -- in time) is dropped and counted, each kind of failure logged once, and
 -- the run goes on at its own pace. Failures are logged through the
--- runtime's diagnostics.
+-- runtime's diagnostics. What opts does not give is the runtime's setting:
+-- otlp_max_queue, otlp_batch, otlp_timeout, otlp_headers.
 function Tracer:http_exporter(opts)
-  local tracer, diag = self, self.diag
+  local tracer, diag, settings = self, self.diag, self.rt.settings
   local x = {
-    url = opts.url, max_queue = opts.max_queue or 2048, batch = opts.batch or 512,
-    timeout = opts.timeout or 5, queue = queue.new(), sent = 0, dropped = 0, failures = 0,
-    headers = parse_headers(opts.headers or os.getenv("OTEL_EXPORTER_OTLP_HEADERS")),
+    url = opts.url, max_queue = opts.max_queue or settings:get("otlp_max_queue"),
+    batch = opts.batch or settings:get("otlp_batch"), timeout = opts.timeout or settings:get("otlp_timeout"),
+    queue = queue.new(), sent = 0, dropped = 0, failures = 0,
+    headers = parse_headers(opts.headers or settings:get("otlp_headers")),
     reported = {}, kinds = 0, -- the kinds of failure logged
   }
   x.headers["content-type"] = "application/json"
@@ -828,14 +837,16 @@ end
 -- still give log lines their ids (the runtime hands tracer.context_of to
 -- its logger) and requests their traceparent (tracer:headers). nil and a
 -- message, and nothing subscribed, when an exporter cannot be opened.
+-- Spans name their service opts.service_name, else the runtime's
+-- service_name setting (OTEL_SERVICE_NAME).
 function M.new(rt, opts)
-  if type(rt) ~= "table" or not rt.bus or not rt.diag then error("trace.new: expects a runtime", 2) end
+  if type(rt) ~= "table" or not rt.bus or not rt.diag or not rt.settings then
+    error("trace.new: expects a runtime", 2)
+  end
   local self = setmetatable({
     rt = rt, diag = rt.diag,
     offset = core.wall() - core.now(), -- epoch seconds minus loop-clock seconds, fixed as tracing starts
-    service_name = os.getenv("OTEL_SERVICE_NAME") or "luagent",
-    render_batch = M.RENDER_BATCH, file_chunk = M.FILE_CHUNK,
-    file_batch = { delay = M.FILE_BATCH.delay, batch = M.FILE_BATCH.batch },
+    service_name = opts and opts.service_name or rt.settings:get("service_name"),
     sinks = {},       -- function(root): called when a trace's root ends
     exporters = {},   -- the OTLP/HTTP exporters, flushed at stop
     closers = {},     -- what stop runs: files closed, the tree's last batch rendered
@@ -843,7 +854,6 @@ function M.new(rt, opts)
     running = true,
     on_stop = nil,    -- function(tracer), told once when the tracer stops (the runtime's)
   }, Tracer)
-  if opts and opts.service_name then self.service_name = opts.service_name end
   self.head = resource_head(self.service_name)
   local consume, context, headers, end_open = builder(self.sinks)
   self.context_of, self.headers_of, self.end_open = context, headers, end_open
@@ -855,14 +865,18 @@ function M.new(rt, opts)
 end
 
 -- tracer:export{tree=bool, file=path, url=base URL, headers="k=v,..",
--- max_queue=, batch=, timeout=} -> true | nil, message: adds the exporters
--- asked for (the tree at most once).
+-- max_queue=, batch=, timeout=, render_batch=, file_chunk=} -> true | nil,
+-- message: adds the exporters asked for (the tree at most once). `batch`
+-- bounds the spans of a post and of a file's line alike; what is not given
+-- is the runtime's setting (otlp_batch, ...) or the module's constant
+-- (M.RENDER_BATCH, M.FILE_CHUNK).
 function Tracer:export(opts)
   opts = opts or {}
   if not self.running then error("trace: this tracer is stopped", 2) end
   local sinks = self.sinks
   if opts.file then
-    local sink, close = self:file_exporter(opts.file)
+    local sink, close = self:file_exporter(opts.file, { batch = opts.batch, render_batch = opts.render_batch,
+      chunk = opts.file_chunk })
     if not sink then return nil, "cannot open '" .. opts.file .. "': " .. tostring(close) end
     sinks[#sinks + 1] = sink
     self.closers[#self.closers + 1] = close
@@ -883,6 +897,7 @@ function Tracer:export(opts)
     -- escaped for the terminal the tree is printed on (host/termtext.c)
     local function emit(line) printed:write(terminal_text(secrets.text(line)), "\n") end
     local roots = {} -- finished traces whose tree lines are not yet in `printed`
+    local render_batch = opts.render_batch or M.RENDER_BATCH
     local function render()
       local batch = roots -- taken first, as the file exporter's
       roots = {}
@@ -890,7 +905,7 @@ function Tracer:export(opts)
     end
     sinks[#sinks + 1] = function(root)
       roots[#roots + 1] = root
-      if #roots >= self.render_batch then render() end
+      if #roots >= render_batch then render() end
     end
     self.closers[#self.closers + 1] = render
   end

@@ -118,11 +118,11 @@ end
 -- Where the journal is
 ------------------------------------------------------------------------------
 
--- path([flag]) -> the journal file: --journal FILE, else
--- $LUAGENT_HOME/runs.db, else .luagent/runs.db in the current folder.
-function M.path(flag)
+-- path([flag [, home]]) -> the journal file: --journal FILE, else
+-- HOME/runs.db (home: the runtime's home setting, LUAGENT_HOME), else
+-- .luagent/runs.db in the current folder.
+function M.path(flag, home)
   if flag and flag ~= "" then return flag end
-  local home = os.getenv("LUAGENT_HOME")
   if home and home ~= "" then return (home:gsub("/+$", "")) .. "/runs.db" end
   return ".luagent/runs.db"
 end
@@ -134,15 +134,15 @@ local function exists(path)
 end
 
 -- open([path], [opts]) -> store | nil, err: the SQLite store at path
--- (M.path() when nil). Where runs start, the default folder (.luagent,
--- $LUAGENT_HOME) is created; the folder of an explicit --journal FILE must
+-- (M.path(nil, opts.home) when nil: opts.home is the home setting). Where
+-- runs start, the default folder (.luagent, HOME) is created; the folder of an explicit --journal FILE must
 -- exist. opts.existing: the file must be there already (resume, resolve,
 -- gc: nothing is created); opts.readonly: the same, and nothing is written
 -- (`luagent runs`, `runs show`). A missing file is err.missing = true.
 function M.open(path, opts)
   opts = opts or {}
   local explicit = path ~= nil
-  path = M.path(path)
+  path = M.path(path, opts.home)
   if opts.existing or opts.readonly then
     if not exists(path) then
       return nil, errors.new("usage", string.format("no journal at '%s': no durable run was started with it "
@@ -294,7 +294,7 @@ function M.current(rt)
   if j.run then return j.run end
   if j.open_error then return nil, j.open_error end
   local settings = rt.settings
-  local store, err = M.open(settings:get("journal_file"))
+  local store, err = M.open(settings:get("journal_file"), { home = settings:get("home") })
   local run
   if store then
     local info = settings:get("run_info")
