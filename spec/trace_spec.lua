@@ -577,3 +577,28 @@ describe("trace and span ids (core.random_id)", function()
     assert.not_equal(a.stdout, b.stdout)
   end)
 end)
+
+local h = require "spec.support.helpers"
+
+describe("trace, with the cost meter", function()
+  -- the cost meter adds agent_end.cost before any other consumer sees the
+  -- event, whichever started first (--max-cost starts the meter when the
+  -- runtime is made, before the tracer)
+  for _, flags in ipairs({ { "--max-cost", "100" }, { "--cost" } }) do
+    it("gives the agent's span its cost with " .. flags[1], function()
+      local otlp = os.tmpname()
+      local args = { "run", "--mock", "--otlp", otlp }
+      for _, f in ipairs(flags) do args[#args + 1] = f end
+      args[#args + 1] = h.tempfile([[
+          local luagent = require "luagent"
+          local a = luagent.agent { name = "priced", model = "openai/gpt-4o-mini" }
+          assert(a:run("hello").stop_reason == "stop")
+        ]], ".lua")
+      local r = h.run_env({ within = 60 }, table.unpack(args))
+      local text = h.slurp(otlp)
+      os.remove(otlp)
+      assert.equal(0, r.code, r.stderr)
+      assert.matches('"key":"luagent.cost","value":{"doubleValue":', text, 1, true)
+    end)
+  end
+end)

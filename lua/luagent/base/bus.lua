@@ -16,9 +16,10 @@ Bus.__index = Bus
 -- The bus
 ------------------------------------------------------------------------------
 
--- A bus holds its consumers in two groups: annotators (they add fields to
--- events, so they run first) and the others; in each, consumers of every
--- event (`all`) and consumers of some types only (`typed[type]`).
+-- A bus holds its consumers in three groups: the first annotators, the
+-- other annotators (they add fields to events, so they run first) and the
+-- others; in each, consumers of every event (`all`) and consumers of some
+-- types only (`typed[type]`).
 -- Per event type, `routes` lists the consumers it goes to, in delivery
 -- order; `every` is the route of a type no consumer asked for by name (a
 -- text delta reaches only the `all` consumers). Routes are made anew at
@@ -48,7 +49,7 @@ end
 -- a consumer that failed and was removed.
 function M.new(opts)
   local self = setmetatable({
-    groups = { { all = {}, typed = {} }, { all = {}, typed = {} } },
+    groups = { { all = {}, typed = {} }, { all = {}, typed = {} }, { all = {}, typed = {} } },
     diag = opts and opts.diag,
     -- per task (a coroutine; the main thread too), a slot holding the
     -- position in its route of the consumer running now: publish reads it
@@ -90,10 +91,13 @@ end
 -- those types only), in order. A consumer that raises is removed and
 -- reported once: an observer must never break the call it observes. With
 -- opts.annotate, fn runs before every other consumer, so the fields it adds
--- (the cost meter's `agent_end.cost`) reach them all.
+-- reach them all; with opts.annotate = "first", before the other annotators
+-- too (the cost meter's `agent_end.cost` reaches the tracer's span, whichever
+-- of them subscribed first).
 function Bus:subscribe(fn, opts)
   if type(fn) ~= "function" then error("events.subscribe: expects a function", 2) end
-  local group = self.groups[opts and opts.annotate and 1 or 2]
+  local annotate = opts and opts.annotate
+  local group = self.groups[annotate == "first" and 1 or annotate and 2 or 3]
   local lists = {}
   if opts and opts.types then
     for _, t in ipairs(opts.types) do

@@ -198,8 +198,8 @@ local function observe(rt, opts, usage_error)
     tracer, err = rt:trace { tree = opts.trace, file = file, url = url }
     if not tracer then return nil, usage_error("run: --otlp: %s", err) end
   end
-  -- the meter after the tracer: the bus runs the annotator subscribed last
-  -- first, so agent_end carries its cost when the span is made of it
+  -- the meter annotates first (its bus subscription says so), so agent_end
+  -- carries its cost when the tracer makes the span of it
   local meter
   if opts.cost or prices or opts["max-cost"] then
     meter = rt:meter("cost")

@@ -373,7 +373,7 @@ end
 function Meter:start()
   if self.unsubscribe then return end
   local rt = self.rt
-  self.unsubscribe = rt.bus:subscribe(function(ev) consume(self, ev) end, { annotate = true,
+  self.unsubscribe = rt.bus:subscribe(function(ev) consume(self, ev) end, { annotate = "first",
     types = { "turn_start", "provider_retry", "message_end", "call_aborted", "agent_end" } })
   self.admit = function(opts) return gate(self, opts, rt.settings:get("max_cost")) end
   rt.admission[#rt.admission + 1] = self.admit
