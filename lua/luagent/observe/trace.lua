@@ -26,7 +26,6 @@
 local core = require "luagent.core"
 local json = require "luagent.base.json"
 local secrets = require "luagent.base.secrets"
-local log = require "luagent.observe.log"
 local queue = require "luagent.base.queue"
 local outfile = require "luagent.base.outfile"
 local errors = require "luagent.base.errors"
@@ -460,7 +459,13 @@ end
 -- The tree, for `luagent run --trace`
 ------------------------------------------------------------------------------
 
-M.duration = log.duration -- "37.968s", "1.3ms", "191µs"
+-- duration(seconds) -> "37.968s", "1.3ms", "191µs" (host/timetext.c, as the
+-- log writes them); "?" for no number
+local duration_text = core.duration_text
+function M.duration(d)
+  if type(d) ~= "number" then return "?" end
+  return duration_text(d)
+end
 local terminal_text = core.terminal_text
 
 -- A tree line's indent per depth (deeper ones are made as needed).
@@ -791,8 +796,7 @@ function Tracer:http_exporter(opts)
     if core.current() then
       body() -- called from a task: wait here
     else
-      core.spawn(body)
-      core.run()
+      core.spawn(body):join() -- drives the loop until this flush is done, not every task
     end
     if x.task then
       -- a post still waiting on the collector: its spans are lost too
