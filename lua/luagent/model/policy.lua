@@ -38,7 +38,7 @@ M.defaults = {
   max_answer_bytes = 64 * 1024 * 1024,
   honor_x_should_retry = false,
   unusable_retries = 1,
-  -- shared per endpoint by every call of the process (lua/luagent/model/endpoint/init.lua);
+  -- shared per endpoint by every call of the runtime (lua/luagent/model/endpoint/init.lua);
   -- a policy's table is laid over these, a key left out of both is the
   -- endpoint's own default, false turns the piece off
   breaker = { consecutive = 10 },

@@ -56,7 +56,7 @@ scenarios:
         model: 1 call per 20 ms window, 40 ms ± 20 % per call, base 10 ms
         (AWS's first ceiling; decorrelated keeps 5 ms), cap 2 s, fixed
         wait 0 (AWS's "no backoff").
-The top of lua/luagent/sim.lua explains both mappings.
+The top of lua/luagent/sim/model.lua explains both mappings.
 
 options:
   --scenario NAME     book (default) or aws

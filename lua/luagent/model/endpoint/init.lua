@@ -1,6 +1,8 @@
 -- Shared protection per provider endpoint: one circuit breaker, one retry
 -- budget (both in C: host/breaker.c, host/budget.c) and one cooldown, shared
--- by every agent of the process that calls the same endpoint. Pure Lua with
+-- by every agent of a runtime that calls the same endpoint (a runtime's
+-- registry, lua/luagent/model/endpoint/registry.lua, holds them; Redis
+-- shares them between runtimes and hosts, lua/luagent/model/endpoint/redis.lua). Pure Lua with
 -- time passed in (`now`, seconds on any clock), so specs drive it.
 --
 -- An attempt goes through an endpoint like this:
