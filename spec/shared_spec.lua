@@ -241,6 +241,20 @@ describe("endpoint state shared through Redis", function()
     stop_redis(redis)
   end)
 
+  it("finishes a runtime's Redis writes when it closes: a cooldown sent without waiting reaches the others", function()
+    local opts = { breaker = false, budget = false, cooldown = {}, shared = { redis = redis.url, prefix = "close:" } }
+    local a_rt, b_rt = luagent.runtime {}, luagent.runtime {}
+    local a = a_rt.endpoints:get("http://closing/v1", opts)
+    assert.is_true((a:admit(false, core.now())))
+    a:set_cooldown(core.now() + 5) -- sent, not waited for
+    a_rt:close()
+    local b = b_rt.endpoints:get("http://closing/v1", opts)
+    b:record(core.now(), true, true, false)
+    local hold = b:cooldown_wait(core.now(), 0)
+    b_rt:close()
+    assert.is_true(hold > 4.9 and hold <= 5.05, "b holds for the cooldown a set before it closed: " .. hold)
+  end)
+
   it("4 hosts x 25 agents send about as many requests as 1 host x 100, far fewer than unshared", function()
     -- one mock for the single host, one for the four sharing hosts: both
     -- run at the same time, so a stall of this shared 2-core machine (other

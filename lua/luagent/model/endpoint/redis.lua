@@ -759,6 +759,21 @@ function Shared:snapshot(now)
   }
 end
 
+-- Finishes the writes of every connection of `pool` that serves: the
+-- results counted locally are written, and the commands sent without
+-- waiting (a cooldown, a probe let go) have been run once a PING after them
+-- is answered (Redis answers in order). Each wait is bounded by the
+-- connection's timeout; a connection that fails is left as it is.
+function M.flush_pool(pool)
+  for _, c in pairs(pool.clients) do
+    local conn = c.conn
+    if c.state == "up" and conn then
+      local ok = c:write_unshared(conn)
+      if ok then conn:command(c.timeout, "PING") end
+    end
+  end
+end
+
 -- Closes every connection of `pool` (its registry closes or starts over).
 function M.close_pool(pool)
   local clients = pool.clients

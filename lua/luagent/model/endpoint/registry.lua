@@ -76,8 +76,12 @@ function Registry:reset()
   redis.close_pool(self.pool)
 end
 
--- registry:close(): forgets every endpoint and closes its Redis
--- connections (their pending writes are given up: the runtime closes).
-Registry.close = Registry.reset
+-- registry:close(): finishes its Redis writes (lua/luagent/model/endpoint/
+-- redis.lua, flush_pool: bounded by each connection's timeout), then
+-- forgets every endpoint and closes its connections; the runtime closes.
+function Registry:close()
+  redis.flush_pool(self.pool)
+  self:reset()
+end
 
 return M
