@@ -57,12 +57,11 @@ function M.new(settings)
     decorators = {},    -- function(call, attempt, opts) -> headers to add, or nil
     meters = {},        -- name -> what rt:meter started
     tracer = nil,       -- what rt:trace started, while it traces
-    toolsets = {},      -- tool sets to close with the runtime
+    toolsets = setmetatable({}, { __mode = "k" }), -- set -> true: tool sets to close with the runtime
+    agents = setmetatable({}, { __mode = "k" }),   -- agent -> true while it runs (agent/loop.lua)
     closers = {},       -- functions rt:close() runs, last added first
     journal = journal.new(), -- its durable run and the journal stores it closes
   }, Runtime)
-  -- the journal closes last: its run's claim is let go after the rest
-  rt.closers[1] = function() rt.journal:close() end
   -- the library's own lines go to this runtime's logger (its log_sink, at
   -- its log_level)
   rt.diag = diagnostics.new(function(level, msg, fields, about)
@@ -176,8 +175,9 @@ function Runtime:on_close(fn)
 end
 
 -- rt:own(set) -> set: a tool set this runtime closes when it closes.
+-- Weak: a set its opener closed and dropped is not kept alive.
 function Runtime:own(set)
-  self.toolsets[#self.toolsets + 1] = set
+  self.toolsets[set] = true
   return set
 end
 
@@ -187,16 +187,30 @@ local function closing(rt, fn, ...)
   if not ok then rt.diag:write("warn", "runtime close: " .. tostring(err)) end
 end
 
--- rt:close(): stops the runtime's watchers, closes its tool sets, runs its
+-- rt:close(): aborts its running agents and waits for their runs to end
+-- (each ends with agent_end "aborted"), closes its tool sets, runs its
 -- closers, stops its observers (the tracer's exporters flush, within a
 -- second, and its files close; the cost meter stops, its table still
--- readable; the log stops making lines of events), finishes its Redis
--- writes. Closing twice is harmless.
+-- readable; the log stops making lines of events), stops its watchers,
+-- finishes its Redis writes, and closes its journal last: its run's claim
+-- is let go after the rest. Closing twice is harmless; a closed runtime's
+-- methods raise "runtime: closed".
 function Runtime:close()
   if self.closed then return end
   self.closed = true
-  for i = #self.toolsets, 1, -1 do
-    local set = self.toolsets[i]
+  local running = {}
+  for a in pairs(self.agents) do running[#running + 1] = a end
+  for _, a in ipairs(running) do closing(self, a.abort, a, "the runtime closed") end
+  -- a wait drives the loop, so this works outside a task too; an agent
+  -- closing its own runtime (from a tool) is not waited for
+  local here = core.current()
+  for _, a in ipairs(running) do
+    local task = a.task
+    if task and task ~= here then pcall(task.join, task) end
+  end
+  local sets = {}
+  for set in pairs(self.toolsets) do sets[#sets + 1] = set end
+  for _, set in ipairs(sets) do
     if set.close then pcall(set.close, set) end
   end
   for i = #self.closers, 1, -1 do closing(self, self.closers[i]) end
@@ -205,6 +219,7 @@ function Runtime:close()
   self.log:stop()
   self.policies:close()
   self.endpoints:close()
+  closing(self, self.journal.close, self.journal)
 end
 
 return M

@@ -1,0 +1,51 @@
+-- rt:close() while its agents run, and what a closed runtime refuses.
+local luagent = require "luagent"
+local core = require "luagent.core"
+local mock = require "luagent.mock"
+
+local function tempdb()
+  local p = os.tmpname()
+  os.remove(p)
+  return p .. ".db"
+end
+
+local function cleanup(p)
+  for _, suffix in ipairs({ "", "-wal", "-shm" }) do os.remove(p .. suffix) end
+end
+
+describe("rt:close() while its agents run", function()
+  it("aborts a durable agent in its backoff: the run ends with agent_end, not a journal error", function()
+    local srv = assert(mock.start { faults = "503" })
+    local p = tempdb()
+    local rt = luagent.runtime { journal_file = p,
+      run_info = { script = "s.lua", args = {}, options = {}, quiet = true } }
+    local a = rt:agent { name = "d", durable = true,
+      model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
+    local last, failure
+    local task = core.spawn(function()
+      local ok, err = pcall(function() last = a:run("go") end)
+      if not ok then failure = err end
+    end)
+    while #srv:requests() == 0 do luagent.sleep(0.01) end -- in its backoff after the first 503
+    assert.is_true(a.running)
+    rt:close()
+    assert.is_false(a.running) -- close joined the agent's task
+    task:join()
+    srv:close()
+    cleanup(p)
+    assert.is_nil(failure)
+    assert.equal("agent_end", last.type)
+    assert.equal("aborted", last.stop_reason)
+  end)
+end)
+
+describe("rt.toolsets", function()
+  it("keeps no tool set its opener closed and dropped", function()
+    local rt = luagent.runtime {}
+    rt:own({ close = function() end })
+    collectgarbage()
+    collectgarbage()
+    assert.is_nil(next(rt.toolsets))
+    rt:close()
+  end)
+end)
