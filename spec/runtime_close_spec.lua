@@ -49,3 +49,26 @@ describe("rt.toolsets", function()
     rt:close()
   end)
 end)
+
+describe("a closed runtime", function()
+  it("raises 'runtime: closed', naming the caller's line, from its methods", function()
+    local rt = luagent.runtime { max_cost = 0 }
+    rt:close()
+    local model = { kind = "openai", model = "m", base_url = "http://127.0.0.1:9/v1", api_key = "k" }
+    local calls = {
+      stream = function() local r = rt:stream { model = model, messages = { { role = "user", content = "hi" } } } return r end,
+      complete = function() local r = rt:complete { model = model, messages = { { role = "user", content = "hi" } } } return r end,
+      agent = function() local r = rt:agent { model = model } return r end,
+      provider = function() local r = rt:provider "openai/m" return r end,
+      trace = function() local r = rt:trace() return r end,
+      meter = function() local r = rt:meter "cost" return r end,
+      subscribe = function() local r = rt:subscribe(function() end) return r end,
+    }
+    -- (no tail calls: the line blamed is the one that called the method)
+    for name, fn in pairs(calls) do
+      local ok, err = pcall(fn)
+      assert.is_false(ok, name)
+      assert.equal("spec/runtime_close_spec.lua:" .. debug.getinfo(fn, "S").linedefined .. ": runtime: closed", err, name)
+    end
+  end)
+end)

@@ -34,7 +34,7 @@ local function apply(rt, name, value)
   elseif name == "log_format" then rt.log:set_format(value or "auto")
   elseif name == "log_sink" then rt.log:set_sink(value)
   elseif name == "log_content" then rt.log:set_content(value)
-  elseif name == "max_cost" and value then rt:meter("cost")
+  elseif name == "max_cost" and value and not rt.closed then rt:meter("cost")
   end
 end
 
@@ -96,6 +96,14 @@ function M.new(settings)
   return rt
 end
 
+-- A closed runtime answers nothing more: its admission (the cost cap),
+-- watchers and observers are gone, so a call, agent or observer made now
+-- would run unguarded, and nothing would close what it started.
+local function open(rt)
+  if rt.closed then error("runtime: closed", 3) end
+  return rt
+end
+
 -- rt:configure{...} -> the previous values of the settings given;
 -- rt:configure() -> a copy of every setting.
 function Runtime:configure(t)
@@ -104,19 +112,20 @@ function Runtime:configure(t)
 end
 
 -- rt:provider("kind/model" | {kind=, model=, ...}) -> a provider of this runtime.
-function Runtime:provider(spec) return provider.new(self, spec) end
+function Runtime:provider(spec) return provider.new(open(self), spec) end
 
 -- rt:stream{...} -> iterator of events; rt:complete{...} -> message | nil, err
 -- (lua/luagent/model/call.lua).
-function Runtime:stream(opts) return call.stream(self, opts) end
-function Runtime:complete(opts) return call.complete(self, opts) end
+function Runtime:stream(opts) return call.stream(open(self), opts) end
+function Runtime:complete(opts) return call.complete(open(self), opts) end
 
 -- rt:agent{...} -> an agent of this runtime (lua/luagent/agent/loop.lua).
-function Runtime:agent(opts) return agent.new(self, opts) end
+function Runtime:agent(opts) return agent.new(open(self), opts) end
 
 -- rt:subscribe(fn [, types]) -> unsubscribe function: fn(event) for every
 -- event of this runtime's calls and agents (of `types` only, when given).
 function Runtime:subscribe(fn, types)
+  open(self)
   if types ~= nil and type(types) ~= "table" then error("subscribe: types must be a list of event types", 2) end
   return self.bus:subscribe(fn, types and { types = types })
 end
@@ -130,6 +139,7 @@ function Runtime:health(now) return self.endpoints:health(now) end
 -- max_cost, the cost table, its own prices). Agents with max_cost ask for
 -- it.
 function Runtime:meter(name)
+  open(self)
   if name ~= "cost" then error("meter: no meter named '" .. tostring(name) .. "'", 2) end
   local m = self.meters[name]
   if not m then
@@ -148,6 +158,7 @@ end
 -- tracer:stop([out]) ends it (rt:close() does, if nothing did); the next
 -- rt:trace makes a new one.
 function Runtime:trace(opts)
+  open(self)
   if opts ~= nil and type(opts) ~= "table" then error("trace: expects a table of options", 2) end
   local tracer = self.tracer
   if tracer then
