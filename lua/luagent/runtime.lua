@@ -108,7 +108,11 @@ end
 -- rt:configure() -> a copy of every setting.
 function Runtime:configure(t)
   if t == nil then return self.settings:all() end
-  return self.settings:set(t, "luagent.configure", 4)
+  -- not a tail call, so level 3 (set, here, the caller) names the line
+  -- that called configure; luagent.configure tail-calls this, leaving no
+  -- frame of its own
+  local old = self.settings:set(t, "luagent.configure", 3)
+  return old
 end
 
 -- rt:provider("kind/model" | {kind=, model=, ...}) -> a provider of this runtime.
