@@ -72,3 +72,23 @@ describe("a closed runtime", function()
     end
   end)
 end)
+
+describe("a runtime's durable run", function()
+  it("says its notes to the runtime's log_sink", function()
+    local srv = assert(mock.start { script = function() return { text = "done" } end })
+    local p = tempdb()
+    local lines = {}
+    local rt = luagent.runtime { journal_file = p, log_format = "text",
+      log_sink = function(level, line) lines[#lines + 1] = level .. " " .. line end,
+      run_info = { script = "s.lua", args = {}, options = {} } }
+    local last = rt:agent { name = "d", durable = true,
+      model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }:run("go")
+    assert.equal("stop", last.stop_reason)
+    local id = rt.journal.run.id
+    rt:close()
+    srv:close()
+    cleanup(p)
+    assert.equal(1, #lines, table.concat(lines, "\n"))
+    assert.matches("^warn .*luagent: durable run " .. id:gsub("%-", "%%-") .. " %(journal ", lines[1])
+  end)
+end)
