@@ -64,3 +64,43 @@ describe("luagent.runtime{...}", function()
     assert.matches("seed must be an integer", err)
   end)
 end)
+
+-- A misuse error names the line that made the call (error levels through
+-- the face's tail calls).
+describe("misuse errors name the caller's line", function()
+  local luagent = require "luagent"
+  local function blamed(fn)
+    local ok, err = pcall(fn)
+    assert.is_false(ok)
+    return err
+  end
+  local function here(fn) return "spec/runtime_api_spec.lua:" .. debug.getinfo(fn, "S").linedefined .. ": " end
+
+  it("for luagent.configure, rt:configure, rt.settings:set and luagent.runtime", function()
+    local rt = luagent.runtime {}
+    local cases = {
+      function() luagent.configure { sede = 1 } end,
+      function() rt:configure { sede = 1 } end,
+      function() rt.settings:set { sede = 1 } end,
+      function() luagent.runtime { sede = 1 } end,
+    }
+    for i, fn in ipairs(cases) do
+      local err = blamed(fn)
+      assert.equal(here(fn), err:sub(1, #here(fn)), "case " .. i .. ": " .. err)
+      assert.matches("no setting 'sede'", err)
+    end
+    rt:close()
+  end)
+
+  it("for luagent.tools.mcp", function()
+    local cases = {
+      function() luagent.tools.mcp { bogus = 1 } end,
+      function() luagent.tools.mcp { command = { "x" }, env = { A = 1 } } end,
+      function() luagent.tools.mcp { command = { "x" }, tool_policy = { trust_hints = 1 } } end,
+    }
+    for i, fn in ipairs(cases) do
+      local err = blamed(fn)
+      assert.equal(here(fn), err:sub(1, #here(fn)), "case " .. i .. ": " .. err)
+    end
+  end)
+end)

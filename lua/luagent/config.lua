@@ -263,9 +263,11 @@ end
 -- set{name=value, ...} -> the previous values of the names given (pass
 -- them back to set to restore them; false for those that were unset).
 -- `false` clears a setting (back to its default). An unknown name or a
--- bad value raises and changes nothing. `api` names the caller in errors.
+-- bad value raises and changes nothing. `api` names the caller in errors;
+-- `level` is error()'s, counted from here (2, the default: the line that
+-- called set).
 function Settings:set(t, api, level)
-  api, level = api or "luagent.configure", level or 3
+  api, level = api or "luagent.configure", level or 2
   if type(t) ~= "table" then error(api .. ": expects a table", level) end
   for k, v in pairs(t) do
     local e = BY_NAME[k]

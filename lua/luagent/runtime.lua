@@ -34,7 +34,7 @@ local function apply(rt, name, value)
   elseif name == "log_format" then rt.log:set_format(value or "auto")
   elseif name == "log_sink" then rt.log:set_sink(value)
   elseif name == "log_content" then rt.log:set_content(value)
-  elseif name == "max_cost" and value then rt:meter("cost")
+  elseif name == "max_cost" and value and not rt.closed then rt:meter("cost")
   end
 end
 
@@ -57,12 +57,11 @@ function M.new(settings)
     decorators = {},    -- function(call, attempt, opts) -> headers to add, or nil
     meters = {},        -- name -> what rt:meter started
     tracer = nil,       -- what rt:trace started, while it traces
-    toolsets = {},      -- tool sets to close with the runtime
+    toolsets = setmetatable({}, { __mode = "k" }), -- set -> true: tool sets to close with the runtime
+    agents = setmetatable({}, { __mode = "k" }),   -- agent -> true while it runs (agent/loop.lua)
     closers = {},       -- functions rt:close() runs, last added first
     journal = journal.new(), -- its durable run and the journal stores it closes
   }, Runtime)
-  -- the journal closes last: its run's claim is let go after the rest
-  rt.closers[1] = function() rt.journal:close() end
   -- the library's own lines go to this runtime's logger (its log_sink, at
   -- its log_level)
   rt.diag = diagnostics.new(function(level, msg, fields, about)
@@ -97,27 +96,40 @@ function M.new(settings)
   return rt
 end
 
+-- A closed runtime answers nothing more: its admission (the cost cap),
+-- watchers and observers are gone, so a call, agent or observer made now
+-- would run unguarded, and nothing would close what it started.
+local function open(rt)
+  if rt.closed then error("runtime: closed", 3) end
+  return rt
+end
+
 -- rt:configure{...} -> the previous values of the settings given;
 -- rt:configure() -> a copy of every setting.
 function Runtime:configure(t)
   if t == nil then return self.settings:all() end
-  return self.settings:set(t, "luagent.configure", 4)
+  -- not a tail call, so level 3 (set, here, the caller) names the line
+  -- that called configure; luagent.configure tail-calls this, leaving no
+  -- frame of its own
+  local old = self.settings:set(t, "luagent.configure", 3)
+  return old
 end
 
 -- rt:provider("kind/model" | {kind=, model=, ...}) -> a provider of this runtime.
-function Runtime:provider(spec) return provider.new(self, spec) end
+function Runtime:provider(spec) return provider.new(open(self), spec) end
 
 -- rt:stream{...} -> iterator of events; rt:complete{...} -> message | nil, err
 -- (lua/luagent/model/call.lua).
-function Runtime:stream(opts) return call.stream(self, opts) end
-function Runtime:complete(opts) return call.complete(self, opts) end
+function Runtime:stream(opts) return call.stream(open(self), opts) end
+function Runtime:complete(opts) return call.complete(open(self), opts) end
 
 -- rt:agent{...} -> an agent of this runtime (lua/luagent/agent/loop.lua).
-function Runtime:agent(opts) return agent.new(self, opts) end
+function Runtime:agent(opts) return agent.new(open(self), opts) end
 
 -- rt:subscribe(fn [, types]) -> unsubscribe function: fn(event) for every
 -- event of this runtime's calls and agents (of `types` only, when given).
 function Runtime:subscribe(fn, types)
+  open(self)
   if types ~= nil and type(types) ~= "table" then error("subscribe: types must be a list of event types", 2) end
   return self.bus:subscribe(fn, types and { types = types })
 end
@@ -131,6 +143,7 @@ function Runtime:health(now) return self.endpoints:health(now) end
 -- max_cost, the cost table, its own prices). Agents with max_cost ask for
 -- it.
 function Runtime:meter(name)
+  open(self)
   if name ~= "cost" then error("meter: no meter named '" .. tostring(name) .. "'", 2) end
   local m = self.meters[name]
   if not m then
@@ -149,6 +162,7 @@ end
 -- tracer:stop([out]) ends it (rt:close() does, if nothing did); the next
 -- rt:trace makes a new one.
 function Runtime:trace(opts)
+  open(self)
   if opts ~= nil and type(opts) ~= "table" then error("trace: expects a table of options", 2) end
   local tracer = self.tracer
   if tracer then
@@ -176,8 +190,9 @@ function Runtime:on_close(fn)
 end
 
 -- rt:own(set) -> set: a tool set this runtime closes when it closes.
+-- Weak: a set its opener closed and dropped is not kept alive.
 function Runtime:own(set)
-  self.toolsets[#self.toolsets + 1] = set
+  self.toolsets[set] = true
   return set
 end
 
@@ -187,16 +202,30 @@ local function closing(rt, fn, ...)
   if not ok then rt.diag:write("warn", "runtime close: " .. tostring(err)) end
 end
 
--- rt:close(): stops the runtime's watchers, closes its tool sets, runs its
+-- rt:close(): aborts its running agents and waits for their runs to end
+-- (each ends with agent_end "aborted"), closes its tool sets, runs its
 -- closers, stops its observers (the tracer's exporters flush, within a
 -- second, and its files close; the cost meter stops, its table still
--- readable; the log stops making lines of events), finishes its Redis
--- writes. Closing twice is harmless.
+-- readable; the log stops making lines of events), stops its watchers,
+-- finishes its Redis writes, and closes its journal last: its run's claim
+-- is let go after the rest. Closing twice is harmless; a closed runtime's
+-- methods raise "runtime: closed".
 function Runtime:close()
   if self.closed then return end
   self.closed = true
-  for i = #self.toolsets, 1, -1 do
-    local set = self.toolsets[i]
+  local running = {}
+  for a in pairs(self.agents) do running[#running + 1] = a end
+  for _, a in ipairs(running) do closing(self, a.abort, a, "the runtime closed") end
+  -- a wait drives the loop, so this works outside a task too; an agent
+  -- closing its own runtime (from a tool) is not waited for
+  local here = core.current()
+  for _, a in ipairs(running) do
+    local task = a.task
+    if task and task ~= here then pcall(task.join, task) end
+  end
+  local sets = {}
+  for set in pairs(self.toolsets) do sets[#sets + 1] = set end
+  for _, set in ipairs(sets) do
     if set.close then pcall(set.close, set) end
   end
   for i = #self.closers, 1, -1 do closing(self, self.closers[i]) end
@@ -205,6 +234,7 @@ function Runtime:close()
   self.log:stop()
   self.policies:close()
   self.endpoints:close()
+  closing(self, self.journal.close, self.journal)
 end
 
 return M

@@ -396,6 +396,8 @@ end
 function Agent:start()
   if self.running then error("agent: already running (one prompt at a time)", 3) end
   self.running, self.aborted, self.replay = true, nil, replay.live
+  local running = self.rt.agents -- the runtime aborts and joins it when it closes
+  running[self] = true
   local q, sig, finished = queue.new(), signal(), false
   local function deliver(ev) -- to the caller's iterator
     q:push(ev)
@@ -422,6 +424,7 @@ function Agent:start()
       end
     end
     self.running, finished = false, true
+    running[self] = nil
     sig.notify()
   end)
   -- the iterator raises a programming error of the run once its events are out

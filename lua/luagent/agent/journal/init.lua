@@ -49,6 +49,7 @@ local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local json = require "luagent.base.json"
 local bus = require "luagent.base.bus"
+local diagnostics = require "luagent.base.diagnostics"
 local owner = require "luagent.agent.journal.owner"
 local sqlite = require "luagent.agent.journal.sqlite"
 
@@ -111,6 +112,7 @@ function M.use(rt, run, opts)
     if run and run.id == was.id and run.store == was.store then was:hand_on() else was:release() end
   end
   j.run = run
+  if run then run.diag = rt.diag end -- its notes go to rt's log
   if run and opts and opts.close_store then j:own(run.store) end
 end
 
@@ -187,6 +189,15 @@ M.pid = pid
 local Run = {}
 Run.__index = Run
 
+-- Where a run's notes go (run.diag) before a runtime has it (`luagent
+-- resume` claims the run before it makes its runtime): stderr, as is.
+-- current() and use() give the run its runtime's diagnostics (rt.diag),
+-- whose log decides where they go (its log_sink; stderr by default).
+local STDERR = diagnostics.new(function(_, msg) io.stderr:write(msg, "\n") end)
+
+-- A note of the run's, at warn.
+local function note(run, msg) (run.diag or STDERR):write("warn", msg) end
+
 -- Refreshes the run's claim every M.HEARTBEAT seconds, until it is let go
 -- (the task is cancelled) or lost (another process took it over).
 local function heartbeat(run)
@@ -196,7 +207,7 @@ local function heartbeat(run)
     local ok, err = run.store:heartbeat(run.id, run.owner)
     if not ok and err and err.lost then
       run.lost = err
-      io.stderr:write("luagent: ", tostring(err), "; this process writes no more of it\n")
+      note(run, "luagent: " .. tostring(err) .. "; this process writes no more of it")
       return
     end
     -- another failure (a full disk): the next beat tries again
@@ -211,7 +222,7 @@ local function claim(run, quiet)
   if not c then return nil, err end
   run.owner = me
   if c.taken_from and not quiet then
-    io.stderr:write(string.format("luagent: run %s was claimed by %s: %s; this process takes it over\n", run.id,
+    note(run, string.format("luagent: run %s was claimed by %s: %s; this process takes it over", run.id,
       owner.describe(c.taken_from), c.why))
   end
   run.beat = core.spawn(heartbeat, run)
@@ -219,18 +230,19 @@ local function claim(run, quiet)
   return run
 end
 
--- start(store, {script=, args=, options=, cwd=}) -> run | nil, err: a new
--- run in the store, claimed by this process, printed on stderr unless quiet.
-function M.start(store, info)
+-- start(store, {script=, args=, options=, cwd=} [, diag]) -> run | nil, err:
+-- a new run in the store, claimed by this process, said (to diag, else
+-- stderr) unless quiet.
+function M.start(store, info, diag)
   local run = setmetatable({ store = store, id = M.new_id(store:now()), resumed = false,
-    by_pos = {}, agent_count = {}, agents = {} }, Run)
+    by_pos = {}, agent_count = {}, agents = {}, diag = diag }, Run)
   local ok, err = store:create { id = run.id, script = info.script, args = info.args, options = info.options,
     cwd = info.cwd, pid = pid() }
   if not ok then return nil, err end
   ok, err = claim(run, true)
   if not ok then return nil, err end
   if not info.quiet then
-    io.stderr:write(string.format("luagent: durable run %s (journal %s; 'luagent resume %s' continues it)\n",
+    note(run, string.format("luagent: durable run %s (journal %s; 'luagent resume %s' continues it)",
       run.id, store.path or "?", run.id))
   end
   return run
@@ -303,7 +315,7 @@ function M.current(rt)
       for i, a in ipairs(_G.arg or {}) do args[i] = a end
       info = { script = _G.arg and _G.arg[0], args = args, options = {}, cwd = os.getenv("PWD") }
     end
-    run, err = M.start(store, info)
+    run, err = M.start(store, info, rt.diag)
     if run then j:own(store) else store:close() end
   end
   j.run, j.open_error = run, err
@@ -371,7 +383,7 @@ function Binder:write(step)
   local ok, err = self.run.store:append(self.run.id, step)
   if not ok then
     self.failed = err
-    io.stderr:write("luagent: ", tostring(err), "\n")
+    note(self.run, "luagent: " .. tostring(err))
     return false
   end
   self.run.by_pos[step.pos] = step

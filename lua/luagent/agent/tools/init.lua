@@ -39,9 +39,8 @@ end
 -- With `rt`, the set belongs to that runtime (its default policy; closed
 -- with it).
 function M.mcp(opts, rt)
-  local set, err = mcp.open(opts, rt)
-  if set and rt then rt:own(set) end
-  return set, err
+  -- a tail call: open's errors name the line that called tools.mcp
+  return mcp.open(opts, rt)
 end
 
 return M

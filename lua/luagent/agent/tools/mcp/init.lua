@@ -131,7 +131,7 @@ local function tool_policy(o, rt)
   if o.tool_policy ~= nil then
     local err
     t, err = policies.check_tool_section(o.tool_policy, "tools.mcp tool_policy")
-    if not t then error(err.message, 4) end
+    if not t then error(err.message, 3) end
   end
   return tool.section_in_force(t, o.policy, rt and rt.policies)
 end
@@ -628,11 +628,13 @@ end
 -- open(opts [, rt]) -> set | nil, err. Raises for bad options; returns nil
 -- and the first connection's failure (with the server's stderr when it has
 -- some). See the header and README.md for the options. `rt`, the runtime
--- the set serves (lua/luagent/runtime.lua), gives the default policy.
+-- the set serves (lua/luagent/runtime.lua), gives the default policy and
+-- owns the set (closes it when it closes). Called by a tail call
+-- (tools.mcp), so its misuse errors name the caller's line.
 function M.open(o, rt)
   check_options(o)
   local env, why = child_env.own(o.env)
-  if o.env ~= nil and not env then error("tools.mcp: " .. why, 3) end
+  if o.env ~= nil and not env then error("tools.mcp: " .. why, 2) end
   secrets.register_url(o.url)
   for name, value in pairs(o.headers or {}) do secrets.register_credential(name, value) end
   local d = M.defaults
@@ -669,6 +671,7 @@ function M.open(o, rt)
     return nil, err
   end
   self.opened = true
+  if rt then rt:own(self) end -- closed with its runtime
   return self
 end
 
