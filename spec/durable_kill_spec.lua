@@ -34,7 +34,7 @@ LUAGENT_SPEC_KILL_AFTER=$k TRIAGE_ISSUES=$d/issues "$BIN" run --durable --journa
   --cassette examples/triage.cassette.jsonl --fast --events "jsonl:$d/ev1" \
   spec/fixtures/durable/killed_triage.lua >"$d/out1" 2>"$d/err1"
 echo $? >"$d/rc1"
-id=$(sed -n 's/.*luagent: durable run \([^ ]*\) .*/\1/p' "$d/err1")
+id=$(sed -n 's/^luagent: durable run \([^ ]*\) .*/\1/p' "$d/err1")
 TRIAGE_ISSUES=$d/issues "$BIN" resume --journal "$d/runs.db" --events "jsonl:$d/ev2" "$id" >"$d/out2" 2>"$d/err2"
 echo $? >"$d/rc2"
 ]]

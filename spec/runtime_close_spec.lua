@@ -74,11 +74,11 @@ describe("a closed runtime", function()
 end)
 
 describe("a runtime's durable run", function()
-  it("says its notes to the runtime's log_sink", function()
+  it("says its notes to the runtime's log_sink, at info, when the runtime has one", function()
     local srv = assert(mock.start { script = function() return { text = "done" } end })
     local p = tempdb()
     local lines = {}
-    local rt = luagent.runtime { journal_file = p, log_format = "text",
+    local rt = luagent.runtime { journal_file = p, log_format = "text", log_level = "info",
       log_sink = function(level, line) lines[#lines + 1] = level .. " " .. line end,
       run_info = { script = "s.lua", args = {}, options = {} } }
     local last = rt:agent { name = "d", durable = true,
@@ -89,6 +89,6 @@ describe("a runtime's durable run", function()
     srv:close()
     cleanup(p)
     assert.equal(1, #lines, table.concat(lines, "\n"))
-    assert.matches("^warn .*luagent: durable run " .. id:gsub("%-", "%%-") .. " %(journal ", lines[1])
+    assert.matches("^info .*luagent: durable run " .. id:gsub("%-", "%%-") .. " %(journal ", lines[1])
   end)
 end)

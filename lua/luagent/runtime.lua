@@ -68,6 +68,17 @@ function M.new(settings)
     local logger = rt.log
     -- a line repeating an event the log writes itself is left out
     if about and logger:logging_events() then return end
+    if level == "note" then
+      -- a note for the person running the host (a durable run's id): as
+      -- is on stderr, unless this runtime's log was set up (a sink, a
+      -- level asked for): then a log line at info
+      local s = rt.settings
+      if s:get("log_sink") == nil and s:source("log_level") == "default" then
+        io.stderr:write(msg, "\n")
+        return
+      end
+      level = "info"
+    end
     logger:write(level, msg, fields)
   end)
   rt.bus = bus.new { diag = rt.diag }

@@ -14,7 +14,9 @@ function M.new(sink)
 end
 
 -- d:write(level, msg [, fields [, about]]): one line at level ("debug",
--- "info", "warn", "error"); fields are structured data the line carries;
+-- "info", "warn", "error", or "note": a line for the person running the
+-- host, such as a durable run's id, which the runtime shows as it is unless
+-- its log was set up); fields are structured data the line carries;
 -- `about` names the event type the line repeats (a log that writes that
 -- event's own line leaves it out).
 function Diagnostics:write(level, msg, fields, about)

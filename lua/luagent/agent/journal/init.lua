@@ -195,8 +195,10 @@ Run.__index = Run
 -- whose log decides where they go (its log_sink; stderr by default).
 local STDERR = diagnostics.new(function(_, msg) io.stderr:write(msg, "\n") end)
 
--- A note of the run's, at warn.
-local function note(run, msg) (run.diag or STDERR):write("warn", msg) end
+-- A line of the run's: at warn (a claim lost, a step not written), or a
+-- note (what the run is called, who had it before).
+local function warn(run, msg) (run.diag or STDERR):write("warn", msg) end
+local function note(run, msg) (run.diag or STDERR):write("note", msg) end
 
 -- Refreshes the run's claim every M.HEARTBEAT seconds, until it is let go
 -- (the task is cancelled) or lost (another process took it over).
@@ -207,7 +209,7 @@ local function heartbeat(run)
     local ok, err = run.store:heartbeat(run.id, run.owner)
     if not ok and err and err.lost then
       run.lost = err
-      note(run, "luagent: " .. tostring(err) .. "; this process writes no more of it")
+      warn(run, "luagent: " .. tostring(err) .. "; this process writes no more of it")
       return
     end
     -- another failure (a full disk): the next beat tries again
@@ -383,7 +385,7 @@ function Binder:write(step)
   local ok, err = self.run.store:append(self.run.id, step)
   if not ok then
     self.failed = err
-    note(self.run, "luagent: " .. tostring(err))
+    warn(self.run, "luagent: " .. tostring(err))
     return false
   end
   self.run.by_pos[step.pos] = step
