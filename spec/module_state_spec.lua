@@ -10,8 +10,10 @@
 --   NAME = v          NAME.x = v      NAME[k] = v      NAME.a[k].b = v
 --   function NAME.f() ... end          (inside a function)
 --   table.insert(NAME, v)  table.remove(NAME)  table.sort(NAME)  rawset(NAME, k, v)
--- (and the same with a field, table.insert(NAME.list, v)); an assignment to
--- an undeclared name (a global) inside a function counts too. What the top
+-- (and the same with a field, table.insert(NAME.list, v)), also through a
+-- function's local bound to it (local list = M.fields; list[#list + 1] = v);
+-- an assignment to an undeclared name (a global) inside a function counts
+-- too. What the top
 -- level does as the file loads (filling a constant table, M.f = function)
 -- is not run-time state. A method call on a module-level object (x:set())
 -- cannot be told from a read, and is not seen.
@@ -31,9 +33,11 @@ local lex = require "spec.support.lua_lex"
 local ROOT = "lua/luagent"
 
 -- The allow-list: module-level variables that functions may assign, because
--- they are process-wide by design. path and name name the variable; why says
--- why it is not a runtime's. An entry whose why starts with "TODO(issue 25)"
--- is state still to be moved onto the runtime, or a decision still to take.
+-- they are process-wide by design. path and name name the variable: a
+-- module-level local or global (registered), or one field of it (M.kinds:
+-- writes to that field only); why says why it is not a runtime's. An entry
+-- whose why starts with "TODO(issue 25)" is state still to be moved onto the
+-- runtime, or a decision still to take (none today).
 local B = ROOT .. "/base/"
 local MODULE_STATE_OK = {
   -- Registered keys: a key any runtime registered is scrubbed from every
@@ -101,8 +105,8 @@ local function scan(src)
   local toks = lex(src)
   local writes = {}
   -- The stack of what is open: the chunk, blocks and functions (each with
-  -- its scope: name -> line declared), and brackets ( [ {. fns counts the
-  -- functions open; fnnames their names, innermost last.
+  -- its scope: name -> line declared), and brackets ( [ {; fnnames the
+  -- names of the functions open, innermost last.
   local chunk = { kind = "chunk", scope = {}, infn = false }
   local stack, fnnames, pending_do = { chunk }, {}, 0
   local skip = {} -- token indexes that declare a name (local, parameter, loop variable)
@@ -179,7 +183,8 @@ local function scan(src)
     end
   end
   -- toks[k], a name, heads the target of an assignment: NAME chain
-  -- [, target]* =. Returns the form of the write, or nil.
+  -- [, target]* =. Returns the form of the write and whether it writes into
+  -- a field (not the name itself), or nil.
   local function assigned(k)
     local j = after_chain(k + 1)
     local into = j > k + 1
