@@ -487,6 +487,29 @@ describe("http.request", function()
     assert.equal(b, kept[2])
   end)
 
+  it("resp:event_source() reads the events without a Lua call each, and leaves the end and failures to next_event", function()
+    srv = server.serve(function(conn)
+      conn:write(sse_head() .. "data: a\n\ndata: " .. string.rep("x", 100) .. "\n\n")
+    end)
+    local resp = assert(http.request { url = srv.url, sse = { max_line = 20 } })
+    local read, state = resp:event_source()
+    assert.equal("function", type(read))
+    local t = {}
+    assert.equal(t, read(state, t))
+    assert.equal("a", t.data)
+    assert.is_nil(read(state, t)) -- the line is too long: next_event says so
+    local ev, err = resp:next_event(t)
+    assert.is_nil(ev)
+    assert.equal("protocol", err.kind)
+    assert.equal(err, resp.error)
+    resp:close()
+    local tap = { begin = function() return { response = function() end, finish = function() end,
+      event = function() end } end }
+    resp = assert(http.request { url = srv.url, tap = tap })
+    assert.is_nil(resp:event_source()) -- a tap sees every event: next_event only
+    resp:close()
+  end)
+
   it("resp:next_event names the failure that ends the stream and leaves it in resp.error", function()
     srv = server.serve(function(conn)
       conn:write(sse_head() .. "data: " .. string.rep("x", 100) .. "\n\n")

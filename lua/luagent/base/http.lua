@@ -99,6 +99,17 @@ function Response:next_event(into)
   return nil
 end
 
+-- resp:event_source() -> fn, state: the transport's own reader, for a loop
+-- that reads every event (the provider's hot path) without a Lua call per
+-- event: fn(state, into) -> the next event (in `into`), or nil at the end
+-- or on a failure, which resp:next_event() then returns (nil, or nil and
+-- the error record). nil when a tap watches the response: every event must
+-- then go through next_event, which tells it.
+function Response:event_source()
+  if self._tap then return nil end
+  return self._event, self._req
+end
+
 -- resp:events() -> iterator of SSE events (resp:next_event()); a failure
 -- is raised.
 function Response:events()

@@ -457,6 +457,7 @@ function Provider:stream(request, opts)
   local bytes, nevents = 0, 0
   local scrub = scrubbed_events()
   local next_event, feed = resp.next_event, dec.feed -- looked up once, called per event
+  local source, state = resp:event_source() -- the transport's reader, when no tap watches
   local scratch = {} -- each SSE event is decoded before the next is read: one table serves
 
   local function fail(e)
@@ -498,7 +499,8 @@ function Provider:stream(request, opts)
         got, sse = pcall(events)
         if not got then sse, serr = nil, sse end
       else
-        sse, serr = next_event(resp, scratch)
+        sse = source and source(state, scratch)
+        if not sse then sse, serr = next_event(resp, scratch) end
       end
       if serr then fail(serr) end
       local out, derr
