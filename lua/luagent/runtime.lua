@@ -1,10 +1,12 @@
 -- The runtime: the owner of a running host's state, as a lua_State owns an
--- interpreter's. Its settings, event bus, diagnostics, secrets, endpoints,
--- policy cache and watchers, observers (its logger rt.log, its tracer
+-- interpreter's. Its settings, event bus, diagnostics, endpoints, policy
+-- cache and watchers, observers (its logger rt.log, its tracer
 -- rt.tracer while it traces, its meters), call numbering, journal and
 -- watched tool sets hang off it, never off module upvalues: two runtimes in one
 -- process (two embedders, two tenants of a server) share nothing but the
--- loop and what they share on purpose (Redis, a journal database).
+-- loop and what they share on purpose (Redis, a journal database; the
+-- registered keys, lua/luagent/base/secrets.lua, are the process's, so a
+-- key any runtime knows is scrubbed from every output).
 --
 -- This is a composition root: it is the one place besides the face and the
 -- CLI that wires observers (lua/luagent/observe/) to the call layer.
@@ -54,7 +56,7 @@ function M.new(settings)
   local rt = setmetatable({
     calls = 0,          -- numbers this runtime's calls: events carry `call`
     admission = {},     -- function(call opts) -> nil | error record, before every attempt
-    decorators = {},    -- function(call, attempt, opts) -> headers to add, or nil
+    decorators = {},    -- function(call) -> headers to add to the attempt's request, or nil
     meters = {},        -- name -> what rt:meter started
     tracer = nil,       -- what rt:trace started, while it traces
     toolsets = setmetatable({}, { __mode = "k" }), -- set -> true: tool sets to close with the runtime
