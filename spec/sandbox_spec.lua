@@ -80,6 +80,14 @@ describe("sandbox.call", function()
     if was_virtual then core.clock_real() end
     local big = {}
     for i = 1, 200000 do big[i] = "ab" end
+    -- what one slow call costs on this machine now (a loaded machine makes
+    -- every call slower, the calibration too): the bound is a thousand
+    -- instructions' worth of them (four per loop: 250 calls), twice over,
+    -- where ten thousand instructions came ten times as late
+    local c0 = core.now()
+    for _ = 1, 20 do local _ = table.concat(big) end
+    local per_call = (core.now() - c0) / 20
+    local bound = 0.1 + 2 * 250 * per_call + 0.3
     local t0 = core.now()
     local ok, msg = sandbox.call(function()
       local x = 0
@@ -91,7 +99,8 @@ describe("sandbox.call", function()
     if was_virtual then core.clock_virtual() end
     assert.is_false(ok)
     assert.matches(HERE .. "time limit %(0%.1 s%) exceeded$", msg)
-    assert.is_true(took < 1.5, "took " .. took)
+    assert.is_true(took < bound, string.format("took %.3f s, more than %.3f s (a slow call: %.2f ms)",
+      took, bound, per_call * 1000))
   end)
 
   it("says which bounds it takes", function()
