@@ -269,8 +269,10 @@ end
 local LAZY_OK = {
   { place = "face", why = "the face: its lazily loaded names, and the default runtime made on first use",
     allows = function() return true end },
-  { place = "runtime", why = "runtime.lua: the observers it wires when asked (a name from its table of them, or an observe/ module)",
-    allows = function(target) return target == nil or place(target) == "observe" end },
+  { place = "runtime", why = "runtime.lua: the observers it wires when asked, and the call and agent layers"
+      .. " on first use (for start-up time and the heap a host that only serves carries)",
+    allows = function(target) return target == nil or place(target) == "observe" or place(target) == "model"
+      or place(target) == "agent" end },
   { place = "cli", why = "the CLI: its commands, each loaded when it runs",
     allows = function() return true end },
   { path = ROOT .. "/luagent/base/sandbox.lua", fn = "env.require",

@@ -16,12 +16,17 @@ local bus = require "luagent.base.bus"
 local diagnostics = require "luagent.base.diagnostics"
 local registry = require "luagent.model.endpoint.registry"
 local policy = require "luagent.model.policy"
-local call = require "luagent.model.call"
-local provider = require "luagent.model.provider"
-local agent = require "luagent.agent.loop"
-local journal = require "luagent.agent.journal"
+local journal_state = require "luagent.agent.journal.state"
 local log = require "luagent.observe.log"
-local cost = require "luagent.observe.cost"
+-- Loaded when first asked for, for start-up time and for the heap every
+-- garbage collection walks (a host that only serves, or only streams, does
+-- not carry the agent layer, MCP, SQLite or the price table): the call
+-- layer (rt:stream, rt:complete, rt:provider), the agent layer (rt:agent),
+-- the cost meter (rt:meter) and the tracer (rt:trace).
+local function call() return require "luagent.model.call" end
+local function provider() return require "luagent.model.provider" end
+local function agent() return require "luagent.agent.loop" end
+local function cost() return require "luagent.observe.cost" end
 
 local M = {}
 
@@ -62,7 +67,7 @@ function M.new(settings)
     toolsets = setmetatable({}, { __mode = "k" }), -- set -> true: tool sets to close with the runtime
     agents = setmetatable({}, { __mode = "k" }),   -- agent -> true while it runs (agent/loop.lua)
     closers = {},       -- functions rt:close() runs, last added first
-    journal = journal.new(), -- its durable run and the journal stores it closes
+    journal = journal_state.new(), -- its durable run and the journal stores it closes
   }, Runtime)
   -- the library's own lines go to this runtime's logger (its log_sink, at
   -- its log_level)
@@ -129,15 +134,15 @@ function Runtime:configure(t)
 end
 
 -- rt:provider("kind/model" | {kind=, model=, ...}) -> a provider of this runtime.
-function Runtime:provider(spec) return provider.new(open(self), spec) end
+function Runtime:provider(spec) return provider().new(open(self), spec) end
 
 -- rt:stream{...} -> iterator of events; rt:complete{...} -> message | nil, err
 -- (lua/luagent/model/call.lua).
-function Runtime:stream(opts) return call.stream(open(self), opts) end
-function Runtime:complete(opts) return call.complete(open(self), opts) end
+function Runtime:stream(opts) return call().stream(open(self), opts) end
+function Runtime:complete(opts) return call().complete(open(self), opts) end
 
 -- rt:agent{...} -> an agent of this runtime (lua/luagent/agent/loop.lua).
-function Runtime:agent(opts) return agent.new(open(self), opts) end
+function Runtime:agent(opts) return agent().new(open(self), opts) end
 
 -- rt:subscribe(fn [, types]) -> unsubscribe function: fn(event) for every
 -- event of this runtime's calls and agents (of `types` only, when given).
@@ -160,7 +165,7 @@ function Runtime:meter(name)
   if name ~= "cost" then error("meter: no meter named '" .. tostring(name) .. "'", 2) end
   local m = self.meters[name]
   if not m then
-    m = cost.new(self)
+    m = cost().new(self)
     self.meters[name] = m
   end
   m:start() -- once: a meter already counting goes on
