@@ -10,15 +10,7 @@ local journal = require "luagent.agent.journal"
 local store_mod = require "luagent.agent.journal.sqlite"
 local owner = require "luagent.agent.journal.owner"
 
-local function tempdb()
-  local p = os.tmpname()
-  os.remove(p)
-  return p .. ".db"
-end
-
-local function cleanup(p)
-  for _, suffix in ipairs({ "", "-wal", "-shm" }) do os.remove(p .. suffix) end
-end
+local tempdb, cleanup = require("spec.support.helpers").tempdb, require("spec.support.helpers").remove_db
 
 describe("core.sqlite_open", function()
   it("gives handles with prepared statements, errors as records, and one idempotent close", function()

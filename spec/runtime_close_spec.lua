@@ -3,15 +3,7 @@ local luagent = require "luagent"
 local core = require "luagent.core"
 local mock = require "luagent.mock"
 
-local function tempdb()
-  local p = os.tmpname()
-  os.remove(p)
-  return p .. ".db"
-end
-
-local function cleanup(p)
-  for _, suffix in ipairs({ "", "-wal", "-shm" }) do os.remove(p .. suffix) end
-end
+local tempdb, cleanup = require("spec.support.helpers").tempdb, require("spec.support.helpers").remove_db
 
 describe("rt:close() while its agents run", function()
   it("aborts a durable agent in its backoff: the run ends with agent_end, not a journal error", function()

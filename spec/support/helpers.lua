@@ -57,6 +57,18 @@ end
 
 -- run_env(env, args...) -> {code=, stdout=, stderr=}: runs the executable
 -- with the given arguments (strings, quoted here) and captures everything;
+-- tempdb() -> a path for a SQLite file nobody has; remove_db(path) removes
+-- it with its WAL and shared-memory files (journal specs).
+function M.tempdb()
+  local p = os.tmpname()
+  os.remove(p)
+  return p .. ".db"
+end
+
+function M.remove_db(p)
+  for _, suffix in ipairs({ "", "-wal", "-shm" }) do os.remove(p .. suffix) end
+end
+
 -- env (or nil): NAME = value assignments for it, `unset` a list of
 -- variables to leave out, `within` seconds after which it is killed (code
 -- 137: for a spec whose failure would be a hang).
