@@ -20,8 +20,9 @@
 # best CPU time of each counts: the machine is shared and noisy, so read
 # ratios (with 3 rounds, the observers' two rows moved by 3 points and more
 # from run to run).
-# Then C at once (one round), and BIG at once for luagent and the cJSON floor
-# (BIG=0 skips it). Node runs a fifth of the requests (it is slow); figures
+# Then C at once, best of MANY_ROUNDS (3) interleaved rounds (node: one; a
+# single round of this row moved by 10 % between runs of one build), and BIG
+# at once for luagent and the cJSON floor, one round (BIG=0 skips it). Node runs a fifth of the requests (it is slow); figures
 # are per chunk, so the ratios hold.
 # Placement: with taskset and two CPUs or more, the server runs on CPU 0 and
 # the clients on CPU 1. Unpinned, the floor's figure jumps by 2x between runs:
@@ -36,7 +37,8 @@
 # each answer's transfer pauses and resumes about four times. Streams that
 # arrive as they are generated never reach the bound.
 # Knobs: B (build dir), N (text chunks per response), R (requests one at a
-# time), C and RC (streams at once, requests in all), BIG and RBIG, ROUNDS.
+# time), C and RC (streams at once, requests in all), BIG and RBIG, ROUNDS,
+# MANY_ROUNDS.
 set -e
 B=${B:-build}
 N=${N:-200}
@@ -46,6 +48,7 @@ RC=${RC:-5000}
 BIG=${BIG:-10000}
 RBIG=${RBIG:-$BIG}
 ROUNDS=${ROUNDS:-5}
+MANY_ROUNDS=${MANY_ROUNDS:-3}
 
 mkdir -p "$B/bench"
 ${CC:-cc} -std=c11 -O2 bench/floor_client.c -lcurl -o "$B/bench/floor_client"
@@ -106,7 +109,11 @@ while [ "$r" -le "$ROUNDS" ]; do
   if [ -n "$NODE" ]; then run_one one node "$rnode" 1; fi
   r=$((r + 1))
 done
-for m in $FLOORS provider; do run_one many "$m" "$RC" "$C"; done
+r=1
+while [ "$r" -le "$MANY_ROUNDS" ]; do
+  for m in $FLOORS provider; do run_one many "$m" "$RC" "$C"; done
+  r=$((r + 1))
+done
 if [ -n "$NODE" ]; then run_one many node "$rcnode" "$C"; fi
 if [ "$BIG" -gt 0 ]; then
   for m in $FLOORS provider; do run_one big "$m" "$RBIG" "$BIG"; done
@@ -117,7 +124,7 @@ $on_client "$B/luagent" run bench/observers.lua "$url" 40 100 >"$tmp/observers" 
 
 echo "== bench/stream.sh (client CPU per streamed chunk and peak RSS; ratios to libcurl + cJSON)"
 echo "$((N + 3)) SSE events ($N text chunks) per response;" \
-  "one at a time: best of $ROUNDS interleaved rounds${on_client:+ (server on CPU 0, clients on CPU 1)}"
+  "one at a time: best of $ROUNDS interleaved rounds; $C at once: best of $MANY_ROUNDS${on_client:+ (server on CPU 0, clients on CPU 1)}"
 awk -v events=$((N + 3)) -v C="$C" -v BIG="$BIG" '
   {
     phase = $1; mode = $2; req = $3; conc = $4
