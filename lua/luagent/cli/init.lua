@@ -328,8 +328,10 @@ local function prepare(rt, opts, file)
     end
   end
   if opts.events then
-    local sink = jsonl.jsonl(events_out)
-    if opts["retry-safe"] then sink = retry_safe.retry_safe_consumer(sink, rt.diag) end
+    -- the retry-safe filter sits between the bus and the writer: its lines
+    -- keep the times their events were published
+    local filter = opts["retry-safe"] and function(sink) return retry_safe.retry_safe_consumer(sink, rt.diag) end
+    local sink = jsonl.jsonl(events_out, { filter = filter or nil })
     cleanups[#cleanups + 1] = rt.bus:subscribe(sink)
   end
   return function()
