@@ -74,8 +74,8 @@ local function to_number(s) return tonumber(s) end
 M.SETTINGS = {
   { name = "policy", check = function(v) return type(v) == "string" or type(v) == "table" end,
     want = "a name, a file or a table", default = "default",
-    flag = "policy", arg = "FILE", recorded = true,
-    help = "retry policy for calls that name none",
+    flag = "policy", arg = "NAME|FILE", recorded = true,
+    help = "retry policy for calls that name none: a bundled name (patient, yoagent, ...) or a file",
     more = "(watched: edits apply to the next attempt; a broken edit keeps the old)" },
   { flag = "faults", arg = "SPEC", run_only = true,
     help = "inject faults into the mock (see 'luagent help faults')" },

@@ -27,6 +27,7 @@ local provider_mod = require "luagent.model.provider"
 local tools = require "luagent.agent.tools"
 local replay = require "luagent.agent.replay"
 local add_usage = require("luagent.base.usage").add
+local zero_usage = require("luagent.base.usage").zero
 
 local M = {}
 
@@ -279,14 +280,16 @@ end
 -- `emit` tells an event of the agent's own; `deliver` hands one of its
 -- model calls' (already recorded and on the bus) to the caller.
 function Agent:run_turns(emit, deliver)
-  local usage, turns, stop, err, reason = nil, 0, nil, nil, nil
+  -- zeros until a call reports usage: a run whose first call failed has
+  -- used nothing, which is not "unknown"
+  local usage, turns, stop, err, reason = zero_usage(), 0, nil, nil, nil
   local r, jerr = replay.begin(self)
   self.replay = r or replay.live
   -- the call layer shows each event to the journal before the bus
   local function record(ev) self.replay:record(ev) end
   emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed }
   if jerr then
-    emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, turns = 0 }
+    emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, usage = usage, turns = 0 }
     return
   end
   while true do
