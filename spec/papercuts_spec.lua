@@ -172,6 +172,22 @@ describe("agent_end", function()
     assert.equal("error", last.stop_reason)
     assert.same({ input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 }, last.usage)
   end)
+
+  it("carries usage when the run is aborted in its first call's backoff", function()
+    local core = require "luagent.core"
+    local srv = assert(mock.start { faults = "503", seed = 1 })
+    local rt = luagent.runtime { log_sink = function() end }
+    local a = rt:agent { name = "closed", policy = { backoff = { strategy = "fixed", base = 30 } },
+      model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
+    local last
+    local task = core.spawn(function() last = a:run("go") end)
+    while #srv:requests() == 0 do luagent.sleep(0.01) end
+    rt:close()
+    task:join()
+    srv:close()
+    assert.equal("aborted", last.stop_reason)
+    assert.same({ input_tokens = 0, output_tokens = 0, cache_read_tokens = 0, cache_write_tokens = 0 }, last.usage)
+  end)
 end)
 
 describe("README", function()
