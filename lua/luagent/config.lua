@@ -96,7 +96,8 @@ M.SETTINGS = {
     parse = function(s) return s == "jsonl" and "-" or s:match("^jsonl:(.+)$") end,
     help = "write every event as one JSON line to FILE (created or truncated; /dev/fd/N for a descriptor)",
     more = ", away from what the script prints; jsonl:- (or jsonl) writes to stdout, for scripts that print "
-      .. "nothing themselves" },
+      .. "nothing themselves; each line leads with its time (ISO 8601 UTC, milliseconds), an agent_end line "
+      .. "has the history's length and last message instead of the history" },
   { flag = "retry-safe", run_only = true, recorded = true,
     help = "hold each attempt's events until it succeeds (for pipes and logs)",
     more = "; applies to --events and to scripts that read luagent.options.retry_safe" },
