@@ -125,3 +125,34 @@ describe("--trace", function()
     assert.matches("^%s+attempt 1 %S+  HTTP 200 overloaded, retried after %S+$", lines[1], r.stderr)
   end)
 end)
+
+describe("the trace tree, in process", function()
+  it("says 'stream cut after N bytes' for an HTTP/2 stream reset mid-answer (RST_STREAM, curl 92)", function()
+    local luagent = require "luagent"
+    local h2 = require "h2server"
+    local chunk = 'data: {"choices":[{"index":0,"delta":{"content":"hel"}}]}\n\n'
+    local sse = 'data: {"choices":[{"index":0,"delta":{"content":"hello"}}]}\n\n'
+      .. 'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    local srv = h2.serve(function(n)
+      if n > 1 then return h2.answer(sse) end
+      return { { "headers", 200, "text/event-stream" }, { "data", chunk }, { "rst", h2.errors.INTERNAL_ERROR } }
+    end)
+    local rt = luagent.runtime { log_sink = function() end }
+    local tracer = assert(rt:trace { tree = true })
+    luagent.clock.virtual()
+    local ok, err = pcall(function()
+      for _ in rt:stream { model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k",
+                                     http_version = "2-prior-knowledge" },
+                           messages = { { role = "user", content = "hi" } }, seed = 3 } do end
+    end)
+    luagent.clock.real()
+    local out = {}
+    tracer:stop { write = function(_, text) out[#out + 1] = text return true end }
+    rt:close()
+    srv.close()
+    assert(ok, tostring(err))
+    local text = table.concat(out)
+    assert.matches("\n  attempt 1 %S+  stream cut after " .. #chunk .. " bytes, retried after %S+\n", text)
+    assert.matches("\n  attempt 2 %S+  HTTP 200\n", text)
+  end)
+end)
