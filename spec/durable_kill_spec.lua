@@ -18,11 +18,12 @@ local function events(path)
   return out
 end
 
--- The answer of a run: the last assistant message in agent_end.
+-- The answer of a run: the last message of the history, which an agent_end
+-- line carries as last_message.
 local function answer(evs)
   for i = #evs, 1, -1 do
     local e = evs[i]
-    if e.type == "agent_end" then return e.stop_reason, e.messages[#e.messages].content end
+    if e.type == "agent_end" then return e.stop_reason, e.last_message.content end
   end
 end
 

@@ -431,7 +431,8 @@ describe("policy.resolve", function()
     local ok, err = pcall(luagent.stream, { model = "openai/x", policy = "no_such_policy" })
     assert.is_false(ok)
     assert.equal("usage", err.kind)
-    assert.equal("stream: no policy named 'no_such_policy' (looked in " .. luagent.default_runtime().policies:search_path() .. ")", err.message)
+    assert.equal("stream: no policy named 'no_such_policy' (looked in " .. luagent.default_runtime().policies:search_path()
+      .. "); policies there: axon, default, full_jitter, patient, sdk, yoagent", err.message)
     -- a wrong type is placed at the line that called stream
     local line
     local ok2, err2 = pcall(function()

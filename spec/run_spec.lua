@@ -111,7 +111,7 @@ describe("luagent run, embedded default", function()
   it("writes the events to stdout with --events jsonl:-", function()
     local r = run("run", "--faults", "503@1", "--events", "jsonl:-", "examples/hello.lua")
     assert.equal(0, r.code, r.stderr)
-    assert.truthy(r.stdout:find('{"attempt":1,', 1, true), r.stdout)
+    assert.truthy(r.stdout:find('^{"time":"[^"]+","attempt":1,'), r.stdout)
   end)
 
   it("names an events file it cannot open, and a destination it does not know, exit 2", function()

@@ -74,8 +74,8 @@ local function to_number(s) return tonumber(s) end
 M.SETTINGS = {
   { name = "policy", check = function(v) return type(v) == "string" or type(v) == "table" end,
     want = "a name, a file or a table", default = "default",
-    flag = "policy", arg = "FILE", recorded = true,
-    help = "retry policy for calls that name none",
+    flag = "policy", arg = "NAME|FILE", recorded = true,
+    help = "retry policy for calls that name none: a bundled name (patient, yoagent, ...) or a file",
     more = "(watched: edits apply to the next attempt; a broken edit keeps the old)" },
   { flag = "faults", arg = "SPEC", run_only = true,
     help = "inject faults into the mock (see 'luagent help faults')" },
@@ -96,7 +96,8 @@ M.SETTINGS = {
     parse = function(s) return s == "jsonl" and "-" or s:match("^jsonl:(.+)$") end,
     help = "write every event as one JSON line to FILE (created or truncated; /dev/fd/N for a descriptor)",
     more = ", away from what the script prints; jsonl:- (or jsonl) writes to stdout, for scripts that print "
-      .. "nothing themselves" },
+      .. "nothing themselves; each line leads with its time (ISO 8601 UTC, milliseconds), an agent_end line "
+      .. "has the history's length and last message instead of the history" },
   { flag = "retry-safe", run_only = true, recorded = true,
     help = "hold each attempt's events until it succeeds (for pipes and logs)",
     more = "; applies to --events and to scripts that read luagent.options.retry_safe" },

@@ -27,6 +27,7 @@ local provider_mod = require "luagent.model.provider"
 local tools = require "luagent.agent.tools"
 local replay = require "luagent.agent.replay"
 local add_usage = require("luagent.base.usage").add
+local zero_usage = require("luagent.base.usage").zero
 
 local M = {}
 
@@ -279,14 +280,17 @@ end
 -- `emit` tells an event of the agent's own; `deliver` hands one of its
 -- model calls' (already recorded and on the bus) to the caller.
 function Agent:run_turns(emit, deliver)
-  local usage, turns, stop, err, reason = nil, 0, nil, nil, nil
+  -- zeros until a call reports usage: a run whose first call failed has
+  -- used nothing, which is not "unknown"
+  local usage, turns, stop, err, reason = zero_usage(), 0, nil, nil, nil
+  self.run_usage = usage -- (summed in place: a run cancelled mid-turn still reports it)
   local r, jerr = replay.begin(self)
   self.replay = r or replay.live
   -- the call layer shows each event to the journal before the bus
   local function record(ev) self.replay:record(ev) end
   emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed }
   if jerr then
-    emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, turns = 0 }
+    emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, usage = usage, turns = 0 }
     return
   end
   while true do
@@ -395,7 +399,7 @@ end
 -- that aborts the run when the loop is left early).
 function Agent:start()
   if self.running then error("agent: already running (one prompt at a time)", 3) end
-  self.running, self.aborted, self.replay = true, nil, replay.live
+  self.running, self.aborted, self.replay, self.run_usage = true, nil, replay.live, nil
   local running = self.rt.agents -- the runtime aborts and joins it when it closes
   running[self] = true
   local q, sig, finished = queue.new(), signal(), false
@@ -418,7 +422,8 @@ function Agent:start()
     local ok, err = pcall(self.run_turns, self, emit, deliver)
     if not ok then
       if errors.is_cancel(err) then
-        emit { type = "agent_end", messages = self.messages, stop_reason = "aborted", error = err, turns = 0 }
+        emit { type = "agent_end", messages = self.messages, stop_reason = "aborted", error = err,
+               usage = self.run_usage or zero_usage(), turns = 0 }
       else
         failure = err
       end

@@ -10,6 +10,7 @@ local secrets = require "luagent.base.secrets"
 local outfile = require "luagent.base.outfile"
 local flags = require "luagent.cli.flags"
 local provider = require "luagent.model.provider"
+local policy = require "luagent.model.policy"
 
 local M = {}
 
@@ -258,11 +259,17 @@ local function prepare(rt, opts, file)
   end
   if events_out then cleanups[#cleanups + 1] = function() output(events_out:close()) end end
   if opts.policy then
-    local fh = io.open(opts.policy, "r")
+    -- a name (`patient`) is looked up as a script's policy = "patient" is
+    -- (here, then the bundled ones); a file is a file
+    local path = policy.find(opts.policy, rt.policies:search_path())
+    if not path then
+      return nil, usage_error("run: --policy: %s", policy.unknown_name(opts.policy, rt.policies:search_path()))
+    end
+    local fh = io.open(path, "r")
     if not fh then return nil, usage_error("run: cannot open policy '%s'", opts.policy) end
     fh:close()
     -- the runtime's policy already (from the flag); loaded now, so a broken one stops the run
-    local ok, err = pcall(rt.policies.watched, rt.policies, opts.policy)
+    local ok, err = pcall(rt.policies.resolve, rt.policies, opts.policy, 1, "run")
     if not ok then
       say("luagent: %s", tostring(type(err) == "table" and err.message or err))
       return nil, 1
@@ -328,8 +335,10 @@ local function prepare(rt, opts, file)
     end
   end
   if opts.events then
-    local sink = jsonl.jsonl(events_out)
-    if opts["retry-safe"] then sink = retry_safe.retry_safe_consumer(sink, rt.diag) end
+    -- the retry-safe filter sits between the bus and the writer: its lines
+    -- keep the times their events were published
+    local filter = opts["retry-safe"] and function(sink) return retry_safe.retry_safe_consumer(sink, rt.diag) end
+    local sink = jsonl.jsonl(events_out, { filter = filter or nil })
     cleanups[#cleanups + 1] = rt.bus:subscribe(sink)
   end
   return function()

@@ -534,6 +534,37 @@ function M.find(name, path)
   return package.searchpath(name, path or M.path)
 end
 
+-- names(path) -> the sorted names a bare name can take along search path
+-- `path` (default M.path): the files each template's folder holds that
+-- fit it ("policies/?.lua" -> the NAME of every policies/NAME.lua).
+function M.names(path)
+  local seen, out = {}, {}
+  for template in (path or M.path):gmatch("[^;]+") do
+    local dir, head, tail = template:match("^(.-)([^/]*)%?([^/]*)$")
+    if dir and not dir:find("?", 1, true) then
+      for _, file in ipairs(core.list_dir(dir == "" and "." or dir) or {}) do
+        local name = #file > #head + #tail and file:sub(1, #head) == head and file:sub(-#tail) == tail
+          and file:sub(#head + 1, #file - #tail)
+        if name and not seen[name] and not name:find("[/\\]") then
+          seen[name] = true
+          out[#out + 1] = name
+        end
+      end
+    end
+  end
+  table.sort(out)
+  return out
+end
+
+-- unknown_name(name, path) -> the message for a bare name found nowhere
+-- along `path`: where it was looked for and the names there are.
+function M.unknown_name(name, path)
+  path = path or M.path
+  local names = M.names(path)
+  return "no policy named '" .. name .. "' (looked in " .. path .. "); "
+    .. (#names > 0 and "policies there: " .. table.concat(names, ", ") or "no policy is there")
+end
+
 ------------------------------------------------------------------------------
 -- The wait before a retry
 ------------------------------------------------------------------------------
@@ -571,14 +602,15 @@ Loader.__index = Loader
 -- A loader for the file at `path`. It loads the file now; :get() returns
 -- the last good policy (or `fallback`, a policy, until one loaded), and
 -- :reload() reads the file again, keeping the previous policy when the new
--- text fails. loader.error is the last failure (nil after a good load) and
--- loader.version counts good loads. Returns the loader, and the error when
--- the first load failed. M.watched(path) is a loader that also watches.
+-- text fails. loader.error is the last failure (nil after a good load),
+-- loader.version counts good loads and loader.reads every reading of the
+-- file, good or not. Returns the loader, and the error when the first load
+-- failed. M.watched(path) is a loader that also watches.
 function M.loader(path, fallback)
   if fallback ~= nil then
     fallback = assert(M.new(fallback, "fallback policy"))
   end
-  local self = setmetatable({ path = path, policy = fallback, version = 0 }, Loader)
+  local self = setmetatable({ path = path, policy = fallback, version = 0, reads = 0 }, Loader)
   local _, err = self:reload()
   return self, err
 end
@@ -587,15 +619,28 @@ function Loader:get()
   return self.policy
 end
 
--- Returns the new policy, or nil and the error (the old policy stays).
-function Loader:reload()
-  local p, err = M.load(self.path)
+-- Reads and checks the file: the policy, or nil and the error; the loader's
+-- policy does not change (:apply does).
+function Loader:read()
+  self.reads = self.reads + 1
+  return M.load(self.path)
+end
+
+-- Makes what :read() gave the loader's state: a policy becomes the one in
+-- force; an error is kept as loader.error (the old policy stays). Returns
+-- its arguments.
+function Loader:apply(p, err)
   if not p then
     self.error = err
     return nil, err
   end
   self.policy, self.error, self.version = p, nil, self.version + 1
   return p
+end
+
+-- Returns the new policy, or nil and the error (the old policy stays).
+function Loader:reload()
+  return self:apply(self:read())
 end
 
 ------------------------------------------------------------------------------
@@ -618,17 +663,56 @@ function Cache:search_path()
   return self.settings:get("policy_path") or M.path
 end
 
+-- How a watched policy file is read after a change, in seconds: once it
+-- has been quiet for `debounce` (a save is a burst of changes); and a text
+-- that fails is taken for a write under way for `settle` more, while
+-- another change may still come. Writing a file in place (`cat > f`, an
+-- editor that keeps the file's inode) first truncates it, then writes it:
+-- read between the two, it is empty, which is no policy, yet nothing is
+-- wrong. A failure that no change follows within `settle` is reported.
+M.watch_timing = { debounce = 0.05, settle = 1, poll = 0.05 }
+
+-- Waits until watcher `w` has seen no change for `quiet` seconds.
+local function quiet_for(w, quiet)
+  repeat
+    core.sleep(quiet)
+    local more = w:pending() > 0
+    if more then w:wait() end
+  until not more
+end
+
+-- Whether watcher `w` sees a change within `seconds` (polled every `step`).
+local function changes_within(w, seconds, step)
+  local waited = 0
+  while waited < seconds do
+    if w:pending() > 0 then return true end
+    core.sleep(step)
+    waited = waited + step
+  end
+  return w:pending() > 0
+end
+
 -- Starts a daemon task that reloads `loader` whenever its file changes and
 -- reports a broken edit once per change (level warn), keeping the previous
--- policy.
+-- policy; a text that fails while the file is still being written (more
+-- changes follow within M.watch_timing.settle) is not reported: the next
+-- reading is.
 function Cache:watch(loader)
   local w = core.watch(loader.path)
   if not w then return end
   local diag = self.diag
+  local timing = M.watch_timing
   local task = core.spawn(function()
     while true do
       w:wait()
-      local _, err = loader:reload()
+      quiet_for(w, timing.debounce)
+      local p, err = loader:read()
+      while not p and changes_within(w, timing.settle, timing.poll) do
+        w:wait()
+        quiet_for(w, timing.debounce)
+        p, err = loader:read()
+      end
+      loader:apply(p, err)
       if err then
         diag:write("warn", "policy " .. tostring(err.message) .. " (the previous policy stays in force)")
       end
@@ -682,7 +766,7 @@ function Cache:resolve(spec, level, api)
   end
   local path = names[spec] or M.find(spec, where)
   if not path then
-    error(errors.new("usage", prefix .. "no policy named '" .. spec .. "' (looked in " .. where .. ")"), 0)
+    error(errors.new("usage", prefix .. M.unknown_name(spec, where)), 0)
   end
   names[spec] = path
   return self:watched(path)

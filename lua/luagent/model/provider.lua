@@ -470,7 +470,12 @@ function Provider:stream(request, opts)
   -- The body ended without any event: say what it held instead.
   local function not_a_stream(e)
     local n = resp:info().bytes
-    if nevents > 0 or n == 0 or e.kind ~= "truncated" then return e end
+    if nevents > 0 or n == 0 or e.kind ~= "truncated" then
+      -- a stream cut before its terminator says how far it got, as a
+      -- transport failure does (the --trace tree: "stream cut after N bytes")
+      if e.kind == "truncated" and e.bytes == nil then e.bytes = n end
+      return e
+    end
     local fields = { status = resp.status, headers = resp.headers, bytes = n,
       content_type = content_type, provider = e.provider }
     if not kept then

@@ -223,6 +223,10 @@ end
 local function finish_call(self, r, ev)
   local state = self.state
   state.calls[ev.call] = nil
+  -- a call refused before any attempt (an open circuit, a cost cap) was
+  -- never charged: its model and why come from its final event
+  r.model = r.model or ev.request_model
+  if r.attempts == 0 and ev.error then r.refused = ev.error.kind or "error" end
   local ids = ev.response_ids -- every attempt's message id (the final event's)
   r.message_id = ids and ids[#ids]
   count_call(state, ev, r.cost ~= nil)
@@ -428,9 +432,12 @@ function Meter:report(top)
       local r = turns[i]
       local failed, failed_cost = #r.attempt_costs - 1, 0
       for j = 1, failed do failed_cost = failed_cost and r.attempt_costs[j] and failed_cost + r.attempt_costs[j] end
-      lines[#lines + 1] = string.format("  %s%s call %d  %s  %d attempt%s%s  in %d out %d  %s%s",
+      -- a refused call says so instead of "0 attempts"
+      local attempts = r.refused and "not sent (" .. r.refused .. ")"
+        or string.format("%d attempt%s", r.attempts, r.attempts == 1 and "" or "s")
+      lines[#lines + 1] = string.format("  %s%s call %d  %s  %s%s  in %d out %d  %s%s",
         r.agent and (r.agent .. " ") or "", r.turn and ("turn " .. r.turn .. ",") or "", r.call,
-        tostring(r.model), r.attempts, r.attempts == 1 and "" or "s",
+        r.model or "(model unknown)", attempts,
         failed > 0 and string.format(" (%d failed: %s)", failed, money(failed_cost or nil)) or "",
         r.usage.input_tokens, r.usage.output_tokens, money(r.cost),
         generations_text(r))

@@ -56,7 +56,8 @@ M.hex_id = hex_id
 
 -- A span is a plain table: name, kind, parent (a span), start, stop,
 -- trace_id, span_id, status, status_message, delay (the wait after an
--- attempt), children (nil until one is made), attempt (an attempt's
+-- attempt), cut (the body bytes an attempt whose stream was cut had
+-- received: cut_bytes below), children (nil until one is made), attempt (an attempt's
 -- number), response_model and response_id (a chat span's, from its
 -- answer's start), and its attributes as one
 -- list of names and values, attrs = {k1, v1, k2, v2, ...}, with nattrs the
@@ -84,7 +85,7 @@ local function new_span(name, kind, parent, start, many)
     name = name, kind = kind, parent = parent, start = start or core.now(),
     trace_id = parent and parent.trace_id or hex_id(32), span_id = hex_id(16),
     attrs = attrs, nattrs = 0, children = nil, status = M.STATUS.UNSET, stop = nil, status_message = nil,
-    delay = nil, attempt = nil, response_model = nil, response_id = nil,
+    delay = nil, attempt = nil, response_model = nil, response_id = nil, cut = nil,
   }
   if parent then
     local kids = parent.children
@@ -187,6 +188,26 @@ end
 local function error_type(err, class)
   if type(err) ~= "table" then return class or "error" end
   return err.class or class or err.kind or "error"
+end
+
+-- Kinds of a failure that can be a stream cut mid-answer (EVENTS.md,
+-- "Transport failures"): the connection reset or closed, the body ended
+-- before its terminator, an HTTP/2 stream reset (protocol, from curl).
+local CUT_KINDS = { reset = true, eof = true, truncated = true, transport = true, protocol = true }
+
+-- cut_bytes(err, status) -> the body bytes received, when `err` (an
+-- attempt's error) is a stream cut after a 2xx status: a transport failure
+-- in the body, or a body that ended before its terminator; else nil.
+-- (transport and protocol only from the transport, which sets curl_code:
+-- a decoder's protocol error, bad JSON, is no cut.)
+local function cut_bytes(err, status)
+  if type(err) ~= "table" or type(err.bytes) ~= "number" or not CUT_KINDS[err.kind] then return nil end
+  if (err.kind == "transport" or err.kind == "protocol") and not (err.curl_code and err.curl_code ~= 0) then
+    return nil
+  end
+  if err.phase ~= nil and err.phase ~= "body" then return nil end
+  if type(status) == "number" and (status < 200 or status >= 300) then return nil end
+  return err.bytes
 end
 
 -- A tool call's key: its agent and call id.
@@ -314,6 +335,7 @@ local function builder(sinks)
     set(a, "luagent.retry.source", ev.source)
     usage_attrs(a, ev.usage)
     fail(a, ev.class or "error", ev.error)
+    a.cut = cut_bytes(ev.error, ev.status)
     a.delay = ev.delay_ms and ev.delay_ms / 1000
     finish(a, now)
   end
@@ -337,6 +359,7 @@ local function builder(sinks)
       usage_attrs(a, ev.usage)
       if ev.stop_reason == "error" then
         fail(a, error_type(ev.error and ev.error.cause or ev.error), ev.error and ev.error.message)
+        a.cut = cut_bytes(ev.error and ev.error.cause or ev.error, ev.status)
       elseif ev.stop_reason == "aborted" then
         fail(a, "cancelled", "aborted")
       end
@@ -480,8 +503,9 @@ end
 
 -- Hands emit(line) each line of the tree under `root`: each span with its
 -- duration, children indented in start order; attempts say their status
--- or error and the wait after (http_note(status) -> "HTTP 503"). Lines are
--- not scrubbed.
+-- or error and the wait after (http_note(status) -> "HTTP 503"; a stream
+-- cut mid-answer: "stream cut after N bytes"; another failure of a 2xx
+-- answer: "HTTP 200 <error.type>"). Lines are not scrubbed.
 local function tree_lines(root, emit, depth, http_note)
   local d = (root.stop or root.start) - root.start
   local head = (INDENT[depth] or string.rep("  ", depth)) .. root.name .. " " .. M.duration(d)
@@ -491,6 +515,13 @@ local function tree_lines(root, emit, depth, http_note)
     local note = status and http_note(status)
     if root.status == M.STATUS.ERROR then
       local first = note or root.status_message or get(root, "error.type")
+      if root.cut then
+        -- a 200 whose stream was cut mid-answer is no "HTTP 200"
+        first = "stream cut after " .. root.cut .. " bytes"
+      elseif note and status >= 200 and status < 300 then
+        -- an answer that failed otherwise (an error event in the stream)
+        first = note .. " " .. tostring(get(root, "error.type") or "error")
+      end
       local more = root.delay and ("retried after " .. M.duration(root.delay)) or "failed"
       note = first and (first .. ", " .. more) or more
     end
