@@ -409,6 +409,19 @@ function Call:wait_for_probe(err, left)
   self.delay, self.probe_wait, self.state = wait, true, "waiting"
 end
 
+-- The endpoint's cooldown holds the next attempt for `hold` seconds (it
+-- was set by another call: this one announced no retry for it), unless
+-- that passes the total deadline (`left` seconds).
+function Call:hold_for_cooldown(hold, left)
+  if left and hold >= left then
+    return self:final_failure(errors.new("timeout", string.format(
+      "the endpoint's cooldown (%.3g s) would pass the total deadline", hold),
+      { which = "total_deadline" }), "cooldown past the total deadline")
+  end
+  self:announce_wait("cooldown", now() + hold)
+  self.delay, self.state = hold, "waiting"
+end
+
 -- State start: the next attempt, once the deadline, the endpoint's cooldown
 -- and its admission allow it.
 function Call:begin_attempt()
@@ -428,16 +441,7 @@ function Call:begin_attempt()
     -- a server-given wait holds every agent on this endpoint, released
     -- with jitter; then the breaker and the retry budget must agree
     local hold = policy.cooldown and ep:cooldown_wait(now(), self.rng) or 0
-    if hold > 0 then
-      if left and hold >= left then
-        return self:final_failure(errors.new("timeout", string.format(
-          "the endpoint's cooldown (%.3g s) would pass the total deadline", hold),
-          { which = "total_deadline" }), "cooldown past the total deadline")
-      end
-      self:announce_wait("cooldown", now() + hold)
-      self.delay, self.state = hold, "waiting"
-      return
-    end
+    if hold > 0 then return self:hold_for_cooldown(hold, left) end
     local ok, probe_or_err, evs = ep:admit(self.attempt > 0, now())
     self.out:push_all(evs)
     if not ok and probe_or_err.kind == "circuit_open" and policy.wait_for_probe then
@@ -448,6 +452,13 @@ function Call:begin_attempt()
         and "the endpoint's circuit is open" or "the endpoint's retry budget is exhausted")
     end
     self.was_probe = probe_or_err or false
+    -- a shared endpoint's admission may have brought news of a cooldown
+    -- another host set (in process, nothing changed since the check above)
+    hold = policy.cooldown and ep:cooldown_wait(now(), self.rng) or 0
+    if hold > 0 then
+      self:record(false, false) -- frees the breaker's probe slot if this was the probe
+      return self:hold_for_cooldown(hold, left)
+    end
   end
   for _, admit in ipairs(self.rt.admission) do
     local refusal = admit(self.opts)

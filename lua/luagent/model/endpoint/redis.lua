@@ -463,16 +463,16 @@ local Shared = setmetatable({}, { __index = endpoint.Endpoint })
 Shared.__index = Shared
 Shared.__name = "luagent.SharedEndpoint"
 
--- The config part of every script's ARGV: the breaker's config as the
--- local breaker has it (`fallback`'s, built from the same options: the
--- defaults of host/breaker.c, completed the same way), and the budget's
+-- The config part of every script's ARGV: the breaker's config as a
+-- local breaker built from the same options has it (the defaults of
+-- host/breaker.c, completed the same way: b:config()), and the budget's
 -- options with the defaults of host/budget.h filled in (the local
 -- constructors have checked them already).
-local function config_args(fallback, opts)
-  local bu = opts and opts.budget
+local function config_args(opts)
+  local br, bu = opts and opts.breaker, opts and opts.budget
   local a = { "0", 0, 0, 0, 0, 0, 0, 0, 0 }
-  if fallback.breaker then
-    local b = fallback.breaker:config()
+  if br ~= false then
+    local b = core.breaker(br):config()
     a = { "1", b.consecutive, math.floor(b.ratio * 1e6 + 0.5), b.window, b.min_calls, b.open_for,
           b.open_max, b.growth, b.probe_timeout }
   end
@@ -512,7 +512,7 @@ end
 -- (registry:get).
 function M.new(fallback, opts, shared, pool)
   check_shared(shared)
-  local args = config_args(fallback, opts)
+  local args = config_args(opts)
   local client = client_for(pool, shared.redis, shared.timeout or M.default_timeout)
   if client.state == "new" then -- start connecting now; the first admit waits for it
     client.state = "connecting"
