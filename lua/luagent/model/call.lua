@@ -10,7 +10,10 @@
 --
 -- Events of the shared endpoint (circuit_*, retry_budget_exhausted,
 -- cooldown) come after the failed attempt's message_end, before its
--- provider_retry. The final failure is never followed by provider_retry; it
+-- provider_retry. A call the endpoint holds before an attempt, with no
+-- provider_retry announcing it (another call's cooldown; the open breaker,
+-- when the policy says breaker.wait_for_probe), says so first:
+-- call_waiting{reason, until, wait_ms, endpoint}. The final failure is never followed by provider_retry; it
 -- ends the stream with message_end{stop_reason="error", error=<record>,
 -- final=true}, the record marked final (retryable = false, reason,
 -- attempts, cause = the last attempt's error). A context overflow whose
