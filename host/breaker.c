@@ -20,6 +20,28 @@ void lg_breaker_defaults(lg_breaker_config *c) {
   c->probe_timeout = 30;
 }
 
+/* The defaults that follow from the fields given; see breaker.h. The ratio
+ * rule's size for a lone `consecutive` is computed in millionths, as the
+ * ratio test is: the smallest m with m * ratio >= N. */
+void lg_breaker_complete(lg_breaker_config *c, unsigned gave) {
+  lg_breaker_config d;
+  lg_breaker_defaults(&d);
+  if (!(gave & LG_BREAKER_GAVE_OPEN_MAX) && c->open_max < c->open_for) c->open_max = c->open_for;
+  if (!(gave & LG_BREAKER_GAVE_MIN_CALLS) && c->window < c->min_calls) c->min_calls = c->window;
+  const unsigned sized = LG_BREAKER_GAVE_RATIO | LG_BREAKER_GAVE_WINDOW | LG_BREAKER_GAVE_MIN_CALLS;
+  if (!(gave & LG_BREAKER_GAVE_CONSECUTIVE) || (gave & sized) || c->consecutive <= 0) return;
+  int64_t ppm = llround(c->ratio * 1e6);
+  if (!(ppm > 0)) return; /* an invalid ratio: lg_breaker_check reports it */
+  int64_t m = ((int64_t)c->consecutive * 1000000 + ppm - 1) / ppm;
+  if (m < d.min_calls) m = d.min_calls;
+  if (m > LG_BREAKER_WINDOW_MAX) {
+    c->window = 0;
+    return;
+  }
+  c->min_calls = (int)m;
+  c->window = m > d.window ? (int)m : d.window;
+}
+
 /* True for a finite number > 0 (false for NaN). */
 static int positive(double v) { return v > 0 && !isinf(v); }
 

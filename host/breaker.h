@@ -72,6 +72,28 @@ typedef struct {
  * min_calls 10, open_for 5, open_max 60, growth 2, probe_timeout 30. */
 void lg_breaker_defaults(lg_breaker_config *c);
 
+/* The fields a caller gave, for lg_breaker_complete (a bit set). */
+enum {
+  LG_BREAKER_GAVE_CONSECUTIVE = 1 << 0,
+  LG_BREAKER_GAVE_RATIO = 1 << 1,
+  LG_BREAKER_GAVE_WINDOW = 1 << 2,
+  LG_BREAKER_GAVE_MIN_CALLS = 1 << 3,
+  LG_BREAKER_GAVE_OPEN_MAX = 1 << 4
+};
+
+/* Completes `c`, the defaults with the fields in `gave` laid over them,
+ * with the defaults that follow from the given fields, so that a config
+ * naming one field alone is valid and means what it says:
+ *   - open_max not given: max(60, open_for);
+ *   - min_calls not given: min(10, window);
+ *   - consecutive given (N > 0) with none of ratio, window, min_calls: the
+ *     ratio rule is sized so that it cannot open before N counted failures
+ *     are in its window: min_calls = max(10, ceil(N / ratio)) and window =
+ *     max(20, min_calls); when that is more than LG_BREAKER_WINDOW_MAX
+ *     calls, the ratio rule is off (window 0).
+ * Checks nothing: lg_breaker_check says whether the result is valid. */
+void lg_breaker_complete(lg_breaker_config *c, unsigned gave);
+
 /* NULL when `c` is valid, else a static message that starts with the
  * offending field's name ("ratio must be a number in (0, 1]"). */
 const char *lg_breaker_check(const lg_breaker_config *c);

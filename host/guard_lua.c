@@ -8,6 +8,7 @@
  *     b:release()   -- the probe ended with nothing learned: free its slot
  *     b:state(now)  -> "closed" | "open" | "half_open", {failures=,
  *                      consecutive=, calls=, trips=, open_until=, probe_out=}
+ *     b:config()    -> the whole config in force (the fields above)
  *   core.retry_budget{max=10, ratio=0.1} -> "luagent.RetryBudget"
  *     r:allow_retry() -> bool     r:failure() -> bool (retries just stopped)
  *     r:success() -> bool (retries just resumed)   r:tokens() -> tokens, max
@@ -97,8 +98,9 @@ static double check_now(lua_State *L, int arg) {
 /* ======================================================================== */
 
 /* core.breaker([config]): a closed breaker. Unset fields take the defaults
- * of breaker.h, except that min_calls defaults to min(10, window) and
- * open_max to max(60, open_for), so setting one field alone stays valid. */
+ * of breaker.h, completed by lg_breaker_complete (min_calls min(10,
+ * window), open_max max(60, open_for), the ratio rule sized by a lone
+ * consecutive), so setting one field alone stays valid. */
 static int l_breaker(lua_State *L) {
   static const char fn[] = "breaker";
   static const char *const names[] = {"consecutive", "ratio",    "window",
@@ -107,16 +109,16 @@ static int l_breaker(lua_State *L) {
   lg_breaker_config c;
   lg_breaker_defaults(&c);
   int t = opt_config(L, 1, fn, names);
-  opt_int(L, t, fn, "consecutive", &c.consecutive);
-  opt_number(L, t, fn, "ratio", &c.ratio);
-  opt_int(L, t, fn, "window", &c.window);
-  if (!opt_int(L, t, fn, "min_calls", &c.min_calls) && c.window < c.min_calls)
-    c.min_calls = c.window;
+  unsigned gave = 0;
+  if (opt_int(L, t, fn, "consecutive", &c.consecutive)) gave |= LG_BREAKER_GAVE_CONSECUTIVE;
+  if (opt_number(L, t, fn, "ratio", &c.ratio)) gave |= LG_BREAKER_GAVE_RATIO;
+  if (opt_int(L, t, fn, "window", &c.window)) gave |= LG_BREAKER_GAVE_WINDOW;
+  if (opt_int(L, t, fn, "min_calls", &c.min_calls)) gave |= LG_BREAKER_GAVE_MIN_CALLS;
   opt_number(L, t, fn, "open_for", &c.open_for);
-  if (!opt_number(L, t, fn, "open_max", &c.open_max) && c.open_max < c.open_for)
-    c.open_max = c.open_for;
+  if (opt_number(L, t, fn, "open_max", &c.open_max)) gave |= LG_BREAKER_GAVE_OPEN_MAX;
   opt_number(L, t, fn, "growth", &c.growth);
   opt_number(L, t, fn, "probe_timeout", &c.probe_timeout);
+  lg_breaker_complete(&c, gave);
   const char *bad = lg_breaker_check(&c);
   if (bad) return luaL_error(L, "%s: config.%s", fn, bad);
   lg_breaker *b = lua_newuserdatauv(L, sizeof *b, 0);
@@ -201,8 +203,34 @@ static int l_breaker_state(lua_State *L) {
   return 2;
 }
 
+/* b:config(): the whole config in force, defaults included, as a fresh
+ * table (the Redis backend runs its scripts with the same numbers). */
+static int l_breaker_config(lua_State *L) {
+  const lg_breaker *b = luaL_checkudata(L, 1, BREAKER_MT);
+  const lg_breaker_config *c = &b->cfg;
+  lua_createtable(L, 0, 8);
+  lua_pushinteger(L, c->consecutive);
+  lua_setfield(L, -2, "consecutive");
+  lua_pushnumber(L, c->ratio);
+  lua_setfield(L, -2, "ratio");
+  lua_pushinteger(L, c->window);
+  lua_setfield(L, -2, "window");
+  lua_pushinteger(L, c->min_calls);
+  lua_setfield(L, -2, "min_calls");
+  lua_pushnumber(L, c->open_for);
+  lua_setfield(L, -2, "open_for");
+  lua_pushnumber(L, c->open_max);
+  lua_setfield(L, -2, "open_max");
+  lua_pushnumber(L, c->growth);
+  lua_setfield(L, -2, "growth");
+  lua_pushnumber(L, c->probe_timeout);
+  lua_setfield(L, -2, "probe_timeout");
+  return 1;
+}
+
 static const luaL_Reg breaker_methods[] = {
     {"allow", l_breaker_allow},
+    {"config", l_breaker_config},
     {"record", l_breaker_record},
     {"release", l_breaker_release},
     {"state", l_breaker_state},

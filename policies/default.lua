@@ -59,9 +59,9 @@ return {
   -- fresh endpoint gets all of its 6 attempts.
   -- * The breaker opens after 10 counted failures in a row: more than one
   --   call's 6 attempts, so one call failing for good does not open it for
-  --   the next; two calls in a row that fail for good do (the ratio rule,
-  --   50 % of the last 20 calls once 10 were made, is the endpoint's own
-  --   and needs 10 calls too).
+  --   the next; two calls in a row that fail for good do. The ratio rule
+  --   is sized by it (policies/README.md): 50 % of the last 20 calls once
+  --   20 were made, so it too needs 10 failures.
   -- * The retry budget holds 20 tokens and refuses retries at 10 or less:
   --   each counted failure costs one, so retries stop for everyone after
   --   10 failures (a lone call's retries follow its first 5), and each

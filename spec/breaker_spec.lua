@@ -96,6 +96,46 @@ describe("breaker", function()
       assert.equal("open", b:record(0, false))
     end)
 
+    it("with consecutive alone, never opens on the ratio rule before that many failures are in its window", function()
+      -- the ratio rule needs 80 calls in its window, so at least 40 failures
+      local function first_trip(fails)
+        local b = core.breaker { consecutive = 40 }
+        for n = 1, 1000 do
+          if b:record(0, not fails(n)) then
+            local _, c = b:state(0)
+            return n, c.failures
+          end
+        end
+      end
+      -- one in three fails: it never opens
+      assert.is_nil(first_trip(function(n) return n % 3 == 0 end))
+      -- half fail (F S F S ...): not after 10 calls, as the default window
+      -- would, but at the first failure with 80 calls in the window
+      assert.same({ 81, 40 }, { first_trip(function(n) return n % 2 == 1 end) })
+      -- two in three fail
+      assert.same({ 80, 54 }, { first_trip(function(n) return n % 3 ~= 0 end) })
+      local b = core.breaker { consecutive = 40 }
+      assert.same({ consecutive = 40, ratio = 0.5, window = 80, min_calls = 80, open_for = 5, open_max = 60,
+                    growth = 2, probe_timeout = 30 }, b:config())
+    end)
+
+    it("sizes the ratio rule by consecutive only when no ratio, window or min_calls is given", function()
+      local function sizes(cfg)
+        local c = core.breaker(cfg):config()
+        return { c.window, c.min_calls }
+      end
+      assert.same({ 20, 10 }, sizes {})                          -- the defaults
+      assert.same({ 20, 10 }, sizes { consecutive = 3 })         -- 10 calls hold 5 failures already
+      assert.same({ 20, 20 }, sizes { consecutive = 10 })        -- default.lua's
+      assert.same({ 20, 10 }, sizes { consecutive = 0 })         -- that rule off
+      assert.same({ 20, 10 }, sizes { consecutive = 40, ratio = 0.5 })
+      assert.same({ 30, 10 }, sizes { consecutive = 40, window = 30 })
+      assert.same({ 20, 15 }, sizes { consecutive = 40, min_calls = 15 })
+      assert.same({ 1024, 1024 }, sizes { consecutive = 512 })
+      -- past the largest window no size would hold: the ratio rule is off
+      assert.same({ 0, 10 }, sizes { consecutive = 513 })
+    end)
+
     it("never opens with both rules off", function()
       local b = core.breaker { consecutive = 0, window = 0 }
       assert.is_nil(fail(b, 0, 1000))

@@ -720,4 +720,115 @@ describe("endpoint state shared through Redis", function()
     os.remove(script)
   end)
 end)
+
+-- issue 26: a call held by the shared state waits as it does in process
+-- (spec/breaker_small_spec.lua), and says so with call_waiting. Two
+-- runtimes of this process stand for two hosts: each has its registry and
+-- its connection, and they share only what Redis holds.
+describe("waiting calls through Redis", function()
+  local redis, a_rt, b_rt
+  before_each(function()
+    luagent.clock.real()
+    redis = start_redis()
+    a_rt = luagent.runtime { log_sink = function() end }
+    b_rt = luagent.runtime { log_sink = function() end }
+  end)
+  after_each(function()
+    a_rt:close()
+    b_rt:close()
+    stop_redis(redis)
+  end)
+
+  -- Streams one call of runtime `rt`: its events and its final message_end.
+  local function call(rt, model, pol)
+    local evs = {}
+    for ev in rt:stream { model = model, messages = { { role = "user", content = "hi" } }, policy = pol } do
+      evs[#evs + 1] = ev
+    end
+    return evs, evs[#evs]
+  end
+  local of_type = helpers.of_type
+
+  local function pol(prefix, extra)
+    local p = { max_retries = 0, budget = false, cooldown = false,
+                breaker = { consecutive = 3, window = 0, open_for = 0.3, probe_timeout = 5, wait_for_probe = true },
+                shared = { redis = redis.url, prefix = prefix, timeout = 2 } }
+    for k, v in pairs(extra or {}) do p[k] = v end
+    return p
+  end
+
+  it("a call refused by the breaker another host opened waits for the probe and is the probe", function()
+    local srv = assert(mock.start { faults = "503@1-3" })
+    finally(function() srv:close() end)
+    local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    for _ = 1, 3 do
+      local _, final = call(a_rt, model, pol "w1:")
+      assert.equal("overloaded", final.error.class)
+    end
+    local evs, final = call(b_rt, model, pol "w1:")
+    assert.equal("stop", final.stop_reason, tostring(final.error))
+    local waits = of_type(evs, "call_waiting")
+    assert.equal(1, #waits)
+    assert.equal("circuit_open", waits[1].reason)
+    assert.is_true(waits[1].wait_ms > 0 and waits[1].wait_ms <= 310, "waits the open time: " .. waits[1].wait_ms)
+    assert.equal(1, #of_type(evs, "circuit_half_open"), "this host's call was the probe")
+    assert.equal(1, #of_type(evs, "circuit_close"))
+    assert.equal("redis", b_rt:health()[model.base_url].backend)
+    assert.equal(4, #srv:requests())
+  end)
+
+  it("a call waits while another host's probe is out, and goes when it closed the circuit", function()
+    -- request 4, the probe, takes 1.5 s before its headers
+    local srv = assert(mock.start { faults = "503@1-3,stall:secs=1.5@4" })
+    finally(function() srv:close() end)
+    local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    local p = pol "w2:"
+    p.breaker.probe_timeout = 10
+    for _ = 1, 3 do call(a_rt, model, p) end
+    luagent.sleep(0.35) -- the open time is over
+    local a_done
+    local probe = luagent.spawn(function()
+      local r = { call(a_rt, model, p) }
+      a_done = core.now()
+      return r
+    end)
+    luagent.sleep(0.1) -- the probe is out
+    local evs, final = call(b_rt, model, p)
+    local b_done = core.now()
+    local a = probe:join()
+    assert.equal("stop", a[2].stop_reason)
+    assert.equal("stop", final.stop_reason, tostring(final.error))
+    local waits = of_type(evs, "call_waiting")
+    assert.equal(1, #waits, "one announcement however often it asked again")
+    assert.equal("circuit_open", waits[1].reason)
+    -- the wait's end is the probe slot's timeout (10 s), but it went on the
+    -- close it learned by asking again (every 0.25 s)
+    assert.is_true(waits[1].wait_ms > 8000, "until the probe's slot frees: " .. waits[1].wait_ms)
+    assert.is_true(b_done - a_done < 3, "went " .. (b_done - a_done) .. " s after the probe closed the circuit")
+    assert.same({}, of_type(evs, "circuit_half_open"))
+    assert.equal(5, #srv:requests())
+  end)
+
+  it("a cooldown another host set holds this host's call, with call_waiting", function()
+    local srv = assert(mock.start { faults = "429:retry-after=1@2" })
+    finally(function() srv:close() end)
+    local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    local p = pol("w3:", { breaker = false, cooldown = {}, max_retries = 2 })
+    local _, first = call(b_rt, model, p) -- request 1: b's view of the shared state
+    assert.equal("stop", first.stop_reason)
+    local a_run = luagent.spawn(function() return { call(a_rt, model, p) } end)
+    luagent.sleep(0.6) -- a's 429 set the cooldown; b's view is no longer fresh
+    local t = core.now()
+    local evs, final = call(b_rt, model, p)
+    local a = a_run:join()
+    assert.equal("stop", a[2].stop_reason)
+    assert.equal(1, #of_type(a[1], "provider_retry"))
+    assert.equal("stop", final.stop_reason)
+    local waits = of_type(evs, "call_waiting")
+    assert.equal(1, #waits)
+    assert.equal("cooldown", waits[1].reason)
+    assert.is_true(waits[1]["until"] > t)
+    assert.is_true(core.now() - t >= 0.2, "the call waited for the cooldown")
+  end)
+end)
 end)

@@ -10,7 +10,10 @@
 --
 -- Events of the shared endpoint (circuit_*, retry_budget_exhausted,
 -- cooldown) come after the failed attempt's message_end, before its
--- provider_retry. The final failure is never followed by provider_retry; it
+-- provider_retry. A call the endpoint holds before an attempt, with no
+-- provider_retry announcing it (another call's cooldown; the open breaker,
+-- when the policy says breaker.wait_for_probe), says so first:
+-- call_waiting{reason, until, wait_ms, endpoint}. The final failure is never followed by provider_retry; it
 -- ends the stream with message_end{stop_reason="error", error=<record>,
 -- final=true}, the record marked final (retryable = false, reason,
 -- attempts, cause = the last attempt's error). A context overflow whose
@@ -153,6 +156,8 @@ function Call.new(rt, opts, provider, policy_src)
     prev_delay = nil,       -- the last backoff (decorrelated jitter)
     pending_error = nil,    -- what the raise state raises
     ep = nil, was_probe = false,
+    probe_wait = false,     -- the waiting state waits for the breaker's probe (wait_for_probe)
+    announced = nil,        -- the last call_waiting: {reason, until}
     last_err = nil,         -- the last attempt's own error
     cut_by_deadline = nil,  -- the attempt's time limit is the total deadline's
     compacted = false,      -- a context overflow was resent once already
@@ -331,6 +336,7 @@ function Call:announce_retry(err, d, side, shorter, wait, why)
   end
   self.delay = wait
   if why ~= "compaction" then self.prev_delay = wait end
+  self.announced = nil -- this wait is the retry's; a hold after it is announced anew
   self.state = "waiting"
 end
 
@@ -376,15 +382,61 @@ function Call:failed(err)
   self:announce_retry(err, d, side, shorter, wait, why)
 end
 
+-- Says that the call is held before its next attempt (no provider_retry
+-- announced this wait): call_waiting, once per wait; another one when the
+-- wait changed (another reason, or an end moved by more than 0.1 s: the
+-- circuit reopened, the probe's slot freed).
+function Call:announce_wait(reason, until_time)
+  local last, t = self.announced, now()
+  if last and last[1] == reason and math.abs(last[2] - until_time) <= 0.1 then return end
+  self.announced = { reason, until_time }
+  self.out:push { type = "call_waiting", reason = reason, ["until"] = until_time,
+                  wait_ms = math.floor((until_time - t) * 1000 + 0.5), endpoint = self.ep.key }
+end
+
+-- The open breaker refused the attempt (`err`, kind circuit_open) and the
+-- policy says wait_for_probe: wait until the open time ends (then this
+-- call may be the probe) or, while another caller's probe is out, until
+-- the probe reports (the endpoint wakes its waiters) or its slot frees;
+-- never past the total deadline (`left` seconds): an open time that ends
+-- after it fails the call at once, as without the option.
+function Call:wait_for_probe(err, left)
+  local wait = err.retry_at - now()
+  if left and not err.probe_out and wait >= left then
+    return self:final_failure(err, string.format(
+      "the endpoint's circuit stays open past the total deadline (%.3g s left)", left))
+  end
+  if left and wait > left then wait = left end
+  if wait < 0.001 then wait = 0.001 end -- the end is due: ask again at once, not in a busy loop
+  self:announce_wait("circuit_open", now() + wait)
+  self.delay, self.probe_wait, self.state = wait, true, "waiting"
+end
+
+-- The endpoint's cooldown holds the next attempt for `hold` seconds (it
+-- was set by another call: this one announced no retry for it), unless
+-- that passes the total deadline (`left` seconds).
+function Call:hold_for_cooldown(hold, left)
+  if left and hold >= left then
+    return self:final_failure(errors.new("timeout", string.format(
+      "the endpoint's cooldown (%.3g s) would pass the total deadline", hold),
+      { which = "total_deadline" }), "cooldown past the total deadline")
+  end
+  self:announce_wait("cooldown", now() + hold)
+  self.delay, self.state = hold, "waiting"
+end
+
 -- State start: the next attempt, once the deadline, the endpoint's cooldown
 -- and its admission allow it.
 function Call:begin_attempt()
   self.policy = self.policy_src:get() -- an edited policy applies from the next attempt
   local policy = self.policy
   local left = self:time_left()
+  local waited_for_probe = self.probe_wait
+  self.probe_wait = false
   if left and left <= 0 then
-    return self:final_failure(errors.new("timeout", string.format("total deadline of %g s passed",
-      policy.total_deadline), { which = "total_deadline" }), "the total deadline passed")
+    return self:final_failure(errors.new("timeout", string.format("total deadline of %g s passed%s",
+      policy.total_deadline, waited_for_probe and " while the call waited for the endpoint's half-open probe" or ""),
+      { which = "total_deadline" }), "the total deadline passed")
   end
   local ep = endpoint_for(self.rt, self.provider, policy)
   self.ep = ep
@@ -392,22 +444,24 @@ function Call:begin_attempt()
     -- a server-given wait holds every agent on this endpoint, released
     -- with jitter; then the breaker and the retry budget must agree
     local hold = policy.cooldown and ep:cooldown_wait(now(), self.rng) or 0
-    if hold > 0 then
-      if left and hold >= left then
-        return self:final_failure(errors.new("timeout", string.format(
-          "the endpoint's cooldown (%.3g s) would pass the total deadline", hold),
-          { which = "total_deadline" }), "cooldown past the total deadline")
-      end
-      self.delay, self.state = hold, "waiting"
-      return
-    end
+    if hold > 0 then return self:hold_for_cooldown(hold, left) end
     local ok, probe_or_err, evs = ep:admit(self.attempt > 0, now())
     self.out:push_all(evs)
+    if not ok and probe_or_err.kind == "circuit_open" and policy.wait_for_probe then
+      return self:wait_for_probe(probe_or_err, left)
+    end
     if not ok then
       return self:final_failure(probe_or_err, probe_or_err.kind == "circuit_open"
         and "the endpoint's circuit is open" or "the endpoint's retry budget is exhausted")
     end
     self.was_probe = probe_or_err or false
+    -- a shared endpoint's admission may have brought news of a cooldown
+    -- another host set (in process, nothing changed since the check above)
+    hold = policy.cooldown and ep:cooldown_wait(now(), self.rng) or 0
+    if hold > 0 then
+      self:record(false, false) -- frees the breaker's probe slot if this was the probe
+      return self:hold_for_cooldown(hold, left)
+    end
   end
   for _, admit in ipairs(self.rt.admission) do
     local refusal = admit(self.opts)
@@ -491,7 +545,12 @@ end
 -- State waiting: the wait before the next attempt; no further request is
 -- sent when the call is cancelled here.
 function Call:backoff()
-  local ok, err = pcall(luagent_core.sleep, self.delay)
+  local ok, err
+  if self.probe_wait then -- woken early when the breaker changes
+    ok, err = pcall(self.ep.wait_change, self.ep, self.delay)
+  else
+    ok, err = pcall(luagent_core.sleep, self.delay)
+  end
   if ok then
     self.state = "start"
   elseif errors.is_cancel(err) then

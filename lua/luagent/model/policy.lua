@@ -253,7 +253,12 @@ local BREAKER_FIELDS = {
   open_max = number_in(0, S, "a number of seconds > 0 (at most " .. S .. ")", true),
   growth = number_in(1, 1000, "a number from 1 to 1000"),
   probe_timeout = number_in(0, S, "a number of seconds > 0 (at most " .. S .. ")", true),
+  -- not the endpoint's: each call's own (M.new keeps it apart, as wait_for_probe)
+  wait_for_probe = check.boolean,
 }
+-- The keys of a policy's breaker table that are each call's own, not the
+-- endpoint's: left out of what configures the endpoint's breaker.
+local CALL_BREAKER_KEYS = { wait_for_probe = true }
 local BUDGET_FIELDS = {
   max = number_in(0.001, 1000000, "a number from 0.001 to 1000000"),
   ratio = number_in(0.001, 1000000, "a number from 0.001 to 1000000 (and at most max)"),
@@ -352,12 +357,14 @@ local function fill_retry_after(r)
 end
 
 -- A protection table (breaker, budget, cooldown): false stays false, nil
--- takes the default, a table is laid over the default (a fresh copy).
-local function fill_protection(v, default)
+-- takes the default, a table is laid over the default (a fresh copy). The
+-- keys in `leave` (a call's own, not the endpoint's) are left out.
+local function fill_protection(v, default, leave)
   if v == false then return false end
   local out = {}
   if type(default) == "table" then for k, x in pairs(default) do out[k] = x end end
   if type(v) == "table" then for k, x in pairs(v) do out[k] = x end end
+  for k in pairs(leave or {}) do out[k] = nil end
   return out
 end
 
@@ -416,7 +423,11 @@ local function check_protection(t, source, text)
   for _, part in ipairs({ { "breaker", core.breaker }, { "budget", core.retry_budget } }) do
     local name, make = part[1], part[2]
     if type(t[name]) == "table" then
-      local ok, msg = pcall(make, t[name])
+      local cfg = {}
+      for k, v in pairs(t[name]) do
+        if not (name == "breaker" and CALL_BREAKER_KEYS[k]) then cfg[k] = v end
+      end
+      local ok, msg = pcall(make, cfg)
       if not ok then
         local field = tostring(msg):match("config%.([%w_]+)")
         local what = tostring(msg):match("config%.(.*)$") or tostring(msg)
@@ -481,7 +492,9 @@ function M.new(t, source, text)
     on_retry = t.on_retry,
     on_context_overflow = type(t.on_context_overflow) == "string"
       and compact.hook(t.on_context_overflow) or t.on_context_overflow,
-    breaker = fill_protection(t.breaker, D.breaker),
+    breaker = fill_protection(t.breaker, D.breaker, CALL_BREAKER_KEYS),
+    -- a call the open breaker refuses waits for the probe (call.lua)
+    wait_for_probe = type(t.breaker) == "table" and t.breaker.wait_for_probe or false,
     budget = fill_protection(t.budget, D.budget),
     cooldown = fill_protection(t.cooldown, D.cooldown),
     tool = M.tool_section(t.tool),

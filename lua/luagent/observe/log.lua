@@ -368,6 +368,11 @@ local EVENTS = {
     return "warn", "retry budget exhausted"
   end,
   cooldown = function(ev, r) r.endpoint = ev.endpoint return "info", "endpoint cooling down" end,
+  call_waiting = function(ev, r)
+    r.endpoint, r.reason, r.wait_ms = ev.endpoint, ev.reason, ev.wait_ms
+    return "info", string.format(ev.reason == "cooldown" and "call held by the endpoint's cooldown for %.2fs"
+      or "call waiting for the endpoint's half-open probe, at most %.2fs", (ev.wait_ms or 0) / 1000)
+  end,
   tool_execution_start = function(ev, r, log)
     if log.content and ev.arguments then r.content = log:content_text(json.encode(ev.arguments)) end
     return "info", "tool call started"
@@ -405,7 +410,7 @@ local MOST = {
   agent_start = "info", agent_end = "error", turn_start = "debug", turn_end = "debug",
   message_start = "debug", usage = "debug", stream_reset = "debug", message_end = "warn",
   call_aborted = "info", provider_retry = "info", context_compacted = "info", circuit_open = "warn",
-  circuit_half_open = "info", circuit_close = "info", retry_budget_exhausted = "warn", cooldown = "info",
+  circuit_half_open = "info", circuit_close = "info", retry_budget_exhausted = "warn", cooldown = "info", call_waiting = "info",
   tool_execution_start = "info", tool_execution_update = "debug", tool_retry = "info",
   tool_execution_end = "info", tools_changed = "info", tools_reload_failed = "warn",
 }

@@ -25,6 +25,12 @@
 --   {type="retry_budget_exhausted", endpoint=, tokens=} (retries just stopped)
 --   {type="cooldown", endpoint=, cooldown_until=}  (the cooldown was extended)
 --
+-- A call refused by the open breaker may wait for the probe instead of
+-- failing (a policy's breaker.wait_for_probe, lua/luagent/model/call.lua):
+--   local changed = ep:wait_change(seconds)   -- then admit again
+-- returns early when a result recorded in this process changed the
+-- breaker (it closed, it reopened, a probe's slot was freed).
+--
 -- The methods of an endpoint are its whole interface, so a second backend
 -- (state shared between hosts through a store) can stand in for this one.
 local core = require "luagent.core"
@@ -94,6 +100,7 @@ function M.new_local(key, opts, jitter)
     jitter = jitter,
     cooldown_until = nil, -- no cooldown yet
     seen = nil,           -- the latest `now` seen
+    waiters = {},         -- the sleeping tasks of calls waiting for a change (wait_change)
   }, Endpoint)
 end
 
@@ -117,7 +124,9 @@ function Endpoint:admit(is_retry, now)
   if not self.breaker then return true, false, events end
   local verdict, refused, moved = self.breaker:allow(now)
   if moved then events[1] = { type = "circuit_half_open", endpoint = key } end
-  if not verdict then return nil, M.open_error(key, now, refused.retry_at), events end
+  if not verdict then
+    return nil, M.open_error(key, now, refused.retry_at, self.breaker:state(now) == "half_open"), events
+  end
   return true, verdict == "probe", events
 end
 
@@ -152,11 +161,60 @@ function M.budget_error(key, tokens, max, cause)
 end
 
 -- The error of a call the open breaker of `key` refused at `now`, the next
--- probe being due at `retry_at` (final for the call).
-function M.open_error(key, now, retry_at)
+-- probe being due at `retry_at` (final for the call). `probe_out`: refused
+-- because another caller's probe is out (half open; `retry_at` is when its
+-- slot frees if it never reports), not because the open time runs.
+function M.open_error(key, now, retry_at, probe_out)
   local msg = string.format("circuit open for %s: next probe due in %.3f s (at %.3f)",
     key, retry_at - now, retry_at)
-  return errors.new("circuit_open", msg, { endpoint = key, retry_at = retry_at, retryable = false })
+  return errors.new("circuit_open", msg, { endpoint = key, retry_at = retry_at, retryable = false,
+    probe_out = probe_out or nil })
+end
+
+------------------------------------------------------------------------------
+-- Waiting for the breaker
+------------------------------------------------------------------------------
+
+-- The cancellation reason that wakes a waiter (wait_change).
+local CHANGED = setmetatable({}, { __tostring = function() return "the endpoint's breaker changed" end })
+
+-- Suspends the caller until the breaker changes in this process (M.wakes:
+-- it closed, reopened, or a probe's slot was freed) or `seconds` pass;
+-- true when a change woke it. The caller's own cancellation raises, as any
+-- wait's. The wait is a sleeping task the endpoint holds (self.waiters)
+-- and cancels to wake it: a timer, so the virtual clock jumps over it.
+function Endpoint:wait_change(seconds)
+  if type(seconds) ~= "number" or not (seconds >= 0) then
+    misuse("wait_change", "seconds must be a number >= 0", 1)
+  end
+  local sleeper = core.spawn(function() core.sleep(seconds) end)
+  local waiters = self.waiters
+  waiters[sleeper] = true
+  local ok, err = pcall(sleeper.join, sleeper)
+  waiters[sleeper] = nil
+  if ok then return false end
+  if type(err) == "table" and err.reason == CHANGED then return true end
+  sleeper:cancel() -- the caller was cancelled: its sleeper goes with it
+  error(err, 0)
+end
+
+-- Whether a result's events (and a probe's slot freed) may let a waiter
+-- go, or change how long it waits.
+function M.wakes(events, released)
+  if released then return true end
+  for _, e in ipairs(events) do
+    local t = e.type
+    if t == "circuit_close" or t == "circuit_open" or t == "circuit_half_open" then return true end
+  end
+  return false
+end
+
+-- Wakes every waiter of wait_change (each admits again).
+function Endpoint:_wake()
+  local waiters = self.waiters
+  if not next(waiters) then return end
+  self.waiters = {}
+  for sleeper in pairs(waiters) do sleeper:cancel(CHANGED) end
 end
 
 ------------------------------------------------------------------------------
@@ -191,7 +249,10 @@ function Endpoint:record(now, ok, counted, was_probe)
     was_probe = state == "half_open" and c.probe_out
   end
   if not ok and not counted then
-    if was_probe then self.breaker:release() end
+    if was_probe then
+      self.breaker:release()
+      self:_wake() -- a waiter may probe now
+    end
     return events
   end
   if not self.budget then -- nothing to spend or earn
@@ -202,7 +263,10 @@ function Endpoint:record(now, ok, counted, was_probe)
                             tokens = (self.budget:tokens()) }
   end
   local moved = self.breaker and self.breaker:record(now, ok, was_probe)
-  if moved then events[#events + 1] = self:_transition(now, moved) end
+  if moved then
+    events[#events + 1] = self:_transition(now, moved)
+    self:_wake()
+  end
   return events
 end
 

@@ -61,6 +61,8 @@ M.fresh = 0.5            -- seconds a kept "closed" view answers admit
 M.max_waits = 3          -- replies an admission waits on before it asks itself
 M.ttl = 86400            -- seconds an endpoint's key lives after its last write
 M.max_unshared = 256     -- results kept to write once Redis serves (the latest)
+M.probe_poll = 0.25      -- seconds a call waiting for the probe waits before asking again
+                         -- (another host's probe wakes no one here)
 
 ------------------------------------------------------------------------------
 -- The scripts
@@ -461,19 +463,18 @@ local Shared = setmetatable({}, { __index = endpoint.Endpoint })
 Shared.__index = Shared
 Shared.__name = "luagent.SharedEndpoint"
 
--- The config part of every script's ARGV, from the endpoint's options with
--- the defaults of host/breaker.h and host/budget.h filled in (the local
+-- The config part of every script's ARGV: the breaker's config as a
+-- local breaker built from the same options has it (the defaults of
+-- host/breaker.c, completed the same way: b:config()), and the budget's
+-- options with the defaults of host/budget.h filled in (the local
 -- constructors have checked them already).
 local function config_args(opts)
-  local b, bu = opts and opts.breaker, opts and opts.budget
+  local br, bu = opts and opts.breaker, opts and opts.budget
   local a = { "0", 0, 0, 0, 0, 0, 0, 0, 0 }
-  if b ~= false then
-    b = b or {}
-    local window = b.window or 20
-    local open_for = b.open_for or 5
-    a = { "1", b.consecutive or 5, math.floor((b.ratio or 0.5) * 1e6 + 0.5), window,
-          b.min_calls or math.min(10, window), open_for, b.open_max or math.max(60, open_for),
-          b.growth or 2, b.probe_timeout or 30 }
+  if br ~= false then
+    local b = core.breaker(br):config()
+    a = { "1", b.consecutive, math.floor(b.ratio * 1e6 + 0.5), b.window, b.min_calls, b.open_for,
+          b.open_max, b.growth, b.probe_timeout }
   end
   if bu ~= false then
     bu = bu or {}
@@ -530,6 +531,7 @@ function M.new(fallback, opts, shared, pool)
     cooldown_until = nil, -- on this host's clock
     seen = nil,
     unshared = "",        -- results counted locally, not yet in Redis (_keep_unshared)
+    waiters = {},         -- calls waiting for a change (endpoint.lua, wait_change)
   }, Shared)
   client.endpoints[#client.endpoints + 1] = ep
   return ep
@@ -595,7 +597,7 @@ function Shared:_from_view(is_retry, now, learned)
   if learned then
     if state == "none" or state == "closed" then return true, false, {} end
     if state == "half_open" and v.probe_out then -- another caller's probe is out
-      return nil, endpoint.open_error(key, now, v.probe_until), {}
+      return nil, endpoint.open_error(key, now, v.probe_until, true), {}
     end
     return nil
   end
@@ -672,15 +674,30 @@ function Shared:admit(is_retry, now)
   if r[1] == "budget" then
     return nil, endpoint.budget_error(key, self.view.tokens, self.max_tokens), events
   elseif r[1] == "refuse" then
-    return nil, endpoint.open_error(key, now, now + tonumber(r[2])), events
+    return nil, endpoint.open_error(key, now, now + tonumber(r[2]), self.view.state == "half_open"), events
   end
   return true, r[1] == "probe", events
 end
 
 -- See endpoint.lua: one EVALSHA of `record`; a result that counts for
 -- nothing only frees a probe's slot, sent without waiting.
+-- The waiters of this host (wait_change) are woken as the local state's
+-- are: by a change a result recorded here made.
 function Shared:record(now, ok, counted, was_probe)
   self:_see("record", now)
+  local events = self:_record(now, ok, counted, was_probe)
+  if endpoint.wakes(events, not ok and not counted and was_probe) then self:_wake() end
+  return events
+end
+
+-- See endpoint.lua: wait_change, but at most M.probe_poll seconds, so a
+-- change another host made is seen by asking again.
+function Shared:wait_change(seconds)
+  if type(seconds) == "number" and seconds > M.probe_poll then seconds = M.probe_poll end
+  return endpoint.Endpoint.wait_change(self, seconds)
+end
+
+function Shared:_record(now, ok, counted, was_probe)
   if not self.client:usable() then
     self:_keep_unshared(ok, counted)
     return self.fallback:record(now, ok, counted, was_probe)
