@@ -792,7 +792,10 @@ describe("waiting calls through Redis", function()
       a_done = core.now()
       return r
     end)
-    luagent.sleep(0.1) -- the probe is out
+    -- the probe is out once the server has its request (it stalls there)
+    local deadline = core.now() + 10
+    while #srv:requests() < 4 and core.now() < deadline do luagent.sleep(0.01) end
+    assert.equal(4, #srv:requests(), "the probe reached the server")
     local evs, final = call(b_rt, model, p)
     local b_done = core.now()
     local a = probe:join()
@@ -815,9 +818,19 @@ describe("waiting calls through Redis", function()
     local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
     local p = pol("w3:", { breaker = false, cooldown = {}, max_retries = 2 })
     local _, first = call(b_rt, model, p) -- request 1: b's view of the shared state
+    local viewed = core.now()
     assert.equal("stop", first.stop_reason)
+    local retried = false
+    local unsubscribe = a_rt:subscribe(function() retried = true end, { "provider_retry" })
     local a_run = luagent.spawn(function() return { call(a_rt, model, p) } end)
-    luagent.sleep(0.6) -- a's 429 set the cooldown; b's view is no longer fresh
+    -- a's 429 set the cooldown (polled: a loaded machine may take a while)
+    local deadline = core.now() + 10
+    while not retried and core.now() < deadline do luagent.sleep(0.01) end
+    unsubscribe()
+    assert.is_true(retried, "a got its 429")
+    -- b's view is no longer fresh (redis.fresh: 0.5 s)
+    local stale = viewed + 0.55 - core.now()
+    if stale > 0 then luagent.sleep(stale) end
     local t = core.now()
     local evs, final = call(b_rt, model, p)
     local a = a_run:join()
