@@ -114,7 +114,8 @@ describe("luagent help TOPIC", function()
 
   it("lists the guide's topics in the usage, and refuses an unknown one", function()
     local r = h.run("help")
-    assert.matches("agent, tools, events, policy, config, durable, mcp, chat", r.stdout)
+    local flat = r.stdout:gsub("%s+", " ")
+    assert.matches("agent, tools, events, policy, config, durable, mcp, chat", flat)
     r = h.run("help", "nosuch")
     assert.equal(2, r.code)
     assert.matches("help: unknown topic 'nosuch'", r.stderr)
@@ -128,6 +129,18 @@ describe("the API reference (docs/api.md)", function()
     local ok = p:close()
     assert(ok, made)
     assert.equal(made, h.slurp("docs/api.md"), "docs/api.md differs from its annotations: run 'make api'")
+  end)
+
+  it("has every setting of lua/luagent/config.lua as a field of luagent.Settings", function()
+    local text = h.slurp("docs/api.md")
+    local section = text:match("\n## luagent%.Settings\n(.-)\n## ")
+    assert(section, "docs/api.md has no luagent.Settings section")
+    for _, s in ipairs(require("luagent.config").SETTINGS) do
+      if s.name then
+        assert(section:find("| `" .. s.name .. "` |", 1, true),
+          "luagent.Settings (lua/luagent/config.lua) has no ---@field " .. s.name)
+      end
+    end
   end)
 
   it("documents every public name of the face", function()

@@ -27,7 +27,7 @@ commands:
   runs [show|resolve|gc]   list, inspect, settle and delete durable runs
   cost settle RUN_ID       look up what each OpenRouter generation of a run
                            cost, failed attempts included (luagent help cost)
-  mcp list -- CMD [ARGS]   an MCP server's tools and their flags (luagent help mcp)
+  mcp list -- CMD [ARGS]   an MCP server's tools and their flags (luagent mcp --help)
   help [TOPIC]             show help: run, resume, runs, cost, faults, sim;
                            the guide's pages: start (getting started),
                            agent, tools, events, policy, config, durable,
