@@ -188,7 +188,8 @@ function M.health(now) return rt():health(now or core.now()) end
 
 -- subscribe(fn [, types]) -> unsubscribe function: the default runtime's events.
 ---Calls `fn(ev)` for every event of the default runtime (of `types` only,
----when given). `fn` runs inside the publisher: it must not wait.
+---when given). `fn` runs inside the publisher: keep it quick (a wait there
+---holds the call that published).
 ---@param fn fun(ev: luagent.Event)
 ---@param types? string[] the event types wanted
 ---@return fun() unsubscribe
