@@ -51,7 +51,7 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 
 ---The last event of a run (`agent:run` returns it).
 ---@class luagent.AgentEnd: luagent.Event
----@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"aborted"|"error"
+---@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"aborted"|"error" why the run ended (docs/guide/agent.md, "How a run ends")
 ---@field reason string? why, in words (max_turns, loop_guard)
 ---@field error luagent.Error? what failed, when stop_reason is "error"
 ---@field messages luagent.Message[] the history
@@ -61,10 +61,10 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 
 ---An agent: a model, a system prompt, tools and a conversation.
 ---@class luagent.Agent
----@field name string
+---@field name string its name (the `name` option)
 ---@field id string its own id, `name-xxxxxxxx`
----@field provider luagent.Provider
----@field system string?
+---@field provider luagent.Provider the model it calls
+---@field system string? its system prompt
 ---@field messages luagent.Message[] the conversation, provider-neutral
 ---@field running boolean true while a run goes on
 local Agent = {}

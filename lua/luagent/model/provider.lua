@@ -228,9 +228,9 @@ M.default_timeout = { connect = 10, first_byte = 120, idle = 60 }
 ---A model at an endpoint, with its key (never a field: printing a
 ---provider cannot show it).
 ---@class luagent.Provider
----@field kind string
----@field model string
----@field base_url string
+---@field kind string its wire format ("openai", "anthropic", ...)
+---@field model string the model's name at the provider
+---@field base_url string where its requests go
 local Provider = {}
 Provider.__index = Provider
 Provider.__name = "luagent.Provider"
