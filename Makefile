@@ -42,7 +42,7 @@ PREFIX ?= /usr/local
 BUSTED := /usr/bin/busted
 SPECS  ?= spec
 
-.PHONY: all deps test run bench fuzz install rock rock-install clean help san settings
+.PHONY: all deps test run bench fuzz install rock rock-install clean help san settings api
 
 all: deps $(B)/luagent $(B)/lua/luagent/core.so
 
@@ -63,6 +63,7 @@ help:
 	@echo "                (luarocks make: the Lua library and luagent.core, see the rockspec)"
 	@echo "make peers      npm-install the test peers (aimock, openai, @anthropic-ai/sdk, MCP servers) into .peers/"
 	@echo "make settings   rewrite README.md's table of settings from lua/luagent/config.lua"
+	@echo "make api        rewrite docs/api.md, the API reference, from the LuaLS annotations"
 
 # Installs only what is missing; a no-op (one dpkg-query) when all is there.
 deps:
@@ -108,6 +109,12 @@ test: all
 settings: deps
 	@lua5.4 mk/settings.lua README.md
 
+# docs/api.md, the API reference, from the LuaLS annotations (---@class,
+# ---@param, ---@return) of the public modules (spec/docs_spec.lua fails
+# until this has been run after a change).
+api: deps
+	@lua5.4 mk/apidoc.lua docs/api.md
+
 # ARGS adds options: make run ARGS="--trace --cost"
 run: all
 	$(B)/luagent run --faults 503@1 $(ARGS) examples/triage.lua
@@ -126,17 +133,19 @@ fuzz: deps
 	@mkdir -p build/fuzz/corpus-chunk
 	build/fuzz/chunk_fuzz -dict=fuzz/chunk.dict -runs=200000 -max_len=2048 build/fuzz/corpus-chunk spec/fixtures/providers
 
-# The executable, the Lua library, the bundled policies and the examples:
+# The executable, the Lua library, the bundled policies, the examples and
+# the docs (`luagent help TOPIC` prints docs/guide/TOPIC.md):
 # PREFIX/bin/luagent finds PREFIX/share/luagent beside it (host/main.c).
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/luagent
 	install -m 755 $(B)/luagent $(DESTDIR)$(PREFIX)/bin/luagent
-	cp -R lua policies examples $(DESTDIR)$(PREFIX)/share/luagent/
+	cp -R lua policies examples docs $(DESTDIR)$(PREFIX)/share/luagent/
 
 # For luagent-scm-1.rockspec (build type make): the module face only. The
 # Lua files go to INST_LUADIR, the bundled policies to
-# INST_LUADIR/luagent/policies (lua/luagent/model/policy.lua looks there), the core
-# to INST_LIBDIR/luagent/core.so.
+# INST_LUADIR/luagent/policies (lua/luagent/model/policy.lua looks there), the
+# docs to INST_LUADIR/luagent/docs (beside the annotated sources that
+# lua-language-server reads), the core to INST_LIBDIR/luagent/core.so.
 rock: $(B)/lua/luagent/core.so
 
 rock-install: rock
@@ -146,6 +155,8 @@ rock-install: rock
 	cd lua && find luagent -type d -exec install -d $(INST_LUADIR)/{} \; && \
 	  find luagent -type f -exec install -m 644 {} $(INST_LUADIR)/{} \;
 	install -m 644 policies/*.lua $(INST_LUADIR)/luagent/policies/
+	find docs -type d -exec install -d $(INST_LUADIR)/luagent/{} \; && \
+	  find docs -type f -exec install -m 644 {} $(INST_LUADIR)/luagent/{} \;
 
 clean:
 	rm -rf build build-san .peers

@@ -1,4 +1,5 @@
--- luagent as a rock: the Lua library, the bundled policies and the core as a
+-- luagent as a rock: the Lua library (with its LuaLS annotations), the bundled
+-- policies, the docs (luagent/docs: what `luagent help TOPIC` prints) and the core as a
 -- C module (luagent.core), for a plain `lua5.4`. The executable comes with
 -- `make install`; this is the module face only.
 --

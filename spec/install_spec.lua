@@ -37,6 +37,10 @@ describe("make install", function()
     ok, out = sh(string.format("cd / && %s/bin/luagent --version", h.quote(prefix)))
     assert(ok, out)
     assert.matches("^luagent %d+%.%d+%.%d+ %(Lua 5%.4%.%d+, libcurl [%d.]+, libuv [%d.]+%)\n$", out)
+    -- the guide's pages come along: `luagent help agent` prints the installed one
+    ok, out = sh(string.format("cd / && %s/bin/luagent help agent", h.quote(prefix)))
+    assert(ok, out)
+    assert.equal(h.slurp(root .. "/docs/guide/agent.md"), out)
     sh("rm -rf " .. h.quote(prefix))
   end)
 end)
@@ -66,6 +70,15 @@ describe("luarocks make --local", function()
       print(core.version, found)']], h.quote(home)))
     assert(ok, out)
     assert.matches("^%d+%.%d+%.%d+\t" .. home:gsub("%p", "%%%0") .. "/%.luarocks/share/lua/5%.4/luagent/policies/yoagent%.lua\n$", out)
+    -- the docs, beside the annotated sources lua-language-server reads
+    assert.equal(h.slurp(root .. "/docs/guide/agent.md"),
+      h.slurp(home .. "/.luarocks/share/lua/5.4/luagent/docs/guide/agent.md"))
+    assert.equal(h.slurp(root .. "/docs/api.md"), h.slurp(home .. "/.luarocks/share/lua/5.4/luagent/docs/api.md"))
+    -- and the help command finds them there, without an executable beside them
+    ok, out = sh(string.format([[cd / && eval "$(HOME=%s luarocks --lua-version 5.4 path)" && lua5.4 -e '
+      os.exit(require("luagent.cli").main({ [0] = "luagent", "help", "agent" }))']], h.quote(home)))
+    assert(ok, out)
+    assert.equal(h.slurp(root .. "/docs/guide/agent.md"), out)
     -- the runtime object and its methods, on the rock alone (spec/runtime_api_spec.lua)
     ok, out = sh(string.format([[cd / && eval "$(HOME=%s luarocks --lua-version 5.4 path)" && timeout -s KILL 60 lua5.4 %s]],
       h.quote(home), h.quote(root .. "/spec/fixtures/runtime_api.lua")))

@@ -25,6 +25,34 @@
 -- checks that too).
 --
 -- This file requires nothing, so a plain `lua5.4` reads it (mk/settings.lua).
+
+---The settings of a runtime (`luagent.runtime{...}`, `luagent.configure{...}`);
+---README.md, "Settings", has the table with defaults, flags and variables.
+---Every setting of M.SETTINGS is a field here (spec/docs_spec.lua checks).
+---@class luagent.Settings
+---@field policy string|table? the retry policy of calls that name none: a name, a file or a table
+---@field seed integer? the seed of the retry jitter of calls that give none (and of the mock's faults)
+---@field record table? a recorder (`record.open`) saving every model exchange as a cassette
+---@field log_level "debug"|"info"|"warn"|"error"|"off"? the log's threshold (default warn)
+---@field log_sink fun(level: string, line: string, record: table)? where log lines go (default stderr)
+---@field log_format "auto"|"json"|"text"? the log lines' form
+---@field log_content boolean? add message content to log lines
+---@field otlp_endpoint string? the OTLP/HTTP collector spans are posted to
+---@field otlp_timeout number? the bound of one post to the collector, in seconds
+---@field otlp_max_queue integer? spans waiting for the collector at most
+---@field otlp_batch integer? spans in one post at most
+---@field otlp_headers string? headers of every post, key=value,...
+---@field service_name string? service.name of the exported spans
+---@field max_cost number? refuse any model call once the runtime has cost this many dollars
+---@field durable boolean? journal every agent (as durable = true)
+---@field journal_file string? the run journal (SQLite) of durable agents
+---@field home string? luagent's home folder (the default journal is HOME/runs.db)
+---@field redis_url string? share every endpoint's breaker, budget and cooldown through this Redis
+---@field redis_retry_every number? seconds between reconnect attempts to a Redis that went down
+---@field providers {base_urls: table<string, string>, api_key: string}? where providers made without a base URL point (the embedded mock)
+---@field policy_path string? where bare policy names are looked for ("a/?.lua;b/?.lua")
+---@field options table? what `luagent run` was asked for, read as `luagent.options`
+---@field run_info {script: string, args: string[], options: table, cwd: string}? what a durable run records of itself
 local M = {}
 
 M.LOG_LEVELS = { debug = 1, info = 2, warn = 3, error = 4, off = 5 }

@@ -30,6 +30,12 @@ local function cost() return require "luagent.observe.cost" end
 
 local M = {}
 
+---A runtime: the owner of a running host's state (settings, event bus,
+---endpoints and their breakers, policy files, log, tracer, cost meter,
+---journal, tool sets). Two runtimes share nothing but the loop.
+---@class luagent.Runtime
+---@field settings table its settings object (`settings:get(name)`, `settings:set{...}`)
+---@field closed boolean? true once `rt:close()` ran
 local Runtime = {}
 Runtime.__index = Runtime
 M.Runtime = Runtime
@@ -124,6 +130,10 @@ end
 
 -- rt:configure{...} -> the previous values of the settings given;
 -- rt:configure() -> a copy of every setting.
+---Sets settings; returns the previous values of those given. With no
+---argument, a copy of every setting.
+---@param t? luagent.Settings
+---@return luagent.Settings
 function Runtime:configure(t)
   if t == nil then return self.settings:all() end
   -- not a tail call, so level 3 (set, here, the caller) names the line
@@ -134,18 +144,35 @@ function Runtime:configure(t)
 end
 
 -- rt:provider("kind/model" | {kind=, model=, ...}) -> a provider of this runtime.
+---A provider of this runtime (see `luagent.provider`).
+---@param spec string|luagent.ProviderSpec
+---@return luagent.Provider
 function Runtime:provider(spec) return provider().new(open(self), spec) end
 
 -- rt:stream{...} -> iterator of events; rt:complete{...} -> message | nil, err
 -- (lua/luagent/model/call.lua).
+---One model call of this runtime, as an iterator of its events.
+---@param opts luagent.StreamOptions
+---@return fun(): luagent.Event? iterator
 function Runtime:stream(opts) return call().stream(open(self), opts) end
+---One model call of this runtime: its final message, or nil and the final error.
+---@param opts luagent.StreamOptions
+---@return luagent.Message? message
+---@return luagent.Error? err
 function Runtime:complete(opts) return call().complete(open(self), opts) end
 
 -- rt:agent{...} -> an agent of this runtime (lua/luagent/agent/loop.lua).
+---Makes an agent of this runtime.
+---@param opts luagent.AgentOptions
+---@return luagent.Agent
 function Runtime:agent(opts) return agent().new(open(self), opts) end
 
 -- rt:subscribe(fn [, types]) -> unsubscribe function: fn(event) for every
 -- event of this runtime's calls and agents (of `types` only, when given).
+---Calls `fn(ev)` for every event of this runtime (of `types` only).
+---@param fn fun(ev: luagent.Event)
+---@param types? string[]
+---@return fun() unsubscribe
 function Runtime:subscribe(fn, types)
   open(self)
   if types ~= nil and type(types) ~= "table" then error("subscribe: types must be a list of event types", 2) end
@@ -154,12 +181,19 @@ end
 
 -- rt:health([now]) -> the protection state of this runtime's endpoints
 -- (lua/luagent/model/endpoint/init.lua, health).
+---The protection state of this runtime's endpoints (see `luagent.health`).
+---@param now? number
+---@return table<string, table>
 function Runtime:health(now) return self.endpoints:health(now) end
 
 -- rt:meter(name) -> the runtime's meter, made once and started (again,
 -- if it was stopped): "cost" (lua/luagent/observe/cost.lua: the cap of
 -- max_cost, the cost table, its own prices). Agents with max_cost ask for
 -- it.
+---The runtime's cost meter, made once and started: `meter:report()` is
+---the cost table's lines.
+---@param name "cost"
+---@return table meter
 function Runtime:meter(name)
   open(self)
   if name ~= "cost" then error("meter: no meter named '" .. tostring(name) .. "'", 2) end
@@ -179,6 +213,11 @@ end
 -- trace and span ids and a policy's traceparent names its spans.
 -- tracer:stop([out]) ends it (rt:close() does, if nothing did); the next
 -- rt:trace makes a new one.
+---Starts tracing (or adds exporters): spans after the OpenTelemetry GenAI
+---conventions.
+---@param opts? {tree: boolean?, file: string?, url: string?, headers: table?}
+---@return table? tracer
+---@return string? err
 function Runtime:trace(opts)
   open(self)
   if opts ~= nil and type(opts) ~= "table" then error("trace: expects a table of options", 2) end
@@ -202,6 +241,8 @@ function Runtime:trace(opts)
 end
 
 -- rt:on_close(fn): fn runs when the runtime closes (an observer's flush).
+---Runs `fn` when the runtime closes.
+---@param fn fun()
 function Runtime:on_close(fn)
   if type(fn) ~= "function" then error("on_close: expects a function", 2) end
   self.closers[#self.closers + 1] = fn
@@ -228,6 +269,9 @@ end
 -- finishes its Redis writes, and closes its journal last: its run's claim
 -- is let go after the rest. Closing twice is harmless; a closed runtime's
 -- methods raise "runtime: closed".
+---Closes the runtime: aborts its agents and waits for them, closes its
+---tool sets, flushes its tracer, stops its meter, log and watchers, and
+---lets its durable run go. Twice is harmless.
 function Runtime:close()
   if self.closed then return end
   self.closed = true

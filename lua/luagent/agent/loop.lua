@@ -33,6 +33,41 @@ local M = {}
 
 M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 
+---What `luagent.agent{...}` takes. Only `model` is required.
+---@class luagent.AgentOptions
+---@field model string|luagent.Provider "kind/model" (`"openai/gpt-4o-mini"`) or a provider
+---@field name string? shown in events, logs and traces (default "agent")
+---@field system string? the system prompt
+---@field tools luagent.ToolDef|luagent.ToolSet|(luagent.ToolDef|luagent.ToolSet)[]? a tool, a tool set, or a list of both
+---@field policy string|table? the retry policy of its model calls: a name, a file or a table
+---@field tool_policy table? how its tools are retried and bounded (a policy's `tool` section)
+---@field max_turns integer? turns at most (default 20)
+---@field max_parallel_tools integer? tool calls of one message run at once (default 4)
+---@field loop_guard integer|false? stop when the same call comes this many times in a row (default 3)
+---@field max_tokens integer? the answer's token limit, per model call
+---@field temperature number? the sampling temperature
+---@field messages luagent.Message[]? the conversation to start from
+---@field durable boolean? journal its runs so `luagent resume` continues them
+---@field max_cost number? refuse model calls once the agent has cost this many dollars
+
+---The last event of a run (`agent:run` returns it).
+---@class luagent.AgentEnd: luagent.Event
+---@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"aborted"|"error" why the run ended (docs/guide/agent.md, "How a run ends")
+---@field reason string? why, in words (max_turns, loop_guard)
+---@field error luagent.Error? what failed, when stop_reason is "error"
+---@field messages luagent.Message[] the history
+---@field usage {input_tokens: integer, output_tokens: integer, cache_read_tokens: integer, cache_write_tokens: integer}? every model call's tokens, failed attempts included
+---@field turns integer turns run
+---@field cost {total: number?, calls: integer, attempts: integer, unpriced_calls: integer, currency: string}? when the cost meter is on
+
+---An agent: a model, a system prompt, tools and a conversation.
+---@class luagent.Agent
+---@field name string its name (the `name` option)
+---@field id string its own id, `name-xxxxxxxx`
+---@field provider luagent.Provider the model it calls
+---@field system string? its system prompt
+---@field messages luagent.Message[] the conversation, provider-neutral
+---@field running boolean true while a run goes on
 local Agent = {}
 Agent.__index = Agent
 Agent.__name = "luagent.Agent"
@@ -455,6 +490,11 @@ function Agent:start()
 end
 
 -- agent:prompt(text) -> iterator of events: adds a user message, runs.
+---Adds a user message and runs: returns an iterator over the run's events
+---(the run goes on as they are read; leaving the loop early aborts it).
+---One prompt at a time: a second while it runs raises.
+---@param text string
+---@return fun(): luagent.Event? iterator
 function Agent:prompt(text)
   if type(text) ~= "string" then error("agent:prompt: expects a string", 2) end
   if self.running then error("agent: already running (one prompt at a time)", 2) end
@@ -463,6 +503,8 @@ function Agent:prompt(text)
 end
 
 -- agent:continue() -> iterator of events: another run on the history as it is.
+---Runs again on the history as it is (after an abort or a failure).
+---@return fun(): luagent.Event? iterator
 function Agent:continue()
   return self:start()
 end
@@ -470,6 +512,10 @@ end
 -- agent:abort([reason]): stops the run: the model call in flight or the
 -- backoff ends, running tools are cancelled (children killed), calls not
 -- yet started get an error result; agent_end says "aborted".
+---Stops the run: the model call or its backoff ends, running tools are
+---cancelled, `agent_end` says "aborted".
+---@param reason? string
+---@return boolean stopped false when no run was going on
 function Agent:abort(reason)
   if not self.running then return false end
   self.aborted = self.aborted or reason or "aborted"
@@ -478,6 +524,10 @@ function Agent:abort(reason)
 end
 
 -- agent:run(text) -> the agent_end event of a whole run (draining events).
+---Runs a prompt to its end (or, without text, continues) and returns its
+---last event.
+---@param text? string
+---@return luagent.AgentEnd
 function Agent:run(text)
   local last
   for ev in (text and self:prompt(text) or self:continue()) do last = ev end

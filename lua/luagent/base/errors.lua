@@ -2,6 +2,23 @@
 -- (ARCHITECTURE.md, "Errors"). A record is a plain table with a `kind` from the closed list
 -- below, a `message`, and whatever fields its kind documents. Records print
 -- as "kind: message" through their metatable.
+
+---An error record: what an operational failure returns (`nil, err`) and
+---what events carry as `error`. `tostring(err)` is "kind: message".
+---lua/luagent/EVENTS.md, "Error records", lists every kind and its fields.
+---@class luagent.Error
+---@field kind string one of `errors.kinds`: "timeout", "http", "reset", "tool_error", "cost_limit", ...
+---@field message string what happened, naming the thing and where
+---@field retryable boolean? the error's own answer to "retry?" (a final error says false)
+---@field final boolean? true on a call's final error, after its retries
+---@field attempts integer? a final error's attempts
+---@field reason string? why a final error stopped ("no attempts left (6)")
+---@field cause luagent.Error? a final error's last attempt's own error
+---@field status integer? the HTTP status, when there was one
+
+---Error records (`luagent.errors`).
+---@class luagent.errors
+---@field kinds table<string, true> the closed list of kinds
 local M = {}
 
 -- The closed list of kinds. Adding one is a contract change: document it in
@@ -45,6 +62,11 @@ local Error = core.error_metatable
 
 -- Makes a record of `kind` with `message` and the extra `fields` (copied).
 -- An unknown kind is a programming error and raises.
+---Makes an error record; an unknown kind raises.
+---@param kind string a kind of `errors.kinds`
+---@param message? string default: the kind
+---@param fields? table extra fields, copied
+---@return luagent.Error
 function M.new(kind, message, fields)
   if not M.kinds[kind] then
     error("errors.new: unknown error kind '" .. tostring(kind) .. "'", 2)
@@ -56,12 +78,18 @@ function M.new(kind, message, fields)
 end
 
 -- True when `v` is an error record (made here or by the C core).
+---Whether `v` is an error record.
+---@param v any
+---@return boolean
 function M.is(v)
   return type(v) == "table" and type(v.kind) == "string" and M.kinds[v.kind] ~= nil
 end
 
 -- True when `v` is a cancellation. Code that catches errors with pcall
 -- must raise these again: cancellation always reaches the task's top.
+---Whether `v` is a cancellation (raise it again after a `pcall`).
+---@param v any
+---@return boolean
 function M.is_cancel(v)
   return type(v) == "table" and v.kind == "cancelled"
 end

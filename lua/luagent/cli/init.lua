@@ -28,8 +28,11 @@ commands:
   runs [show|resolve|gc]   list, inspect, settle and delete durable runs
   cost settle RUN_ID       look up what each OpenRouter generation of a run
                            cost, failed attempts included (luagent help cost)
-  mcp list -- CMD [ARGS]   an MCP server's tools and their flags (luagent help mcp)
-  help [TOPIC]             show help: run, resume, runs, cost, faults, sim, mcp
+  mcp list -- CMD [ARGS]   an MCP server's tools and their flags (luagent mcp --help)
+  help [TOPIC]             show help: run, resume, runs, cost, faults, sim;
+                           the guide's pages: start (getting started),
+                           agent, tools, events, policy, config, durable,
+                           mcp, chat, observability
 
 options:
   -h, --help               show this help
@@ -602,13 +605,51 @@ function M.resume(args)
   return execute(rt, opts, rec.script, chunk, script_args)
 end
 
--- Topics beyond the built-in ones live with their area; the rest (faults,
--- the mock's own topics) are the mock's.
+-- The guide's pages `luagent help TOPIC` prints: docs/guide/TOPIC.md (and
+-- the getting-started page as "start"), the same Markdown a reader sees.
+local GUIDE = { agent = "guide/agent.md", tools = "guide/tools.md", events = "guide/events.md",
+  policy = "guide/policy.md", config = "guide/config.md", durable = "guide/durable.md",
+  mcp = "guide/mcp.md", chat = "guide/chat.md", observability = "guide/observability.md",
+  start = "getting-started.md" }
+
+-- Where the docs are: ROOT/docs (a checkout; `make install` puts them in
+-- PREFIX/share/luagent/docs), then docs/ beside the library's own
+-- init.lua (the rock installs them as luagent/docs in its Lua tree).
+local function docs_dirs()
+  local dirs = {}
+  if M.root then dirs[#dirs + 1] = M.root .. "/docs" end
+  local init = package.searchpath("luagent", package.path)
+  local lib = init and init:match("^(.*)/init%.lua$")
+  if lib then dirs[#dirs + 1] = lib .. "/docs" end
+  return dirs
+end
+
+-- Prints a guide page; the exit code (2 when the page is not installed,
+-- naming where it was looked for).
+local function guide(topic)
+  local dirs = docs_dirs()
+  for _, dir in ipairs(dirs) do
+    local fh = io.open(dir .. "/" .. GUIDE[topic], "rb")
+    if fh then
+      io.write(fh:read("a"))
+      fh:close()
+      return 0
+    end
+  end
+  local looked = {}
+  for i, dir in ipairs(dirs) do looked[i] = dir .. "/" .. GUIDE[topic] end
+  return usage_error("help: the page of '%s' is not installed (looked for %s)", topic,
+    #looked > 0 and table.concat(looked, ", ") or GUIDE[topic])
+end
+
+-- Topics beyond the built-in ones live with their area; the guide's pages
+-- are docs/; the rest (faults, the mock's own topics) are the mock's.
 local function help(topic)
   if not topic then
     io.write(USAGE)
     return 0
   end
+  if GUIDE[topic] then return guide(topic) end
   if HELP[topic] then
     io.write(HELP[topic])
     return 0

@@ -1,4 +1,4 @@
--- Help text of `luagent mcp` (also `luagent help mcp`).
+-- Help text of `luagent mcp` (`luagent mcp --help`; `luagent help mcp` prints docs/guide/mcp.md).
 return {
   mcp = [[
 usage: luagent mcp list [options] -- COMMAND [ARGS...]

@@ -604,6 +604,32 @@ function Call:close()
   end
 end
 
+---What `luagent.stream{...}` and `luagent.complete{...}` take.
+---@class luagent.StreamOptions
+---@field model string|luagent.Provider "kind/model" (`"openai/gpt-4o-mini"`) or a provider
+---@field messages luagent.Message[] the conversation (lua/luagent/EVENTS.md, "Conversation history")
+---@field system string? the system prompt
+---@field tools {name: string, description: string, parameters: table}[]? tool definitions offered to the model
+---@field policy string|table? the retry policy: a name in policies/, a file, or a table (default: the runtime's)
+---@field max_tokens integer? the answer's token limit
+---@field temperature number? the sampling temperature
+---@field seed integer? the seed of this call's retry jitter
+
+---A message of a conversation, provider-neutral: any adapter sends it.
+---@class luagent.Message
+---@field role "user"|"assistant"|"tool"|"system" who says it
+---@field content string the text ("" when there was none)
+---@field thinking string? an assistant's reasoning, when the model showed it
+---@field tool_calls {id: string, name: string, arguments: table?, raw_arguments: string, error: string?}[]? an assistant's tool calls
+---@field tool_call_id string? a tool result's call
+---@field name string? a tool result's tool
+---@field is_error boolean? a tool result that is an error
+---@field incomplete boolean? the partial answer of a turn that failed or was aborted
+---@field stop_reason string? (`complete`'s message) "stop", "length" or "tool_use"
+---@field usage table? (`complete`'s message) the final attempt's tokens
+---@field total_usage table? (`complete`'s message) every attempt's tokens, failed ones included
+---@field attempts integer? (`complete`'s message) attempts made
+
 -- stream(rt, {model=, messages=, system=, tools=, policy=, max_tokens=,
 -- temperature=, seed=, before_publish=}) -> iterator of events of a call of runtime rt (and, as the generic for's
 -- closing value, an object that aborts the attempt in flight when the loop

@@ -26,6 +26,33 @@ local here = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$")) or "."
 local lib = here:match("^(.*)/[^/]*$") or "." -- lua/luagent, above model/
 M.path = "policies/?.lua;" .. lib .. "/../../policies/?.lua;" .. lib .. "/policies/?.lua"
 
+---A retry policy: what a policy file returns, or a table given as
+---`policy`. Every field is optional (policies/README.md documents each);
+---an unknown field is an error naming it.
+---@class luagent.Policy
+---@field name string? shown in logs and errors (default: the file's base name)
+---@field description string? one line saying what the policy is for
+---@field max_retries integer? retries after the first attempt (default 5)
+---@field backoff {strategy: string?, base: number?, max: number?, multiplier: number?, jitter: number?}? the wait between attempts ("full_jitter", "equal_jitter", "decorrelated_jitter", "exponential", "power_of_two", "fixed", "sdk")
+---@field retry_after {honor: boolean?, max_wait: number|false?, jitter: number?, over_max: "give_up"|"cap"|"backoff"?}? when the server names its wait
+---@field attempt_timeout number|false? seconds for one attempt (600)
+---@field idle_timeout number|false? the longest silence inside one attempt (120)
+---@field total_deadline number|false? seconds for every attempt and wait of one call (1800)
+---@field max_answer_bytes integer|false? the event data one answer may stream (64 MiB)
+---@field unusable_retries integer? retries of an empty or unusable reply (1)
+---@field retry_statuses (integer|string)[]? when present, exactly the HTTP statuses retried (`{429, "5xx"}`)
+---@field honor_x_should_retry boolean? let a response's `x-should-retry` decide
+---@field traceparent boolean? send each attempt's W3C traceparent header
+---@field breaker table|false? the endpoint's circuit breaker: `consecutive`, `ratio`, `window`, `min_calls`, `open_for`, `growth`, `open_max`, `probe_timeout`
+---@field budget table|false? the endpoint's retry budget: `max`, `ratio`
+---@field cooldown table|false? the endpoint's cooldown after a server-given wait: `jitter`
+---@field shared {redis: string, prefix: string?, timeout: number?}? share the endpoint's state between hosts through Redis
+---@field tool table? how agents run tools: `max_retries`, `backoff`, `timeout`, `grace`, `max_memory`, `max_result_bytes`, `trust_hints`, `overrides`
+---@field classify (fun(err: table, ctx: table): string|table|nil)|function[]? a class for a failure the rules do not know
+---@field on_retry fun(info: table)? called before each wait (metrics)
+---@field redact fun(text: string): string? what the log may show of message content
+---@field on_context_overflow string|fun(ctx: table): luagent.Message[]? shorten the conversation after a context overflow ("drop_oldest" ships)
+
 -- What a field is when a policy leaves it out. These are the values of
 -- policies/default.lua, which says why each was chosen.
 M.defaults = {

@@ -215,6 +215,22 @@ for _, module in ipairs(BUNDLED) do M.register(require(module)) end
 -- Default per-attempt timeouts (seconds); the retry policy may override them.
 M.default_timeout = { connect = 10, first_byte = 120, idle = 60 }
 
+---A provider as `luagent.provider{...}` takes it.
+---@class luagent.ProviderSpec
+---@field kind string "openai", "anthropic", "openai_responses", "openrouter", or a registered adapter's
+---@field model string the model's name at the provider
+---@field base_url string? where to send requests (default: the kind's variable, `OPENAI_BASE_URL`, ..., else its public URL)
+---@field api_key string? the key (default: the kind's variable, `OPENAI_API_KEY`, ...); scrubbed from every output
+---@field headers table<string, string>? headers added to every request
+---@field timeout {connect: number?, first_byte: number?, idle: number?}? per-attempt timeouts in seconds
+---@field http_version string? "2", "1.1" or "2-prior-knowledge" (h2c to a local server)
+
+---A model at an endpoint, with its key (never a field: printing a
+---provider cannot show it).
+---@class luagent.Provider
+---@field kind string its wire format ("openai", "anthropic", ...)
+---@field model string the model's name at the provider
+---@field base_url string where its requests go
 local Provider = {}
 Provider.__index = Provider
 Provider.__name = "luagent.Provider"
@@ -266,6 +282,8 @@ function M.new(rt, spec)
 end
 
 -- provider:has_key() -> whether a key is configured.
+---Whether a key is configured.
+---@return boolean
 function Provider:has_key()
   local k = keys[self]
   return k ~= nil and k ~= ""

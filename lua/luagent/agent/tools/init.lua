@@ -9,6 +9,12 @@ local set = require "luagent.agent.tools.set"
 local dir = require "luagent.agent.tools.dir"
 local mcp = require "luagent.agent.tools.mcp"
 
+---Tools and tool sets (`luagent.tools`).
+---@class luagent.tools
+---@field new fun(t: luagent.ToolDef): luagent.Tool checks a tool's definition; raises on a bad one, naming the field
+---@field check fun(t: luagent.ToolDef, source?: string): luagent.Tool?, string?, string? the same as a value: the tool, or nil, message and field
+---@field static fun(list: luagent.ToolDef[]): luagent.ToolSet a set of these tools that never changes
+---@field is_set fun(v: any): boolean whether `v` is a tool set (anything with `:snapshot()`)
 local M = {
   -- tools (lua/luagent/agent/tools/tool.lua); the constants are copies
   Tool = tool.Tool,
@@ -29,6 +35,14 @@ local M = {
 
 -- dir(path [, opts]) -> a tool set loaded from the *.lua files of a folder
 -- and reloaded when they change (lua/luagent/agent/tools/dir.lua).
+---A tool set of the `*.lua` files of a folder (each returns a tool or a
+---list of tools), watched: a changed file is reloaded between turns; a
+---broken one keeps its previous tools and is reported
+---(`tools_reload_failed`).
+---@param path string the folder
+---@param opts? table
+---@return luagent.ToolSet? set
+---@return luagent.Error? err when the folder cannot be read
 function M.dir(path, opts)
   return dir.open(path, opts)
 end
@@ -38,6 +52,12 @@ end
 -- (lua/luagent/agent/tools/mcp/init.lua).
 -- With `rt`, the set belongs to that runtime (its default policy; closed
 -- with it).
+---A tool set of an MCP server's tools: a command speaking stdio, or a
+---Streamable HTTP URL. Restarted with backoff when it dies; re-listed
+---when its tools change.
+---@param opts luagent.McpOptions
+---@return luagent.McpSet? set
+---@return luagent.Error? err when the server fails to start or to answer the handshake
 function M.mcp(opts, rt)
   -- a tail call: open's errors name the line that called tools.mcp
   return mcp.open(opts, rt)

@@ -24,6 +24,16 @@ local M = {}
 
 M.max_log = 256 -- events kept for agents that have not looked yet
 
+---What a tool set hands an agent at the start of each turn.
+---@class luagent.ToolSnapshot
+---@field version integer counts the changes published
+---@field tools table<string, luagent.Tool> the tools, keyed by name
+---@field names string[] their names, sorted
+
+---A tool set: a static list, a watched folder (`luagent.tools.dir`) or an
+---MCP server's tools (`luagent.tools.mcp`); anything with `:snapshot()`.
+---@class luagent.ToolSet
+---@field label string the name it goes by in reports (a folder's path, a server's name)
 local Set = { __name = "luagent.ToolSet" }
 Set.__index = Set
 M.Set = Set
@@ -57,6 +67,10 @@ end
 
 -- events_since(cursor) -> the events after cursor (nil: from the start of
 -- the log), and the new cursor.
+---The `tools_changed` and `tools_reload_failed` events after `cursor`.
+---@param cursor? integer nil: from the start of the set's log
+---@return luagent.Event[] events
+---@return integer cursor the new cursor
 function Set:events_since(cursor)
   cursor = cursor or 0
   local out = {}
@@ -67,9 +81,13 @@ function Set:events_since(cursor)
 end
 
 -- The current snapshot {version=, tools={name=tool}, names={sorted}}.
+---The set's tools now.
+---@return luagent.ToolSnapshot
 function Set:snapshot() return self.snap end
 
 -- The version of the snapshot (counts the changes published).
+---The snapshot's version.
+---@return integer
 function Set:version() return self.snap.version end
 
 -- publish(map): the set's new tools {name = tool}; when any was added,
@@ -96,6 +114,8 @@ function Set:publish(map)
 end
 
 -- A set that runs nothing has nothing to stop: close() only marks it.
+---Stops what the set runs (a folder's watcher, a server); its last
+---snapshot stays usable. Twice is harmless.
 function Set:close() self.closed = true end
 
 -- True when `v` is a tool set (not a tool, not a list): anything with

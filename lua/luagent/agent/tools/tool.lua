@@ -30,6 +30,35 @@ local M = {}
 M.NAME_PATTERN = "^[A-Za-z0-9_-]+$"
 M.MAX_NAME = 64
 
+---A tool as you write it: a table (in a tool file, a list, or an agent's
+---`tools`). Exactly one of `run` and `command`.
+---@class luagent.ToolDef
+---@field name string [A-Za-z0-9_-]{1,64}: what the model calls
+---@field description string what the model reads to choose it
+---@field params table? the arguments' JSON Schema (default: an object of no declared properties); arguments are checked before the tool runs
+---@field read_only boolean? it changes nothing: retried after a timeout or a transient failure
+---@field idempotent boolean? running it twice does what once does: retried too
+---@field timeout number? seconds (default: the policy's `tool.timeout`, 60); it really stops the tool
+---@field run (fun(args: table, ctx: luagent.ToolContext): any, any)? a Lua tool: runs as a task in the sandbox; returns the result (a string, or a value sent as JSON), or nil and an error
+---@field command string[]? a command tool: argv (no shell), JSON arguments on stdin, stdout the result
+---@field env table<string, string|false>? a command tool's environment over the reduced one (`false` leaves a variable out)
+---@field check (fun(args: table, ctx: luagent.ToolContext): any)? durable runs: after a crash while it ran, whether the call happened (its result) or not (nil)
+
+---What a Lua tool's `run(args, ctx)` gets beside its arguments.
+---@class luagent.ToolContext
+---@field call_id string the model's id of this call
+---@field agent string the agent's name
+---@field tool string the tool's name
+---@field attempt integer this attempt, from 1
+---@field idempotency_key string the same on every attempt and every resume of a durable run (`RUN_ID:agent#1/1/t4/c1`)
+---@field raw_arguments string the model's arguments as it sent them
+---@field progress fun(self: luagent.ToolContext, data: any) a `tool_execution_update` event with `data`
+---@field cancelled fun(self: luagent.ToolContext): boolean whether the call was cancelled (the agent aborted)
+
+---A checked tool (`luagent.tools.new`, or a set's snapshot): the
+---definition's fields, read_only and idempotent as booleans.
+---@class luagent.Tool: luagent.ToolDef
+---@field source string? the file it came from
 local Tool = { __name = "luagent.Tool" }
 Tool.__index = Tool
 M.Tool = Tool

@@ -76,7 +76,30 @@ M.defaults = {
   restart = { strategy = "exponential", base = 0.2, max = 30, jitter = 0.2 },
 }
 
+---What `luagent.tools.mcp{...}` takes: exactly one of `command` and `url`.
+---@class luagent.McpOptions
+---@field command string[]? the server as a command (argv, no shell), speaking newline-delimited JSON-RPC on stdio
+---@field env table<string, string|false>? the command's environment over the reduced one
+---@field cwd string? the command's folder
+---@field url string? the server's Streamable HTTP address
+---@field headers table<string, string>? headers of every HTTP request (credentials are scrubbed from every output)
+---@field name string? your name for the server: in reports, and what `trust_hints` matches
+---@field prefix string? put before every tool name the model sees
+---@field timeout number? each tool call's timeout, in seconds
+---@field policy string|table? a policy whose `tool` section gives `trust_hints` and `overrides`
+---@field tool_policy table? a tool section (`trust_hints`, `overrides`) for this set
+---@field roots string[]? folders answered to `roots/list`
+---@field restart {strategy: string?, base: number?, max: number?, jitter: number?}? the backoff of restarts
+---@field init_timeout number? seconds for the handshake and the first list (10)
+---@field request_timeout number? seconds for a request and a whole re-list (30)
+---@field ping_interval number|false? seconds between pings (30)
+---@field ping_timeout number? a ping not answered in this time restarts the server (10)
+---@field max_message integer? bytes of one message from the server (4 MiB)
+---@field max_tools integer? tools taken from one server (1000)
+
 -- An MCP server's set: a tool set (set.lua) that keeps a connection.
+---An MCP server's tool set.
+---@class luagent.McpSet: luagent.ToolSet
 local Set = set.class("luagent.McpToolSet")
 
 ------------------------------------------------------------------------------
@@ -676,6 +699,8 @@ function M.open(o, rt)
 end
 
 -- status() -> {state=, server=, protocol=, restarts=, last_error=}.
+---The connection's state.
+---@return {state: string, server: table?, protocol: string?, restarts: integer, last_error: luagent.Error?}
 function Set:status()
   return { state = self.state, server = self.server_info, protocol = self.protocol,
     restarts = self.restarts, last_error = self.last_error }
@@ -683,6 +708,8 @@ end
 
 -- Stops the server and the supervisor (waiting for it to end). The last
 -- snapshot stays; its tools fail with "closed".
+---Stops the server and its supervisor; the last snapshot stays, its tools
+---fail with "closed".
 function Set:close()
   if self.closed then return end
   self.closed = true
