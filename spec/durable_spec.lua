@@ -42,6 +42,21 @@ describe("a durable run whose tool's outcome is unknown (killed while transfer r
     return id
   end
 
+  it("records the options of `luagent run` when an agent made with durable = true starts it", function()
+    -- without them, resume dropped --mock and --seed (issue 26's docs review)
+    local e = { TRANSFER_CRASH = "after" }
+    for k, v in pairs(env) do e[k] = v end
+    local r = sh(e, "run", "--seed", "7", "--fast", TRANSFER)
+    assert.equal(137, r.code, r.stderr)
+    local id = run_id(r.stderr)
+    local store = assert(require("luagent.agent.journal.sqlite").open(env.LUAGENT_HOME .. "/runs.db"))
+    local rec = assert(store:read(id))
+    store:close()
+    assert.equal(7, tonumber(rec.options.seed))
+    assert.is_true(rec.options.fast)
+    assert.equal(TRANSFER, rec.script)
+  end)
+
   it("is settled by its check when it happened: not run again", function()
     local id = crashed("after")
     assert.equal(1, #lines(env.LEDGER))

@@ -520,15 +520,17 @@ function M.run(args)
   local rt
   rt, code = host_runtime(opts, settings)
   if not rt then return code end
+  -- what a durable run records of itself, whichever starts it: --durable,
+  -- or the first agent made with durable = true (then resume keeps --mock)
+  local recorded = {}
+  for _, k in ipairs(RECORDED) do recorded[k] = opts[k] end
+  local list = {}
+  for j = 1, #script_args do list[j] = script_args[j] end
+  rt.settings:set { run_info = { script = file, args = list, options = recorded, cwd = os.getenv("PWD") } }
   if opts.durable or opts.journal then
     local journal = require "luagent.agent.journal"
-    local recorded = {}
-    for _, k in ipairs(RECORDED) do recorded[k] = opts[k] end
-    local list = {}
-    for j = 1, #script_args do list[j] = script_args[j] end
     -- --journal alone: the run starts with the first durable agent
-    rt.settings:set { journal_file = opts.journal or false, durable = opts.durable or false,
-      run_info = { script = file, args = list, options = recorded, cwd = os.getenv("PWD") } }
+    rt.settings:set { journal_file = opts.journal or false, durable = opts.durable or false }
     if opts.durable then
       local run, err = journal.current(rt)
       if not run then
