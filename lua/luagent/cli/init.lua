@@ -409,6 +409,17 @@ local function run_script(rt, opts, file, chunk, script_args)
       say(sig == 15 and "luagent: terminated" or "luagent: interrupted")
       return 128 + sig
     end
+    -- a usage error the script raised (a provider without a key, a
+    -- policy name found nowhere) is the user's to fix: exit 2, without the
+    -- library's traceback when the message says the script's line already
+    if type(err) == "table" and err.kind == "usage" and type(err.message) == "string" then
+      if err.message:match("^[^\n]-:%d+: ") then
+        say("luagent: %s", err.message)
+      else
+        say("luagent: %s", describe_error(err))
+      end
+      return unknown or 2
+    end
     say("luagent: %s", describe_error(err))
     return unknown or 1
   end
