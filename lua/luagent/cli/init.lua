@@ -57,7 +57,9 @@ ANTHROPIC_API_KEY, OPENROUTER_API_KEY) and there is a cassette (--cassette,
 or FILE.cassette.jsonl beside the script), or when --mock, --faults or
 --cassette is given, luagent starts its mock provider on loopback in this process, points
 every provider at it, and says so on stderr. Traffic still goes through
-libcurl and real sockets.
+libcurl and real sockets. Without a key, the mock or a cassette, a model
+with no base URL (the model's base_url, or its kind's *_BASE_URL) stops
+the script before any request, naming the variable to set (exit 2).
 
 options:
 ]] .. config.flag_lines() .. [[
@@ -69,7 +71,8 @@ wins over its variable; README.md lists every setting):
 
 Exit codes: 0 done; 1 the script raised an error (printed as
 "luagent: FILE:LINE: message" with a traceback); 2 usage error or missing
-file; 3 the script's durable run stopped on outcome_unknown (a tool with no
+file, or a usage error the script raised (a model without a key, a policy
+name found nowhere); 3 the script's durable run stopped on outcome_unknown (a tool with no
 safety flag may have done its work: 'luagent runs resolve', then 'luagent
 resume'), whether or not the script raised it (unless it ends with os.exit;
 a run that is not durable leaves its exit code to its script); 130

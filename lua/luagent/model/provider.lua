@@ -260,19 +260,29 @@ local function base_url_shape(info)
   return default
 end
 
--- The library's folder (lua/luagent/ or where it is installed), to find
--- the first caller outside it.
-local LIBRARY = (debug.getinfo(1, "S").source:match("^@(.*/)model/[^/]*$"))
+-- The folder holding the library's folder luagent/ (lua/, or where it is
+-- installed), to find the first caller outside it.
+local LIBRARY_ROOT = (debug.getinfo(1, "S").source:match("^@(.-)luagent/model/[^/]*$"))
+
+-- Whether source file `path` is one of the library's: under LIBRARY_ROOT's
+-- luagent/, named from it or (a module found through a relative path, as
+-- a checkout's specs load them) from a folder it ends in.
+local function library_file(path)
+  local before = path:match("^(.-)luagent/[%w_/]+%.lua$")
+  if not before then return false end
+  if before == LIBRARY_ROOT then return true end
+  return before:sub(1, 1) ~= "/" and LIBRARY_ROOT:sub(-#before - 1) == "/" .. before
+end
 
 -- "file:line: " of the first caller outside the library (the script's
 -- line that asked for the provider), or "" when none is found.
 local function user_position()
-  if not LIBRARY then return "" end
+  if not LIBRARY_ROOT then return "" end
   for level = 3, 60 do
     local info = debug.getinfo(level, "Sl")
     if not info then break end
     local src = info.source
-    if src:sub(1, 1) == "@" and info.currentline > 0 and src:sub(2, #LIBRARY + 1) ~= LIBRARY then
+    if src:sub(1, 1) == "@" and info.currentline > 0 and not library_file(src:sub(2)) then
       return src:sub(2) .. ":" .. info.currentline .. ": "
     end
   end
@@ -329,14 +339,12 @@ function M.new(rt, spec)
   if not info then error("provider: unknown kind '" .. tostring(spec.kind) .. "'", 2) end
   if type(spec.model) ~= "string" or spec.model == "" then error("provider: model is required", 2) end
   local adapter = info.adapter
-  local function env(name)
-    local v = name and os.getenv(name)
-    if v ~= "" then return v end
-  end
-  -- where the base URL comes from: a 404's message names it
+  -- where the base URL comes from: a 404's message names it (an empty
+  -- variable is an unset one)
   local given, source = spec.base_url, "the provider's base_url"
-  if given == nil then given, source = env(info.base_env), info.base_env end
-  local key = spec.api_key or env(info.key_env)
+  if given == nil then given, source = info.base_env and os.getenv(info.base_env), info.base_env end
+  if given == "" then given = nil end
+  local key = spec.api_key or (info.key_env and os.getenv(info.key_env))
   local embedded = rt.settings:get("providers")
   local base_url
   if embedded and not spec.base_url then
