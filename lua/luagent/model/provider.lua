@@ -30,7 +30,7 @@ local M = {}
 --   path              what it posts to, under the base URL ("/messages";
 --                     a {name} segment stands for any one segment)
 --   version_path      the API's version segment ("/v1"), which a base URL
---                     may leave out (M.base_url): as base_form says,
+--                     may leave out (M.base_url), as base_form says
 --   base_form         "root": a base URL is the API's root, as Anthropic's
 --                     SDK takes ANTHROPIC_BASE_URL (https://api.anthropic.com):
 --                     version_path is added unless the URL ends in it, so
