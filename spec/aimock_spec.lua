@@ -72,8 +72,8 @@ end
 
 -- Streams one user message through a provider of `kind` at aimock and
 -- returns every event, or nil and the error record. Bounded in time.
-local function stream(url, kind, say)
-  local p = luagent.provider { kind = kind, model = MODEL, base_url = url .. "/v1", api_key = "test" }
+local function stream(url, kind, say, base_path)
+  local p = luagent.provider { kind = kind, model = MODEL, base_url = url .. (base_path or "/v1"), api_key = "test" }
   return luagent.deadline(20, function()
     local iter, err = p:stream({ messages = { { role = "user", content = say } }, tools = TOOLS },
       { timeout = { connect = 2, first_byte = 10, idle = 10 } })
@@ -198,6 +198,26 @@ describe("provider adapters against aimock", function()
           end
         end)
       end
+
+      -- the issue-26 case: ANTHROPIC_BASE_URL as the Anthropic SDK takes
+      -- it (the host), which failed with a bare 404
+      it("takes aimock's host alone as its base URL, as the SDKs do", function()
+        local events, err = stream(server.url, k.kind, CASES[1].say, "")
+        assert(events, tostring(err))
+        check(events, k, CASES[1])
+      end)
+
+      -- (aimock answers any path ending in /chat/completions or /responses:
+      -- only Anthropic's base URL can be wrong enough for a 404 there)
+      if k.kind == "anthropic" then it("names the URL, aimock's own words and the base URL's shape in a 404", function()
+        local events, err = stream(server.url, k.kind, CASES[1].say, "/nowhere/v9")
+        assert.is_nil(events)
+        assert.equal(404, err.status)
+        assert.matches("^HTTP 404 from POST " .. server.url:gsub("%p", "%%%0") .. "/nowhere/v9/", err.message)
+        assert.matches("check the base URL '" .. server.url:gsub("%p", "%%%0") .. "/nowhere/v9' %(the provider's "
+          .. "base_url%): it should look like https://", err.message)
+        assert.matches(": not_found: Not found; check the base URL", err.message)
+      end) end
     end)
   end
 end)

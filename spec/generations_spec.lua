@@ -160,6 +160,10 @@ describe("luagent cost settle", function()
     assert.equal(0, r.code, r.stderr)
     assert.matches("chatcmpl%-mock1%s+%$", r.stdout)
     assert.matches("chatcmpl%-mock2%s+%$", r.stdout)
+    -- --base-url as a provider takes it, without /v1 too
+    r = settle("--events", file, "--base-url", srv.url .. "/api")
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("chatcmpl%-mock2%s+%$", r.stdout)
   end)
 
   it("prints the ids an events file holds escaped for the terminal, and a call it does not name as such", function()

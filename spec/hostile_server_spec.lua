@@ -80,7 +80,8 @@ describe("a hostile server", function()
     local _, last = call(srv, { max_retries = 3 })
     assert.equal("http", last.error.kind)
     assert.equal(302, last.error.status)
-    assert.matches("HTTP 302 redirect to 'https://elsewhere.example/v1'", last.error.message)
+    assert.matches("HTTP 302 redirect from POST " .. srv.url:gsub("%p", "%%%0") .. "/v1/chat/completions to "
+      .. "'https://elsewhere%.example/v1'", last.error.message)
     assert.equal(1, srv.requests) -- not retried
   end)
 

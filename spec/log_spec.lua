@@ -168,7 +168,7 @@ describe("log lines", function()
     local retry_line
     for _, l in ipairs(lines) do if l:find("provider error", 1, true) then retry_line = l end end
     assert.matches("^%d%d:%d%d:%d%d%.%d%d%d  INFO   triage gpt%-4o%-mini #%d+  provider error %(attempt 1/6%), "
-      .. "retrying in 0%.50s: http: HTTP 503  attempt=1 class=overloaded delay_ms=500 ", retry_line)
+      .. "retrying in 0%.50s: http: HTTP 503 from POST http://127%.0%.0%.1:%d+/v1/chat/completions: server_error: The engine is currently overloaded, please try again later%.  attempt=1 class=overloaded delay_ms=500 ", retry_line)
     assert.not_matches("\27", table.concat(lines)) -- no colour when stderr is no terminal
   end)
 

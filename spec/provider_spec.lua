@@ -71,10 +71,18 @@ describe("provider:stream", function()
   end)
 
   it("takes key and base URL from the environment names of its kind", function()
-    local p = luagent.provider("openrouter/some-model")
+    -- (the key from the variable: spec/keys_spec.lua, whose server sees it)
+    local p = luagent.provider { kind = "openrouter", model = "some-model", api_key = "k" }
     assert.equal("openrouter", p.kind)
     assert.equal("some-model", p.model)
     assert.matches("openrouter", p.base_url)
+    if not os.getenv("OPENROUTER_API_KEY") and not os.getenv("OPENROUTER_BASE_URL") then
+      -- no key there, and the public URL: no provider (spec/missing_key_spec.lua)
+      local ok, err = pcall(luagent.provider, "openrouter/some-model")
+      assert.is_false(ok)
+      assert.equal("usage", err.kind)
+      assert.equal("OPENROUTER_API_KEY", err.variable)
+    end
     assert.has_error(function() luagent.provider("nope/x") end, "provider: unknown kind 'nope'")
     assert.has_error(function() luagent.provider("no-slash") end)
   end)

@@ -164,7 +164,7 @@ describe("the event contract", function()
     assert.equal(2, #logs)
     local line = require("cjson").decode(logs[1]) -- a structured line (JSON off a terminal)
     assert.equal("info", line.level)
-    assert.matches("^provider error %(attempt 1/6%), retrying in %d+%.%d%ds: http: HTTP 503$", line.msg)
+    assert.matches("^provider error %(attempt 1/6%), retrying in %d+%.%d%ds: http: HTTP 503 from POST http://127%.0%.0%.1:%d+/v1/chat/completions: server_error: The engine is currently overloaded, please try again later%.$", line.msg)
     assert.matches("attempt 2/6", logs[2])
   end)
 

@@ -13,7 +13,7 @@ describe("examples/triage.lua", function()
     local r = helpers.run("run", "--faults", "503@1", "examples/triage.lua")
     assert.equal(0, r.code, r.stderr)
     local out = r.stdout
-    assert.equal(1, count(out, "%[model call attempt 1 of 6 failed: http: HTTP 503; retrying in"))
+    assert.equal(1, count(out, "%[model call attempt 1 of 6 failed: http: HTTP 503 from POST http://127%.0%.0%.1:%d+/v1/chat/completions: server_error: The engine is currently overloaded, please try again later%.; retrying in"))
     assert.equal(1, count(out, "%-> crash_list {}"))
     assert.equal(1, count(out, '%-> crash_show {"id":"c%-1041"}'))
     assert.equal(1, count(out, '%-> crash_show {"id":"c%-1043"}'))

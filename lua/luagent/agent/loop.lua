@@ -108,8 +108,6 @@ end
 function M.new(rt, opts)
   if type(opts) ~= "table" then error("agent: expects a table", 2) end
   if opts.model == nil then error("agent: model is required", 2) end
-  local provider = opts.model
-  if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
   local tool_policy
   if opts.tool_policy ~= nil then
     local err
@@ -125,6 +123,9 @@ function M.new(rt, opts)
   if max_cost ~= nil and not (type(max_cost) == "number" and max_cost >= 0 and max_cost < math.huge) then
     error("agent: max_cost must be a number >= 0 (a cost in the price table's currency)", 2)
   end
+  -- after the checks of the options: a provider without a key raises too
+  local provider = opts.model
+  if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
   if max_cost then rt:meter("cost") end -- the meter that holds the cap
   local self = setmetatable({
     rt = rt,

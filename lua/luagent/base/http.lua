@@ -9,6 +9,7 @@
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local secrets = require "luagent.base.secrets"
+local json = require "luagent.base.json"
 
 local M = {}
 
@@ -63,6 +64,64 @@ function M.name_kind(err)
   if kind == "timeout" then err.which = "connect" end
   err.kind = kind or "transport"
   return err
+end
+
+-- What an error body says, at most this many bytes of it, in a message.
+M.SAID_MAX = 300
+
+-- Text for a message: whitespace runs (line ends too) as one space, at
+-- most M.SAID_MAX bytes (cut on a UTF-8 boundary, "..." added).
+local function brief(s)
+  s = s:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "")
+  if #s <= M.SAID_MAX then return s end
+  local n = M.SAID_MAX
+  while n > 0 and (s:byte(n + 1) or 0) & 0xC0 == 0x80 do n = n - 1 end
+  return s:sub(1, n) .. "..."
+end
+
+-- A JSON value as a word of a message: a non-empty string, or an integer
+-- (a code such as 1003); nil for anything else.
+local function word(v)
+  if type(v) == "string" and v:match("%S") then return brief(v) end
+  if math.type(v) == "integer" then return tostring(v) end
+end
+
+-- error_said(status, headers, body) -> text, said: what an error body says
+-- in a few words, and its parts {type=, code=, message=} (each nil when
+-- absent). A JSON error as OpenAI, Anthropic, OpenRouter and most JSON APIs
+-- send it ({"error": {"type":, "code":, "message":}}, {"error": "text"},
+-- {"message":}, {"detail":}) gives "type (code): message" (a code equal to
+-- the status is left out); a text body its first line; an HTML page its
+-- title. text is nil when the body says nothing (it is empty, or binary).
+function M.error_said(status, headers, body)
+  if type(body) ~= "string" or not body:match("%S") then return nil, {} end
+  local ctype = (headers and headers["content-type"] or ""):lower()
+  local v = body:match("^%s*[{[]") and json.decode(body)
+  if type(v) == "table" then
+    local e = v.error
+    local said = {}
+    if type(e) == "table" then
+      said.type = word(e.type) or word(e.status)
+      said.code = word(e.code)
+      said.message = word(e.message)
+    else
+      said.message = word(e) or word(v.message) or word(v.detail) or word(v.error_description)
+    end
+    if said.code == said.type or said.code == tostring(status) then said.code = nil end
+    local name = said.type and said.code and said.type .. " (" .. said.code .. ")" or said.type or said.code
+    if name and said.message then return name .. ": " .. said.message, said end
+    return name or said.message, said
+  end
+  if ctype:find("html", 1, true) or body:match("^%s*<") then
+    local title = body:match("<[Tt][Ii][Tt][Ll][Ee][^>]*>([^<]*)<")
+    if title and title:match("%S") then return brief(title), { message = brief(title) } end
+    return string.format("an HTML page of %d bytes", #body), {}
+  end
+  if body:find("%z") then
+    return string.format("%d bytes of %s", #body, ctype ~= "" and ctype or "a body without Content-Type"), {}
+  end
+  local line = brief(body:match("^%s*([^\r\n]*)"))
+  return line, { message = line }
 end
 
 local Response = {}
@@ -190,6 +249,12 @@ function Response:close()
 end
 Response.__close = Response.close
 
+-- method_of(opts) -> the method a request of these options is sent with:
+-- its own, else POST with a body and GET without (as curl sends them).
+function M.method_of(opts)
+  return opts.method or (opts.body and "POST" or "GET")
+end
+
 -- request{method=, url=, headers=, body=, timeout={connect=, first_byte=,
 -- idle=, total=}, sse={max_line=, max_event=}, max_buffer=, http_errors=true,
 -- http_version=, ca_file=, tap=} -> resp {status=, headers=} | nil, err.
@@ -198,7 +263,11 @@ Response.__close = Response.close
 -- socket). Default: 64 KiB, or 16 KiB once the process's responses hold
 -- 4 MiB in all (many streams at once).
 -- With http_errors (the default), a status >= 400 is returned as nil and an
--- `http` error record with status, headers and the body (up to 64 KiB).
+-- `http` error record with status, headers, the body (up to 64 KiB), the
+-- method and the URL (scrubbed: secrets.url), and what the body says
+-- (error_type, error_code, error_message: M.error_said); its message says
+-- them all: "HTTP 404 from POST https://host/v1/messages: not_found_error:
+-- model: claude-x".
 -- http_version: "2" (the default: HTTP/2 when TLS offers it, else 1.1),
 -- "1.1", or "2-prior-knowledge" (HTTP/2 from the first byte, h2c on plain
 -- TCP). ca_file: the CA bundle for TLS; default $CURL_CA_BUNDLE, else
@@ -237,8 +306,14 @@ function M.request(opts)
     resp:close()
     if not ok and errors.is_cancel(body) then error(body, 0) end -- the tap's exchange is dropped
     body = ok and secrets.cut(body, M.ERROR_BODY_MAX, #body >= limit) or ""
-    err = secrets.scrub(errors.new("http", string.format("HTTP %d", resp.status), {
-      status = resp.status, headers = resp.headers, body = body,
+    -- the message says what to fix: the request, the status, what the
+    -- server said (the record is scrubbed of keys as a whole below)
+    local method, url = M.method_of(opts), secrets.url(opts.url)
+    local text, said = M.error_said(resp.status, resp.headers, body)
+    err = secrets.scrub(errors.new("http", string.format("HTTP %d from %s %s%s", resp.status, method, url,
+      text and ": " .. text or ""), {
+      status = resp.status, headers = resp.headers, body = body, method = method, url = url,
+      error_type = said.type, error_code = said.code, error_message = said.message,
     }))
     if tap then tap:finish(err) end
     return nil, err

@@ -112,6 +112,20 @@ function M.register_url(url)
   end
 end
 
+-- url(u) -> URL `u` as a message may show it: its user info, and the value
+-- of each query parameter whose name says it is a credential (as
+-- register_url reads them), written "***" whether registered or not; then
+-- every registered key scrubbed (M.text). A non-string is returned as it is.
+function M.url(url)
+  if type(url) ~= "string" then return url end
+  local head, query = url:match("^([^?#]*)(.*)$")
+  head = head:gsub("^(%a[%w+.-]*://)[^/]*@", "%1***@")
+  query = query:gsub("([?&;])([^=&;#]*)=([^&;#]*)", function(sep, name)
+    if credential_name(unpercent(name)) then return sep .. name .. "=***" end
+  end)
+  return M.text(head .. query)
+end
+
 -- text(s) -> s with every form of every key replaced by "***".
 function M.text(s)
   if nforms == 0 or type(s) ~= "string" then return s end

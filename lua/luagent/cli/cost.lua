@@ -29,8 +29,9 @@ as for 'luagent runs'), or those in an events file that
 'luagent run --events jsonl:FILE' wrote (the final event of each OpenRouter
 call lists every attempt's id, --retry-safe or not).
 
-  --base-url URL  OpenRouter's API (default: the endpoint each call used,
-                  else $OPENROUTER_BASE_URL, else https://openrouter.ai/api/v1)
+  --base-url URL  OpenRouter's API, with or without /v1 (default: the endpoint
+                  each call used, else $OPENROUTER_BASE_URL, else
+                  https://openrouter.ai/api/v1)
 
 Prints one line per generation (its id, its cost or why there is none, where
 it came from) and the total. Exit codes: 0 every generation settled; 1 some
@@ -123,12 +124,15 @@ local function settle(list, opts)
   local openrouter = provider.kinds.openrouter
   local env_base = os.getenv(openrouter.base_env)
   if env_base == "" then env_base = nil end
+  -- with or without /v1, as a provider takes it (provider.base_url)
+  local given = opts["base-url"] or env_base
+  given = given and provider.base_url(openrouter.adapter, given)
   local key = os.getenv(openrouter.key_env)
   local wait = tonumber(opts.wait)
   -- one lookup per base URL, in the order the ids came
   local groups, by_base = {}, {}
   for _, g in ipairs(list) do
-    local base = opts["base-url"] or g.endpoint or env_base or generations.default_base_url
+    local base = opts["base-url"] and given or g.endpoint or given or generations.default_base_url
     local group = by_base[base]
     if not group then
       group = { base = base, ids = {}, entries = {} }

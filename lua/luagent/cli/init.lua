@@ -61,7 +61,9 @@ ANTHROPIC_API_KEY, OPENROUTER_API_KEY) and there is a cassette (--cassette,
 or FILE.cassette.jsonl beside the script), or when --mock, --faults or
 --cassette is given, luagent starts its mock provider on loopback in this process, points
 every provider at it, and says so on stderr. Traffic still goes through
-libcurl and real sockets.
+libcurl and real sockets. Without a key, the mock or a cassette, a model
+with no base URL (the model's base_url, or its kind's *_BASE_URL) stops
+the script before any request, naming the variable to set (exit 2).
 
 options:
 ]] .. config.flag_lines() .. [[
@@ -73,7 +75,8 @@ wins over its variable; README.md lists every setting):
 
 Exit codes: 0 done; 1 the script raised an error (printed as
 "luagent: FILE:LINE: message" with a traceback); 2 usage error or missing
-file; 3 the script's durable run stopped on outcome_unknown (a tool with no
+file, or a usage error the script raised (a model without a key, a policy
+name found nowhere); 3 the script's durable run stopped on outcome_unknown (a tool with no
 safety flag may have done its work: 'luagent runs resolve', then 'luagent
 resume'), whether or not the script raised it (unless it ends with os.exit;
 a run that is not durable leaves its exit code to its script); 130
@@ -420,6 +423,17 @@ local function run_script(rt, opts, file, chunk, script_args)
     if stopped and type(err) == "table" and err.kind == "cancelled" then
       say(sig == 15 and "luagent: terminated" or "luagent: interrupted")
       return 128 + sig
+    end
+    -- a usage error the script raised (a provider without a key, a
+    -- policy name found nowhere) is the user's to fix: exit 2, without the
+    -- library's traceback when the message says the script's line already
+    if type(err) == "table" and err.kind == "usage" and type(err.message) == "string" then
+      if err.message:match("^[^\n]-:%d+: ") then
+        say("luagent: %s", err.message)
+      else
+        say("luagent: %s", describe_error(err))
+      end
+      return unknown or 2
     end
     say("luagent: %s", describe_error(err))
     return unknown or 1

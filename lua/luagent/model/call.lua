@@ -643,8 +643,9 @@ function M.stream(rt, opts)
   end
   local provider = opts.model
   if provider == nil then error("stream: model is required", 2) end
+  local policy = rt.policies:resolve(opts.policy, 2, "stream") -- a bad one raises before a missing key
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
-  local call = Call.new(rt, opts, provider, rt.policies:resolve(opts.policy, 2, "stream"))
+  local call = Call.new(rt, opts, provider, policy)
   local closer = setmetatable({}, { __close = function() call:close() end })
   return function() return call:pull() end, nil, nil, closer
 end

@@ -29,6 +29,16 @@ local M = {}
 --   default_base_url  where it posts when nothing else says
 --   path              what it posts to, under the base URL ("/messages";
 --                     a {name} segment stands for any one segment)
+--   version_path      the API's version segment ("/v1"), which a base URL
+--                     may leave out (M.base_url), as base_form says
+--   base_form         "root": a base URL is the API's root, as Anthropic's
+--                     SDK takes ANTHROPIC_BASE_URL (https://api.anthropic.com):
+--                     version_path is added unless the URL ends in it, so
+--                     https://api.anthropic.com/v1 works too; "versioned"
+--                     (the default): a base URL includes the version, as
+--                     OpenAI's SDK takes OPENAI_BASE_URL, and is used as it
+--                     is, but a bare host gets version_path
+--                     (http://localhost:11434 -> http://localhost:11434/v1)
 --   build(req, opts)  the HTTP request; decoder(ctx) the stream's decoder
 --   stream_errors     {[type or code] = "rate_limited" | "overloaded"}: its
 --                     in-stream errors that are worth another attempt
@@ -42,7 +52,8 @@ local M = {}
 --   mock              how the mock provider speaks it (the table is read by
 --                     lua/luagent/mock/replies.lua, which says its fields)
 --
--- Only name, kinds, path, build and decoder are required.
+-- Only name, kinds, path, build and decoder are required. build(req, opts)
+-- gets the base URL as M.base_url made it (opts.base_url).
 
 -- Known kinds: kind -> {adapter=<the adapter table>, key_env=, base_env=,
 -- base_url=, otel_name=}.
@@ -137,6 +148,13 @@ function M.register(adapter)
   if adapter.mock ~= nil and type(adapter.mock) ~= "table" then
     error("provider.register: " .. name .. ": mock must be a table", 2)
   end
+  local vp = adapter.version_path
+  if vp ~= nil and (type(vp) ~= "string" or not vp:match("^/[^/?#]+$")) then
+    error("provider.register: " .. name .. ": version_path must be one path segment, as '/v1'", 2)
+  end
+  if adapter.base_form ~= nil and adapter.base_form ~= "root" and adapter.base_form ~= "versioned" then
+    error("provider.register: " .. name .. ": base_form must be 'root' or 'versioned'", 2)
+  end
   local kinds, stream_errors = checked_kinds(adapter), checked_stream_errors(adapter)
   local phrases, sources = checked_list(adapter, "overflow_phrases"), checked_list(adapter, "in_flight_sources")
   local secret, replay = checked_list(adapter, "secret_headers"), checked_list(adapter, "replay_fields")
@@ -212,6 +230,80 @@ for _, module in ipairs(BUNDLED) do M.register(require(module)) end
 -- <placeholder>}), and `record`, the recorder of `--record FILE`
 -- (lua/luagent/observe/record.lua), a tap on every request.
 
+-- base_url(adapter, url) -> the base URL requests go under, from one given
+-- (a provider's base_url, its kind's variable): trailing slashes dropped,
+-- and the adapter's version_path added as its base_form says (see the
+-- adapter fields above). A query the URL carries is kept at its end.
+function M.base_url(adapter, url)
+  local head, query = url:match("^([^?#]*)(.*)$")
+  head = head:gsub("/+$", "")
+  local v = adapter.version_path
+  if v then
+    local path = head:match("^%a[%w+.-]*://[^/]*(.*)$") or head
+    if adapter.base_form == "root" then
+      if path:sub(-#v) ~= v then head = head .. v end
+    elseif path == "" then
+      head = head .. v
+    end
+  end
+  return head .. query
+end
+
+-- What a base URL of kind `info` (M.kinds) should look like, for a 404's
+-- message: its default, and for a "root" form its root too.
+local function base_url_shape(info)
+  local adapter, default = info.adapter, info.base_url
+  local v = adapter.version_path
+  if v and adapter.base_form == "root" and default:sub(-#v) == v then
+    return default:sub(1, -#v - 1) .. " or " .. default
+  end
+  return default
+end
+
+-- The folder holding the library's folder luagent/ (lua/, or where it is
+-- installed), to find the first caller outside it.
+local LIBRARY_ROOT = (debug.getinfo(1, "S").source:match("^@(.-)luagent/model/[^/]*$"))
+
+-- Whether source file `path` is one of the library's: under LIBRARY_ROOT's
+-- luagent/, named from it or (a module found through a relative path, as
+-- a checkout's specs load them) from a folder it ends in.
+local function library_file(path)
+  local before = path:match("^(.-)luagent/[%w_/]+%.lua$")
+  if not before then return false end
+  if before == LIBRARY_ROOT then return true end
+  return before:sub(1, 1) ~= "/" and LIBRARY_ROOT:sub(-#before - 1) == "/" .. before
+end
+
+-- "file:line: " of the first caller outside the library (the script's
+-- line that asked for the provider), or "" when none is found.
+local function user_position()
+  if not LIBRARY_ROOT then return "" end
+  for level = 3, 60 do
+    local info = debug.getinfo(level, "Sl")
+    if not info then break end
+    local src = info.source
+    if src:sub(1, 1) == "@" and info.currentline > 0 and not library_file(src:sub(2)) then
+      return src:sub(2) .. ":" .. info.currentline .. ": "
+    end
+  end
+  return ""
+end
+
+-- Raises the usage record of a provider without a key: before any request
+-- goes to a public URL without one (which answers 401, or, offline, fails
+-- to resolve and is retried for seconds).
+local function missing_key(spec, info)
+  local var = info.key_env
+  local where = user_position()
+  local env = info.base_env and " or " .. info.base_env or ""
+  error(errors.new("usage", string.format("%s%s/%s: no API key: %s is not set; set it, give the provider"
+    .. " api_key= (or base_url=%s for a server that needs no key), or run with --mock to use the"
+    .. " embedded mock provider", where, spec.kind, spec.model, var, env),
+    { variable = var, provider_kind = spec.kind, model = spec.model,
+      file = where ~= "" and where:match("^(.*):%d+: $") or nil,
+      line = tonumber(where:match(":(%d+): $")) }), 0)
+end
+
 -- Default per-attempt timeouts (seconds); the retry policy may override them.
 M.default_timeout = { connect = 10, first_byte = 120, idle = 60 }
 
@@ -246,6 +338,11 @@ end
 -- new(rt, "kind/model") or new(rt, {kind=, model=, base_url=, api_key=, headers=,
 -- timeout=, http_version=} -> provider (http_version as luagent.http takes
 -- it: "2", "1.1", "2-prior-knowledge"). An unknown kind or a missing model raises.
+-- So does a provider with no key (none given, its kind's variable unset or
+-- empty) that would go to its public URL: no base URL given nor in its
+-- kind's variable, and no embedded mock (the runtime's `providers`): a
+-- `usage` record naming the variable (`variable`) and --mock, with the
+-- caller's file:line, raised before any request.
 function M.new(rt, spec)
   if type(rt) ~= "table" or not rt.settings then error("provider.new: expects a runtime first", 2) end
   if type(spec) == "string" then
@@ -258,14 +355,22 @@ function M.new(rt, spec)
   if not info then error("provider: unknown kind '" .. tostring(spec.kind) .. "'", 2) end
   if type(spec.model) ~= "string" or spec.model == "" then error("provider: model is required", 2) end
   local adapter = info.adapter
-  local base_url = spec.base_url or (info.base_env and os.getenv(info.base_env)) or info.base_url
+  -- where the base URL comes from: a 404's message names it (an empty
+  -- variable is an unset one)
+  local given, source = spec.base_url, "the provider's base_url"
+  if given == nil then given, source = info.base_env and os.getenv(info.base_env), info.base_env end
+  if given == "" then given = nil end
   local key = spec.api_key or (info.key_env and os.getenv(info.key_env))
   local embedded = rt.settings:get("providers")
+  local base_url
   if embedded and not spec.base_url then
-    base_url = embedded.base_urls[spec.kind]
+    base_url, given = embedded.base_urls[spec.kind], nil
     key = embedded.api_key -- a placeholder, not a secret
   else
+    if (key == nil or key == "") and given == nil and info.key_env then missing_key(spec, info) end
     secrets.register(key) -- every output is scrubbed of it from now on
+    secrets.register_url(given) -- and of the credentials its URL carries
+    base_url = given and M.base_url(adapter, given) or info.base_url
   end
   local p = setmetatable({
     rt = rt,
@@ -273,6 +378,9 @@ function M.new(rt, spec)
     model = spec.model,
     adapter = adapter,
     base_url = base_url,
+    -- the base URL as it was given, and where (nil: the default or the mock)
+    given_base_url = given,
+    base_source = given and source or nil,
     headers = spec.headers,
     timeout = spec.timeout,
     http_version = spec.http_version,
@@ -289,6 +397,24 @@ function Provider:has_key()
   return k ~= nil and k ~= ""
 end
 
+-- provider:explain(err) -> err, its message told what a 404 on a base URL
+-- that was given (not the default, not the mock) should look like, unless
+-- the provider's own words say the model is what it did not find (OpenAI's
+-- model_not_found, a message naming the model). Sets err.hint.
+function Provider:explain(err)
+  if not (errors.is(err) and err.kind == "http" and err.status == 404 and self.given_base_url) then return err end
+  if err.error_code == "model_not_found" then return err end
+  -- the model's name as a word of the message ("model: claude-x", "The
+  -- model `gpt-x` does not exist"), not inside one ("m" in "/messages")
+  local name = "[%w%-%._/:]"
+  local word = "%f" .. name .. self.model:gsub("%p", "%%%0") .. "%f[^" .. name:sub(2)
+  if (err.error_message or ""):find(word) then return err end
+  err.hint = string.format("check the base URL '%s' (%s): it should look like %s",
+    secrets.url(self.given_base_url), self.base_source, base_url_shape(M.kinds[self.kind]))
+  err.message = err.message .. "; " .. err.hint
+  return err
+end
+
 -- Merges per-call timeouts over the provider's and the defaults.
 local function timeouts(self, call)
   local t = {}
@@ -302,12 +428,13 @@ end
 -- An error record when a streaming answer's headers say its body cannot
 -- be read: a redirect (never followed) or a compressed body (none is asked
 -- for). nil when the body may be read.
-local function unexpected(resp)
+local function unexpected(resp, built)
   local status, h = resp.status, resp.headers
   if status >= 300 and status < 400 then
-    return errors.new("http", string.format("HTTP %d redirect to %s: redirects are not followed"
-      .. " (check the base URL)", status, h.location and ("'" .. h.location .. "'") or "nowhere"),
-      { status = status, headers = h, body = "" })
+    local method, url = http.method_of(built), secrets.url(built.url)
+    return errors.new("http", string.format("HTTP %d redirect from %s %s to %s: redirects are not followed"
+      .. " (check the base URL)", status, method, url, h.location and ("'" .. h.location .. "'") or "nowhere"),
+      { status = status, headers = h, body = "", method = method, url = url })
   end
   local enc = h["content-encoding"]
   if enc and enc:lower() ~= "identity" then
@@ -451,14 +578,14 @@ function Provider:stream(request, opts)
     tap = self.rt.settings:get("record"),
   }
   if resp then
-    err = unexpected(resp)
+    err = unexpected(resp, built)
     if err then
       resp:close()
       resp = nil
     end
   end
   if not resp then
-    return nil, secrets.scrub(err)
+    return nil, secrets.scrub(self:explain(err))
   end
   local dec = self.adapter.decoder { model = req.model }
   local content_type = resp.headers["content-type"]

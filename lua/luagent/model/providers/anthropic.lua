@@ -8,6 +8,9 @@ local M = {
   name = "anthropic",
   kinds = { anthropic = { key_env = "ANTHROPIC_API_KEY", base_env = "ANTHROPIC_BASE_URL" } },
   default_base_url = "https://api.anthropic.com/v1",
+  -- a base URL with or without /v1 (provider.base_url): the API's root, as the
+  -- Anthropic SDK takes ANTHROPIC_BASE_URL, or ending in /v1 (the AI SDK's form)
+  version_path = "/v1", base_form = "root",
   path = "/messages",
   version = "2023-06-01",
   default_max_tokens = 4096,

@@ -40,9 +40,11 @@ function M.check_request(name, req)
   end
 end
 
--- Joins a base URL (trailing slashes dropped) and a path.
+-- Joins a base URL (trailing slashes dropped) and a path; a query the base
+-- carries (?api-version=, ?key=) goes after the path.
 function M.url(base, path)
-  return (base:gsub("/+$", "")) .. path
+  local head, query = base:match("^([^?#]*)(.*)$")
+  return (head:gsub("/+$", "")) .. path .. query
 end
 
 -- The HTTP request every adapter builds: POST {base}{path} with the JSON

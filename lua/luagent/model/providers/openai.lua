@@ -9,6 +9,9 @@ local M = {
   name = "openai",
   kinds = { openai = { key_env = "OPENAI_API_KEY", base_env = "OPENAI_BASE_URL" } },
   default_base_url = "https://api.openai.com/v1",
+  -- a base URL includes the version, as the OpenAI SDK takes it; a bare
+  -- host gets /v1 (provider.base_url)
+  version_path = "/v1", base_form = "versioned",
   path = "/chat/completions",
   -- Azure's no_capacity reads like an overflow; it is a rate limit
   stream_errors = { rate_limit_exceeded = "rate_limited", no_capacity = "rate_limited" },

@@ -9,6 +9,9 @@ local M = {
   name = "openrouter",
   kinds = { openrouter = { key_env = "OPENROUTER_API_KEY", base_env = "OPENROUTER_BASE_URL" } },
   default_base_url = "https://openrouter.ai/api/v1",
+  -- a base URL with or without /v1 (provider.base_url): https://openrouter.ai/api/v1
+  -- as the OpenAI SDK takes it, or https://openrouter.ai/api as the Anthropic SDK does
+  version_path = "/v1", base_form = "root",
   path = openai.path,
   build = openai.build,
   decoder = openai.decoder,
