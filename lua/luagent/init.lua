@@ -92,6 +92,12 @@ function M.subscribe(fn, types) return rt():subscribe(fn, types) end
 local AREAS = {
   http = function() return require "luagent.base.http" end,
   json = function() return require "luagent.base.json" end,
+  -- files on the loop: read, write, list, stat (lua/luagent/base/fs.lua)
+  fs = function() return require "luagent.base.fs" end,
+  -- exec{argv=, cwd=, env=, stdin=, timeout=, max_output=} -> {code=,
+  -- signal=, stdout=, stderr=} | nil, err: one child process run to its
+  -- end (lua/luagent/base/exec.lua)
+  exec = function() return require("luagent.base.exec").exec end,
   -- the default runtime's logger: write(level, msg [, fields]),
   -- enabled(level), level(), library(line); where lines go and at which
   -- level is luagent.configure{log_sink=, log_level=, ...}
