@@ -97,7 +97,7 @@ describe("a tool with neither read_only nor idempotent", function()
     write(dir .. "/send.lua", 'return { name = "send", description = "sends now", run = function() end }\n')
     set:rescan() -- a new definition is loaded: said again, with the policy's timeout
     assert.equal(2, #notes())
-    assert.matches("a timeout of 30 s will stop the run", notes()[2])
+    assert.matches("a timeout of 60 s will stop the run", notes()[2])
     set:close()
     os.execute("rm -rf " .. helpers.quote(dir))
   end)
@@ -108,7 +108,7 @@ describe("a tool with neither read_only nor idempotent", function()
     luagent.agent { model = model, tools = { t } }
     luagent.agent { model = model, tools = { t } }
     assert.equal(1, #notes())
-    assert.matches("tool mail: neither read_only nor idempotent: a timeout of 30 s", notes()[1])
+    assert.matches("tool mail: neither read_only nor idempotent: a timeout of 60 s", notes()[1])
   end)
 
   it("is reported on stderr by `luagent run --tools`", function()

@@ -116,6 +116,8 @@ local AREAS = {
     local tools = require "luagent.agent.tools"
     local face = setmetatable({}, { __index = tools })
     face.mcp = function(opts) return tools.mcp(opts, rt()) end
+    -- a folder's notes go to the default runtime's log
+    face.dir = function(path, opts) return tools.dir(path, opts, rt()) end
     return face
   end,
   -- agent{...} -> an agent of the default runtime (lua/luagent/agent/loop.lua)

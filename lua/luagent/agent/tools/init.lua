@@ -22,6 +22,8 @@ local M = {
   execute = tool.execute,         -- execute(tool, call, opts) -> outcome
   check_outcome = tool.check_outcome,
   section_in_force = tool.section_in_force, -- (tool_policy, policy, cache) -> the tool section
+  unflagged_note = tool.unflagged_note, -- (tool, timeout) -> what a timeout of an unflagged tool does, or nil
+  mcp_flags = mcp.flags_for, -- (tool, tool section) -> read_only, idempotent of an MCP tool under that section
   -- tool sets (lua/luagent/agent/tools/set.lua)
   static = set.static,            -- static(list) -> a set that never changes
   is_set = set.is_set,
@@ -29,8 +31,11 @@ local M = {
 
 -- dir(path [, opts]) -> a tool set loaded from the *.lua files of a folder
 -- and reloaded when they change (lua/luagent/agent/tools/dir.lua).
-function M.dir(path, opts)
-  return dir.open(path, opts)
+-- With `rt`, the set's notes (a tool with neither read_only nor
+-- idempotent) go to that runtime's log, and its default policy gives
+-- their timeout.
+function M.dir(path, opts, rt)
+  return dir.open(path, opts, rt)
 end
 
 -- mcp{command = {argv...} | url = "http://...", ...} -> a tool set of the

@@ -194,11 +194,23 @@ function M.section_in_force(tool_policy, policy, cache)
   return policies.tool_section(nil)
 end
 
+local function fmt(s) return (string.format("%.3g", s)) end
+
+-- unflagged_note(tool, timeout) -> the line that tells, once, what a
+-- timeout (`timeout`: the tool's own, else the policy's) of a tool with
+-- neither read_only nor idempotent does; nil for a flagged tool. Its set
+-- says it when it loads the tool (a folder), the agent when it is given a
+-- tool (lua/luagent/agent/loop.lua).
+function M.unflagged_note(t, timeout)
+  if t.read_only or t.idempotent then return nil end
+  return string.format("luagent: tool %s%s: neither read_only nor idempotent: a timeout of %s s will stop the run "
+    .. "with outcome_unknown (it is never retried: set read_only or idempotent if running it twice is safe)",
+    t.name, t.source and (" (" .. t.source .. ")") or "", fmt(t.timeout or timeout))
+end
+
 ------------------------------------------------------------------------------
 -- Running one call
 ------------------------------------------------------------------------------
-
-local function fmt(s) return (string.format("%.3g", s)) end
 
 -- Cuts `text` to `cap` bytes (on a UTF-8 boundary) with a note saying how
 -- much was left out; `total` is the full size when text is already a prefix.
