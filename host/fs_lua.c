@@ -106,9 +106,7 @@ static int push_failure(lua_State *L, fs_ud *u, const lg_fs_result *r, const cha
   if (r->err) {
     reason = reason_of(r->err, u->kind);
     code = uv_err_name(r->err);
-    const char *what = strcmp(r->step, "open") == 0 ? (u->kind == LG_FS_WRITE ? "open for writing" : "open")
-                       : strcmp(r->step, "scandir") == 0 ? "list" : r->step;
-    lua_pushfstring(L, "fs.%s: cannot %s '%s': %s", op, what, path, uv_strerror(r->err));
+    lua_pushfstring(L, "fs.%s: cannot %s '%s': %s", op, op, path, uv_strerror(r->err));
   } else {
     switch (r->why) {
       case LG_FS_IS_DIR:
