@@ -216,4 +216,38 @@ describe("luagent.fs", function()
     assert.equal("cancelled", seen.kind)
     settle()
   end)
+
+  it("is reachable from a tool file, and its waits count against the tool's timeout as waits", function()
+    local tools = require "luagent.agent.tools"
+    local policy = require "luagent.model.policy"
+    write(dir .. "/big", string.rep("w", 8 * 1024 * 1024))
+    os.execute("mkdir " .. helpers.quote(dir .. "/tools"))
+    write(dir .. "/tools/reader.lua", [[
+      local luagent = require "luagent"
+      local big = (...):match("^(.*)/tools/[^/]*$") .. "/big"
+      return {
+        { name = "size", description = "the size of a file, and what wc says", read_only = true,
+          params = { type = "object", properties = { path = { type = "string" } } },
+          run = function(args)
+            local st = assert(luagent.fs.stat(args.path))
+            local r = assert(luagent.exec { argv = { "wc", "-c", args.path } })
+            return st.size .. " " .. r.stdout:match("^%d+")
+          end },
+        { name = "forever", description = "reads for ever", read_only = true, timeout = 0.3,
+          run = function() while true do assert(luagent.fs.read(big)) end end },
+      }
+    ]])
+    local set = assert(tools.dir(dir .. "/tools", { watch = false }))
+    local t = set:snapshot().tools
+    local pol = policy.tool_section { max_retries = 0, grace = 5 }
+    local out = tools.execute(t.size, { id = "1", name = "size", arguments = { path = dir .. "/big" } }, { policy = pol })
+    assert.equal("8388608 8388608", out.content)
+    local t0 = core.now()
+    out = tools.execute(t.forever, { id = "2", name = "forever", arguments = {} }, { policy = pol })
+    -- at its timeout (cancelled at a wait, or stopped on the wall clock
+    -- as it resumed), not after the grace, nor never: the waits count
+    assert.equal("tool_timeout", out.error.kind)
+    assert.is_true(core.now() - t0 < 3, "it ended at its timeout, not at the grace")
+    settle()
+  end)
 end)
