@@ -77,9 +77,16 @@ describe("a tool with neither read_only nor idempotent", function()
   end)
   after_each(function() luagent.configure { log_level = false, log_sink = false } end)
 
-  local function notes()
+  -- the notes about tool `name` (a set another spec left watching may
+  -- note its own tools meanwhile)
+  local function notes(name)
     local out = {}
-    for _, l in ipairs(lines) do if l:find("neither read_only nor idempotent", 1, true) then out[#out + 1] = l end end
+    for _, l in ipairs(lines) do
+      if (l:find("tool " .. name .. " (", 1, true) or l:find("tool " .. name .. ":", 1, true))
+        and l:find("neither read_only nor idempotent", 1, true) then
+        out[#out + 1] = l
+      end
+    end
     return out
   end
 
@@ -88,16 +95,16 @@ describe("a tool with neither read_only nor idempotent", function()
     write(dir .. "/send.lua", 'return { name = "send", description = "sends", timeout = 7, run = function() end }\n')
     write(dir .. "/look.lua", 'return { name = "look", description = "looks", read_only = true, run = function() end }\n')
     local set = assert(luagent.tools.dir(dir, { watch = false }))
-    local got = notes()
+    local got = notes("send")
     assert.equal(1, #got, table.concat(lines, "\n"))
     assert.matches("tool send %(" .. dir:gsub("%p", "%%%0") .. "/send%.lua%): neither read_only nor idempotent: "
       .. "a timeout of 7 s will stop the run with outcome_unknown", got[1])
     set:rescan() -- nothing changed: not again
-    assert.equal(1, #notes())
+    assert.equal(1, #notes("send"))
     write(dir .. "/send.lua", 'return { name = "send", description = "sends now", run = function() end }\n')
     set:rescan() -- a new definition is loaded: said again, with the policy's timeout
-    assert.equal(2, #notes())
-    assert.matches("a timeout of 60 s will stop the run", notes()[2])
+    assert.equal(2, #notes("send"))
+    assert.matches("a timeout of 60 s will stop the run", notes("send")[2])
     set:close()
     os.execute("rm -rf " .. helpers.quote(dir))
   end)
@@ -107,8 +114,8 @@ describe("a tool with neither read_only nor idempotent", function()
     local model = { kind = "openai", model = "m", base_url = "http://127.0.0.1:9/v1", api_key = "k" }
     luagent.agent { model = model, tools = { t } }
     luagent.agent { model = model, tools = { t } }
-    assert.equal(1, #notes())
-    assert.matches("tool mail: neither read_only nor idempotent: a timeout of 60 s", notes()[1])
+    assert.equal(1, #notes("mail"), table.concat(lines, "\n"))
+    assert.matches("tool mail: neither read_only nor idempotent: a timeout of 60 s", notes("mail")[1])
   end)
 
   it("is reported on stderr by `luagent run --tools`", function()
