@@ -66,7 +66,7 @@ function M.new(settings)
     -- function(iter) -> iter laid over the iterator of events a stream or
     -- an agent's prompt hands its caller (the retry-safe filter)
     event_filters = {},
-    noted = setmetatable({}, { __mode = "k" }), -- tool -> true: its unflagged note was said
+    noted = {},         -- tools.note_key(tool) -> true: its unflagged note was said
     meters = {},        -- name -> what rt:meter started
     tracer = nil,       -- what rt:trace started, while it traces
     toolsets = setmetatable({}, { __mode = "k" }), -- set -> true: tool sets to close with the runtime

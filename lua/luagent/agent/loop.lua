@@ -152,8 +152,9 @@ function Agent:note_unflagged()
     local snap = src:snapshot()
     for _, name in ipairs(snap.names) do
       local t = snap.tools[name]
-      if not noted[t] then
-        noted[t] = true
+      local key = tools.note_key(t)
+      if not noted[key] then
+        noted[key] = true
         local r = self:as_run(t, policy)
         if t.mcp and not (r.read_only or r.idempotent) then
           local server = t.mcp.server

@@ -23,6 +23,7 @@ local M = {
   check_outcome = tool.check_outcome,
   section_in_force = tool.section_in_force, -- (tool_policy, policy, cache) -> the tool section
   unflagged_note = tool.unflagged_note, -- (tool, timeout) -> what a timeout of an unflagged tool does, or nil
+  note_key = tool.note_key,       -- (tool) -> what tells its definition from another's, for that note
   mcp_flags = mcp.flags_for, -- (tool, tool section) -> read_only, idempotent of an MCP tool under that section
   -- tool sets (lua/luagent/agent/tools/set.lua)
   static = set.static,            -- static(list) -> a set that never changes

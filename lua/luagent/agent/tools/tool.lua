@@ -201,6 +201,15 @@ local function fmt(s) return (string.format("%.3g", s)) end
 -- neither read_only nor idempotent does; nil for a flagged tool. Its set
 -- says it when it loads the tool (a folder), the agent when it is given a
 -- tool (lua/luagent/agent/loop.lua).
+-- note_key(tool) -> what tells one definition of a tool from another for
+-- that note: its name, file, and its run function (or argv), which the
+-- checked copies of one definition share (two agents given the same plain
+-- table get a copy each; a reloaded file is a new definition).
+function M.note_key(t)
+  return table.concat({ t.name, tostring(t.source), t.command and table.concat(t.command, "\0") or tostring(t.run) },
+    "\0")
+end
+
 function M.unflagged_note(t, timeout)
   if t.read_only or t.idempotent then return nil end
   return string.format("luagent: tool %s%s: neither read_only nor idempotent: a timeout of %s s will stop the run "
