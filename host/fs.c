@@ -17,9 +17,9 @@
  *
  * What is read or written: regular files only (links followed). A FIFO
  * would hold a thread of the pool for good (a read with no writer, a write
- * with no reader), and a device may do anything when opened; so a read
- * stats the path first and opens only a regular file, and both check the
- * open descriptor again (the name may have been swapped meanwhile; the
+ * with no reader), and a device may do anything when opened; so both stat
+ * the path first and open only a regular file (a write creates a missing
+ * one), and both check the open descriptor again (the name may have been swapped meanwhile; the
  * open never waits, O_NONBLOCK, and O_NOCTTY keeps a terminal from
  * becoming ours). A read takes at most max_bytes: the buffer starts at the
  * size stat gave (one byte more, to see a file that grew) and grows to
@@ -285,6 +285,34 @@ static void write_fstat_cb(uv_fs_t *req) {
   write_more(op);
 }
 
+static void write_open_cb(uv_fs_t *req);
+
+/* What is there before it is opened: a device or a FIFO is not opened at
+ * all (opening some has effects); nothing there: it is created. */
+static void write_stat_cb(uv_fs_t *req) {
+  lg_fs *op = req->data;
+  ssize_t res = req->result;
+  if (op->abandoned) {
+    uv_fs_req_cleanup(req);
+    finish(op);
+    return;
+  }
+  uint64_t mode = res >= 0 ? req->statbuf.st_mode : 0;
+  uv_fs_req_cleanup(req);
+  if (res < 0 && res != UV_ENOENT) {
+    fail(op, "stat", (int)res);
+    return;
+  }
+  if (res >= 0 && !S_ISREG(mode)) {
+    refuse(op, S_ISDIR(mode) ? LG_FS_IS_DIR : LG_FS_NOT_REGULAR, type_of_mode(mode));
+    return;
+  }
+  started(op, "open", uv_fs_open(lg_loop_uv(op->loop), &op->req, op->path,
+                                 O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC |
+                                     (op->o.append ? O_APPEND : O_TRUNC),
+                                 0666, write_open_cb));
+}
+
 static void write_open_cb(uv_fs_t *req) {
   lg_fs *op = req->data;
   ssize_t fd = step_result(req, "open");
@@ -407,11 +435,7 @@ int lg_fs_start(lg_loop *loop, const lg_fs_opts *o, lg_fs **out) {
   int rc;
   switch (o->kind) {
     case LG_FS_READ: rc = uv_fs_stat(uv, &op->req, op->path, read_stat_cb); break;
-    case LG_FS_WRITE:
-      rc = uv_fs_open(uv, &op->req, op->path,
-                      O_WRONLY | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (o->append ? O_APPEND : O_TRUNC),
-                      0666, write_open_cb);
-      break;
+    case LG_FS_WRITE: rc = uv_fs_stat(uv, &op->req, op->path, write_stat_cb); break;
     case LG_FS_LIST: rc = uv_fs_scandir(uv, &op->req, op->path, 0, scandir_cb); break;
     default: rc = uv_fs_stat(uv, &op->req, op->path, stat_cb); break;
   }

@@ -83,6 +83,12 @@ describe("luagent.fs", function()
     assert.equal("not_regular", ferr.reason)
     assert.matches("FIFO", ferr.message, 1, true)
     assert.equal("fifo", fs.stat(dir .. "/fifo").type)
+    -- nor written, nor a device opened: opening some has effects
+    assert.equal("not_regular", select(2, fs.write(dir .. "/fifo", "x")).reason)
+    local _, nerr = fs.write("/dev/null", "x")
+    assert.equal("not_regular", nerr.reason)
+    assert.matches("a character device", nerr.message, 1, true)
+    assert.equal("char_device", fs.stat("/dev/null").type)
   end)
 
   it("returns permission_denied for a file it may not read or write", function()
