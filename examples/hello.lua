@@ -16,8 +16,8 @@ local stream = luagent.stream {
   messages = { { role = "user", content = "In three sentences: why should an agent retry a failed model call with jittered backoff?" } },
   max_tokens = 200,
 }
--- For pipes and logs (`--retry-safe`): only attempts that succeeded arrive.
-if luagent.options and luagent.options.retry_safe then stream = luagent.events.retry_safe(stream) end
+-- For pipes and logs, `luagent run --retry-safe` filters this stream by
+-- itself: only attempts that succeeded arrive (no reset marker to print).
 
 io.stderr:write(string.format("luagent: asking %s\n", model))
 local midline = false -- the answer so far ends without a newline

@@ -14,6 +14,7 @@
 #include "chunk.h"
 #include "curl_api.h"
 #include "errors.h"
+#include "fs.h"
 #include "guard.h"
 #include "http.h"
 #include "ids.h"
@@ -138,6 +139,7 @@ int luaopen_luagent_core(lua_State *L) {
   lg_http_register(L);
   lg_watch_register(L);
   lg_readfile_register(L);
+  lg_fs_register(L);
   lg_process_register(L);
   lg_guard_register(L);
   lg_sandbox_register(L);

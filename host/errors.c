@@ -17,6 +17,7 @@ static const char *const kind_names[LG_ERR_NKINDS] = {
     [LG_ERR_CIRCUIT_OPEN] = "circuit_open",
     [LG_ERR_PROCESS] = "process",     [LG_ERR_USAGE] = "usage",
     [LG_ERR_JOURNAL] = "journal",
+    [LG_ERR_FS] = "fs",
 };
 
 int lg_error_fail(lua_State *L, lg_error_kind kind, const char *fmt, ...) {

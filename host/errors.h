@@ -21,6 +21,7 @@ typedef enum {
   LG_ERR_PROCESS,   /* a child process could not be started */
   LG_ERR_USAGE,     /* bad input from a user (a path to watch) */
   LG_ERR_JOURNAL,   /* the run journal's database failed (sqlite) */
+  LG_ERR_FS,        /* a file operation failed (luagent.fs); `path`, `op`, `reason`, `code` */
   LG_ERR_NKINDS
 } lg_error_kind;
 

@@ -13,7 +13,8 @@
  * reaped its pid, and so the group's id, may be reused by a process of
  * someone else's, so no kill is sent after it (the drain then waits only
  * on processes that left the group, which no group kill reaches). While a child runs it counts as busy, and, unless
- * it is a stream child, as real work for the virtual clock until it exits
+ * it is a stream child, as real work for the virtual clock until it exited
+ * and its output ended
  * (a stream child, a server of ours that may idle for the whole run, is
  * real work only while a task waits on it: process_lua.c).
  *
@@ -104,6 +105,14 @@ static void check_finished(lg_process *p) {
   p->finished = 1;
   lg_loop_timer_stop(p->loop, &p->grace);
   lg_loop_timer_stop(p->loop, &p->drain);
+  /* real work until its output ended too: what it left in its group dies
+   * of the last kill and closes the pipes in real time, which the virtual
+   * clock must not overtake (a jump would fire the drain, or a tool's
+   * grace, before the end of output arrives) */
+  if (p->real) {
+    p->real = 0;
+    lg_loop_real(p->loop, -1);
+  }
   lg_loop_busy(p->loop, -1);
   lg_loop_activity(p->loop);
   if (p->done && !p->released) p->done(p->arg);
@@ -150,10 +159,6 @@ static void drain_fire(lg_timer *t) {
 static void on_exit_cb(uv_process_t *h, int64_t status, int sig) {
   lg_process *p = h->data;
   lg_loop_activity(p->loop);
-  if (p->real) {
-    p->real = 0;
-    lg_loop_real(p->loop, -1);
-  }
   p->exit_status = (long long)status;
   p->term_signal = sig;
   /* the last signal to the group, right after the reap: a group's id is

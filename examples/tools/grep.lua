@@ -1,14 +1,10 @@
--- grep: a command tool. The arguments arrive as JSON on stdin; the child
--- runs in its own process group (killed whole on timeout), no shell is
--- involved in starting it, and its stdout is the result.
+-- grep: a command tool. Its child runs in `cwd` (the data folder), in its
+-- own process group (killed whole on timeout), with no shell involved in
+-- starting it, and its stdout is the result. A command tool gets its
+-- arguments as JSON on stdin and in LUAGENT_ARGS, for a program that reads
+-- JSON, and each plain argument in a variable of its own, for a shell
+-- script: here LUAGENT_ARG_PATTERN.
 local data = (...):match("^(.*)/tools/[^/]*$") .. "/data" -- a tool file gets its path as ...
-
--- Reads {"pattern": "..."} from stdin and greps the data folder for it as
--- fixed text, case-insensitively; exit 0 with "no match" when none.
-local script = [[
-pattern=$(sed -n 's/.*"pattern" *: *"\(\([^"\\]\|\\.\)*\)".*/\1/p')
-cd "$1" && grep -rniF -e "$pattern" . | sed 's|^\./||' || echo "no match"
-]]
 
 return {
   name = "grep",
@@ -21,5 +17,7 @@ return {
   },
   read_only = true,
   timeout = 10,
-  command = { "sh", "-c", script, "grep", data },
+  cwd = data,
+  -- fixed text, case-insensitively, in every file; "no match" when none
+  command = { "sh", "-c", 'grep -rniF -e "$LUAGENT_ARG_PATTERN" -- * || echo "no match"' },
 }

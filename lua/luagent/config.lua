@@ -126,9 +126,10 @@ M.SETTINGS = {
     more = ", away from what the script prints; jsonl:- (or jsonl) writes to stdout, for scripts that print "
       .. "nothing themselves; each line leads with its time (ISO 8601 UTC, milliseconds), an agent_end line "
       .. "has the history's length and last message instead of the history" },
-  { flag = "retry-safe", run_only = true, recorded = true,
+  { name = "retry_safe", check = is_boolean, want = "true or false", flag = "retry-safe", recorded = true,
+    shown = "false",
     help = "hold each attempt's events until it succeeds (for pipes and logs)",
-    more = "; applies to --events and to scripts that read luagent.options.retry_safe" },
+    more = "; applies to --events and to the events every stream and agent of the script hands it" },
   { flag = "virtual-clock", run_only = true,
     help = "run on the virtual clock: sleeps, backoff waits and timeouts complete at once, in order, "
       .. "and luagent.now() jumps (tests, demos)",
@@ -192,8 +193,10 @@ M.SETTINGS = {
     want = "a number of 0 or more", flag = "max-cost", arg = "N", parse = to_number,
     flag_want = "a number of dollars >= 0",
     help = "refuse any model call once the run has cost N dollars (the price table's currency)" },
-  { flag = "tools", arg = "DIR", run_only = true, recorded = true,
-    help = "load a tool set from DIR as luagent.options.tools",
+  { name = "tools", check = function(v) return type(v) == "table" and type(v.snapshot) == "function" end,
+    want = "a tool set (luagent.tools.dir, luagent.tools.mcp, ...)", flag = "tools", arg = "DIR", by_run = true,
+    recorded = true,
+    help = "load a tool set from DIR and give it to every agent of the script, after its own tools",
     more = "(every *.lua file returns a tool or a list of tools; watched and reloaded between turns)" },
   { name = "durable", check = is_boolean, want = "true or false", flag = "durable", recorded = true,
     shown = "false",

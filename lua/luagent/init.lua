@@ -199,6 +199,12 @@ function M.subscribe(fn, types) return rt():subscribe(fn, types) end
 local AREAS = {
   http = function() return require "luagent.base.http" end,
   json = function() return require "luagent.base.json" end,
+  -- files on the loop: read, write, list, stat (lua/luagent/base/fs.lua)
+  fs = function() return require "luagent.base.fs" end,
+  -- exec{argv=, cwd=, env=, stdin=, timeout=, max_output=} -> {code=,
+  -- signal=, stdout=, stderr=} | nil, err: one child process run to its
+  -- end (lua/luagent/base/exec.lua)
+  exec = function() return require("luagent.base.exec").exec end,
   -- the default runtime's logger: write(level, msg [, fields]),
   -- enabled(level), level(), library(line); where lines go and at which
   -- level is luagent.configure{log_sink=, log_level=, ...}
@@ -217,6 +223,8 @@ local AREAS = {
     local tools = require "luagent.agent.tools"
     local face = setmetatable({}, { __index = tools })
     face.mcp = function(opts) return tools.mcp(opts, rt()) end
+    -- a folder's notes go to the default runtime's log
+    face.dir = function(path, opts) return tools.dir(path, opts, rt()) end
     return face
   end,
   -- agent{...} -> an agent of the default runtime (lua/luagent/agent/loop.lua)

@@ -18,6 +18,7 @@ local registry = require "luagent.model.endpoint.registry"
 local policy = require "luagent.model.policy"
 local journal_state = require "luagent.agent.journal.state"
 local log = require "luagent.observe.log"
+local retry_safe = require "luagent.observe.retry_safe"
 -- Loaded when first asked for, for start-up time and for the heap every
 -- garbage collection walks (a host that only serves, or only streams, does
 -- not carry the agent layer, MCP, SQLite or the price table): the call
@@ -68,6 +69,10 @@ function M.new(settings)
     calls = 0,          -- numbers this runtime's calls: events carry `call`
     admission = {},     -- function(call opts) -> nil | error record, before every attempt
     decorators = {},    -- function(call) -> headers to add to the attempt's request, or nil
+    -- function(iter) -> iter laid over the iterator of events a stream or
+    -- an agent's prompt hands its caller (the retry-safe filter)
+    event_filters = {},
+    noted = {},         -- tools.note_key(tool) -> true: its unflagged note was said
     meters = {},        -- name -> what rt:meter started
     tracer = nil,       -- what rt:trace started, while it traces
     toolsets = setmetatable({}, { __mode = "k" }), -- set -> true: tool sets to close with the runtime
@@ -110,6 +115,13 @@ function M.new(settings)
   rt.policies = policy.cache(rt.settings, rt.diag)
   -- tracing's request decorator: a policy with traceparent = true sends
   -- W3C Trace Context, naming the attempt's span while this runtime traces
+  -- the retry_safe setting (--retry-safe): what a script's streams and
+  -- agents hand it holds each attempt's events until the attempt succeeds,
+  -- whether or not the script reads luagent.options
+  rt.event_filters[1] = function(iter)
+    if rt.settings:get("retry_safe") then return retry_safe.retry_safe(iter, rt.diag) end
+    return iter
+  end
   rt.decorators[1] = function(c)
     if c.policy.traceparent then
       local tracer = rt.tracer
@@ -154,7 +166,7 @@ function Runtime:provider(spec) return provider().new(open(self), spec) end
 ---One model call of this runtime, as an iterator of its events.
 ---@param opts luagent.StreamOptions
 ---@return fun(): luagent.Event? iterator
-function Runtime:stream(opts) return call().stream(open(self), opts) end
+function Runtime:stream(opts) return call().stream(open(self), opts, self.event_filters) end
 ---One model call of this runtime: its final message, or nil and the final error.
 ---@param opts luagent.StreamOptions
 ---@return luagent.Message? message

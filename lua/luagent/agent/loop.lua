@@ -144,11 +144,73 @@ function M.new(rt, opts)
     messages = opts.messages or {},
     sources = tool_sources(opts.tools),
     cursors = {},
+    flagged = setmetatable({}, { __mode = "k" }), -- an MCP tool -> its copy with the flags this agent's trust gives
     rng = core.backoff_rng(math.random(0, 2 ^ 31)),
     running = false,
     durable = opts.durable,
   }, Agent)
+  -- the runtime's own tool set (`luagent run --tools DIR`) comes after the
+  -- agent's, unless the agent was given it
+  local extra = rt.settings:get("tools")
+  if extra then
+    local given = false
+    for _, s in ipairs(self.sources) do if s == extra then given = true end end
+    if not given then self.sources[#self.sources + 1] = extra end
+  end
+  self:note_unflagged()
   return self
+end
+
+-- The tool as this agent runs it: an MCP tool's flags follow the agent's
+-- tool section too (its trust_hints and overrides, laid over the set's),
+-- so a copy carries them when they differ; any other tool as it is.
+function Agent:as_run(t, policy)
+  if not t.mcp then return t end
+  local ro, idem = tools.mcp_flags(t, policy)
+  if ro == t.read_only and idem == t.idempotent then return t end
+  local c = self.flagged[t]
+  if not (c and c.read_only == ro and c.idempotent == idem) then
+    c = {}
+    for k, v in pairs(t) do c[k] = v end
+    c.read_only, c.idempotent = ro, idem
+    c = setmetatable(c, getmetatable(t))
+    self.flagged[t] = c
+  end
+  return c
+end
+
+-- Says once per tool (the runtime keeps which it said) what a timeout of
+-- each tool of this agent with neither read_only nor idempotent does; an
+-- MCP server's such tools in one line.
+function Agent:note_unflagged()
+  local policy = self:current_tool_policy()
+  local noted, servers, order = self.rt.noted, {}, {}
+  for _, src in ipairs(self.sources) do
+    local snap = src:snapshot()
+    for _, name in ipairs(snap.names) do
+      local t = snap.tools[name]
+      local key = tools.note_key(t)
+      if not noted[key] then
+        noted[key] = true
+        local r = self:as_run(t, policy)
+        if t.mcp and not (r.read_only or r.idempotent) then
+          local server = t.mcp.server
+          if not servers[server] then servers[server] = {} order[#order + 1] = server end
+          table.insert(servers[server], t.name)
+        elseif not t.mcp then
+          local line = tools.unflagged_note(r, policy.timeout)
+          if line then self.rt.diag:write("note", line) end
+        end
+      end
+    end
+  end
+  for _, server in ipairs(order) do
+    local names = servers[server]
+    self.rt.diag:write("note", string.format("luagent: %d tool(s) of the MCP server %s have neither read_only nor "
+      .. "idempotent (%s): a timeout of %s s will stop the run with outcome_unknown (trust_hints or overrides in "
+      .. "the tool policy give them flags)", #names, server, table.concat(names, ", "),
+      string.format("%.3g", policy.timeout)))
+  end
 end
 
 -- The tool section in force: the agent's tool_policy, else the `tool`
@@ -166,6 +228,7 @@ end
 -- turn. Returns {tools={name=tool}, specs={...}}.
 function Agent:toolbox(emit)
   local box, specs = {}, {}
+  local policy = self:current_tool_policy()
   for _, src in ipairs(self.sources) do
     local evs, cursor = src:events_since(self.cursors[src])
     self.cursors[src] = cursor
@@ -177,7 +240,7 @@ function Agent:toolbox(emit)
     local snap = src:snapshot()
     for _, name in ipairs(snap.names) do
       if not box[name] then
-        box[name] = snap.tools[name]
+        box[name] = self:as_run(snap.tools[name], policy)
         specs[#specs + 1] = tools.spec(snap.tools[name])
       end
     end
@@ -487,6 +550,8 @@ function Agent:start()
   local closer = setmetatable({}, { __close = function()
     if not finished then self:abort("the caller stopped reading events") end
   end })
+  -- the runtime's filters (--retry-safe) see what the caller is handed
+  for _, f in ipairs(self.rt.event_filters or {}) do iter = f(iter) end
   return iter, nil, nil, closer
 end
 

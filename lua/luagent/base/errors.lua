@@ -51,6 +51,7 @@ M.kinds = {
                          -- `file`, `code_name`, `corrupt`, `holder`, `lost`
   divergence = true,     -- a durable run's script no longer matches its journal; `step`
   cost_limit = true,     -- a max_cost cap refused a call before its request; `limit`, `spent`, `scope`
+  fs = true,             -- a file operation failed (luagent.fs); `path`, `op`, `reason`, `code`
 }
 
 -- One metatable for records made in C and in Lua, owned by the core

@@ -290,9 +290,12 @@ local function prepare(rt, opts, file)
   -- runs last: after the script's own files and the mock are closed
   table.insert(cleanups, 1, function() output(obs()) end)
   if opts.tools then
-    local set, err = require("luagent.agent.tools").dir(opts.tools)
+    -- every agent of the script gets it (the tools setting); a script
+    -- may still read it as luagent.options.tools
+    local set, err = require("luagent.agent.tools").dir(opts.tools, nil, rt)
     if not set then return nil, usage_error("run: --tools: %s", err.message) end
     options.tools = set
+    rt.settings:set { tools = set }
     cleanups[#cleanups + 1] = function() set:close() end
   end
   local cassette = opts.cassette

@@ -636,7 +636,9 @@ end
 -- is left early). `model` is "kind/model" or a provider. The iterator
 -- returns nil after the final message_end. before_publish(ev) sees each
 -- event before the bus does (an agent's journal writes its steps there).
-function M.stream(rt, opts)
+-- `filters`, a list of function(iter) -> iter (rt.event_filters, for
+-- rt:stream), are laid over the iterator the caller gets.
+function M.stream(rt, opts, filters)
   if type(opts) ~= "table" then error("stream: expects a table", 2) end
   if opts.before_publish ~= nil and type(opts.before_publish) ~= "function" then
     error("stream: before_publish must be a function", 2)
@@ -647,7 +649,9 @@ function M.stream(rt, opts)
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
   local call = Call.new(rt, opts, provider, policy)
   local closer = setmetatable({}, { __close = function() call:close() end })
-  return function() return call:pull() end, nil, nil, closer
+  local iter = function() return call:pull() end
+  for _, f in ipairs(filters or {}) do iter = f(iter) end
+  return iter, nil, nil, closer
 end
 
 -- complete(rt, {...}) -> the final assistant message (with .usage, .total_usage

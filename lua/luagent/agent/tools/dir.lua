@@ -12,6 +12,10 @@
 --
 -- The watcher and its task are the set's own: set:close() stops them.
 --
+-- A tool with neither read_only nor idempotent is told of once each time a
+-- definition of it loads (a note in the log of the runtime the set was
+-- opened with: what its timeout does; tool.unflagged_note).
+--
 -- Events (taken by agents through set:events_since, EVENTS.md):
 --   tools_reload_failed {file, line, message}
 --   tools_changed {added, removed, changed}   (lists of tool names)
@@ -99,17 +103,18 @@ function M.load_file(path, text)
   return out
 end
 
--- open(path [, opts]) -> set | nil, err. opts: watch (default true),
--- debounce (seconds). The first load happens now; its failures are the
--- set's first events.
-function M.open(path, opts)
+-- open(path [, opts [, rt]]) -> set | nil, err. opts: watch (default
+-- true), debounce (seconds). The first load happens now; its failures are
+-- the set's first events. With rt (a runtime), its notes go to rt's log.
+function M.open(path, opts, rt)
   if type(path) ~= "string" then error("tools.dir: expects a folder path", 3) end
   opts = opts or {}
   path = path:gsub("/+$", "")
   if path == "" then path = "/" end
   local names, err = core.list_dir(path)
   if not names then return nil, err end
-  local self = set.new(Set, { path = path, label = path, files = {}, debounce = opts.debounce or M.debounce })
+  local self = set.new(Set, { path = path, label = path, files = {}, debounce = opts.debounce or M.debounce,
+    rt = rt })
   self:rescan()
   if opts.watch ~= false then self:watch() end
   return self
@@ -149,6 +154,7 @@ function Set:rescan()
         if list then
           self.files[n] = { text = text, tools = list, previous = st and st.tools or {} }
           changed[n] = true
+          self:note_unflagged(list)
         else
           failed = failed + 1
           self.files[n] = { text = text, tools = st and st.tools or {}, previous = st and st.tools or {} }
@@ -190,6 +196,23 @@ function Set:rescan()
   end
   self:publish(map)
   return failed
+end
+
+-- Tells the runtime's log, once per definition loaded, what a timeout of
+-- each tool of `list` with neither read_only nor idempotent does.
+function Set:note_unflagged(list)
+  local rt = self.rt
+  if not rt then return end
+  local timeout
+  for _, t in ipairs(list) do
+    local key = tool.note_key(t)
+    if not rt.noted[key] then
+      rt.noted[key] = true
+      timeout = timeout or tool.section_in_force(nil, nil, rt.policies).timeout
+      local line = tool.unflagged_note(t, timeout)
+      if line then rt.diag:write("note", line) end
+    end
+  end
 end
 
 -- Watches the folder (a daemon task): after a change, waits for

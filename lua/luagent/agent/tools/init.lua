@@ -28,6 +28,9 @@ local M = {
   execute = tool.execute,         -- execute(tool, call, opts) -> outcome
   check_outcome = tool.check_outcome,
   section_in_force = tool.section_in_force, -- (tool_policy, policy, cache) -> the tool section
+  unflagged_note = tool.unflagged_note, -- (tool, timeout) -> what a timeout of an unflagged tool does, or nil
+  note_key = tool.note_key,       -- (tool) -> what tells its definition from another's, for that note
+  mcp_flags = mcp.flags_for, -- (tool, tool section) -> read_only, idempotent of an MCP tool under that section
   -- tool sets (lua/luagent/agent/tools/set.lua)
   static = set.static,            -- static(list) -> a set that never changes
   is_set = set.is_set,
@@ -41,10 +44,11 @@ local M = {
 ---(`tools_reload_failed`).
 ---@param path string the folder
 ---@param opts? table
+---@param rt? luagent.Runtime with it, the set's notes (a tool with neither read_only nor idempotent) go to that runtime's log, and its default policy gives their timeout
 ---@return luagent.ToolSet? set
 ---@return luagent.Error? err when the folder cannot be read
-function M.dir(path, opts)
-  return dir.open(path, opts)
+function M.dir(path, opts, rt)
+  return dir.open(path, opts, rt)
 end
 
 -- mcp{command = {argv...} | url = "http://...", ...} -> a tool set of the

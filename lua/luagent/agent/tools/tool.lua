@@ -5,13 +5,20 @@
 --
 -- A tool is {name=, description=, params=<JSON Schema>, read_only=,
 -- idempotent=, timeout=, run=function(args, ctx) | command={argv...},
--- env=}. Flags decide retries: a read_only or idempotent tool that times
+-- env=, cwd=}. Flags decide retries: a read_only or idempotent tool that times
 -- out or fails transiently is retried with backoff (the policy's `tool`
 -- section); a tool with neither flag never is, and if it timed out, was
 -- cancelled or died while running, the run stops with `outcome_unknown`.
 --
--- A command's child gets a reduced environment (lua/luagent/base/child_env.lua:
--- no provider key), plus the tool's `env`. What a tool returns, prints or
+-- A command's child runs in the tool's `cwd` (default: ours) with a reduced
+-- environment (lua/luagent/base/child_env.lua: no provider key), plus the
+-- tool's `env`, and gets its arguments three ways: as JSON on stdin (always
+-- whole), as JSON in LUAGENT_ARGS, and each top-level string, number or
+-- boolean as LUAGENT_ARG_<NAME> (the name in capitals, other characters
+-- than A-Z, 0-9 and _ as _; as GitHub Actions hands inputs to a step), for
+-- a shell script that cannot read JSON; a variable longer than the system
+-- takes (ARG_VALUE_MAX) is left out, as are two arguments whose names give
+-- the same variable. What a tool returns, prints or
 -- raises becomes a value of the agent here, scrubbed of every key
 -- (lua/luagent/base/secrets.lua): events, history, the journal and the next
 -- request only ever see it so.
@@ -64,7 +71,7 @@ Tool.__index = Tool
 M.Tool = Tool
 
 local FIELDS = { name = true, description = true, params = true, read_only = true,
-  idempotent = true, timeout = true, run = true, command = true, check = true, env = true }
+  idempotent = true, timeout = true, run = true, command = true, check = true, env = true, cwd = true }
 
 ------------------------------------------------------------------------------
 -- Definitions
@@ -117,7 +124,7 @@ function M.check(t, source)
   for k, v in next, t do
     if type(k) ~= "string" then
       return nil, "unknown field " .. shown(k) .. " (a tool has name, description, params, read_only, "
-        .. "idempotent, timeout, check and run or command)", nil
+        .. "idempotent, timeout, check and run or command (with env and cwd))", nil
     end
     f[k] = v
     keys[#keys + 1] = k
@@ -126,7 +133,7 @@ function M.check(t, source)
   for _, k in ipairs(keys) do
     if not FIELDS[k] then
       return nil, "unknown field '" .. k .. "' (a tool has name, description, params, read_only, "
-        .. "idempotent, timeout, check and run or command (with env))", k
+        .. "idempotent, timeout, check and run or command (with env and cwd))", k
     end
   end
   local name = f.name
@@ -172,12 +179,16 @@ function M.check(t, source)
   if f.env ~= nil and f.command == nil then
     return bad("env", "env is for a command tool (its child's environment)")
   end
+  if f.cwd ~= nil and type(f.cwd) ~= "string" then return bad("cwd", "cwd must be a string (a folder)") end
+  if f.cwd ~= nil and f.command == nil then
+    return bad("cwd", "cwd is for a command tool (the folder its child runs in)")
+  end
   local env, why_env = child_env.own(f.env)
   if f.env ~= nil and not env then return bad("env", why_env) end
   return setmetatable({
     name = name, description = f.description, params = params,
     read_only = f.read_only or false, idempotent = f.idempotent or false,
-    timeout = f.timeout, run = f.run, command = command, env = env, source = source,
+    timeout = f.timeout, run = f.run, command = command, env = env, cwd = f.cwd, source = source,
     check = f.check,
   }, Tool)
 end
@@ -212,11 +223,32 @@ function M.section_in_force(tool_policy, policy, cache)
   return policies.tool_section(nil)
 end
 
+local function fmt(s) return (string.format("%.3g", s)) end
+
+-- unflagged_note(tool, timeout) -> the line that tells, once, what a
+-- timeout (`timeout`: the tool's own, else the policy's) of a tool with
+-- neither read_only nor idempotent does; nil for a flagged tool. Its set
+-- says it when it loads the tool (a folder), the agent when it is given a
+-- tool (lua/luagent/agent/loop.lua).
+-- note_key(tool) -> what tells one definition of a tool from another for
+-- that note: its name, file, and its run function (or argv), which the
+-- checked copies of one definition share (two agents given the same plain
+-- table get a copy each; a reloaded file is a new definition).
+function M.note_key(t)
+  return table.concat({ t.name, tostring(t.source), t.command and table.concat(t.command, "\0") or tostring(t.run) },
+    "\0")
+end
+
+function M.unflagged_note(t, timeout)
+  if t.read_only or t.idempotent then return nil end
+  return string.format("luagent: tool %s%s: neither read_only nor idempotent: a timeout of %s s will stop the run "
+    .. "with outcome_unknown (it is never retried: set read_only or idempotent if running it twice is safe)",
+    t.name, t.source and (" (" .. t.source .. ")") or "", fmt(t.timeout or timeout))
+end
+
 ------------------------------------------------------------------------------
 -- Running one call
 ------------------------------------------------------------------------------
-
-local function fmt(s) return (string.format("%.3g", s)) end
 
 -- Cuts `text` to `cap` bytes (on a UTF-8 boundary) with a note saying how
 -- much was left out; `total` is the full size when text is already a prefix.
@@ -342,13 +374,44 @@ end
 -- grace, and the attempt ends only once it is gone. Its streams are read a
 -- key's length past the result bound, so a key across the bound is seen
 -- whole.
+-- The longest "NAME=value" the system takes in an environment
+-- (Linux's MAX_ARG_STRLEN, 32 pages): a longer one fails the spawn.
+M.ARG_VALUE_MAX = 128 * 1024 - 1
+
+-- The variables a command's child gets its arguments in: LUAGENT_ARGS
+-- (the JSON it reads on stdin) and LUAGENT_ARG_<NAME> for each top-level
+-- string, number or boolean; laid over `env` (the tool's own cannot hide
+-- them). One that does not fit is left out.
+local function argument_variables(env, input, args)
+  local function fits(name, value) return #name + 1 + #value <= M.ARG_VALUE_MAX and not value:find("\0", 1, true) end
+  if fits("LUAGENT_ARGS", input) then env.LUAGENT_ARGS = input end
+  local vars, clash = {}, {}
+  for k, v in pairs(args) do
+    local tv = type(v)
+    if type(k) == "string" and (tv == "string" or tv == "number" or tv == "boolean") then
+      local name = "LUAGENT_ARG_" .. k:upper():gsub("[^A-Z0-9_]", "_")
+      local text = tv == "string" and v or tv == "boolean" and tostring(v)
+        or math.type(v) == "integer" and string.format("%d", v) or string.format("%.17g", v)
+      if vars[name] then clash[name] = true end
+      vars[name] = text
+    end
+  end
+  for name, text in pairs(vars) do
+    if not clash[name] and fits(name, text) then env[name] = text end
+  end
+  return env
+end
+
 local function command_attempt(tool, args, ctx, timeout, policy)
   local raw = ctx.raw_arguments
   local input = type(raw) == "string" and type(json.decode_strict(raw)) == "table" and raw or json.encode(args)
-  local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace,
-    env = child_env.build(tool.env), inherit_env = false,
+  local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace, cwd = tool.cwd,
+    env = argument_variables(child_env.build(tool.env), input, args), inherit_env = false,
     max_output = policy.max_result_bytes + secrets.margin + 1 })
-  if not proc then return nil, err, false end
+  if not proc then
+    if tool.cwd then err.message = err.message .. " (in cwd '" .. tool.cwd .. "')" end
+    return nil, err, false
+  end
   local ok, r = pcall(deadline, timeout, proc.wait, proc)
   if not ok then
     pcall(proc.wait, proc) -- killed by the cancel hook: wait until the group is gone

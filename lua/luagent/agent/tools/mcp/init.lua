@@ -243,6 +243,23 @@ function M.flags(ann, name, policy, label)
   return ro, idem, hints, trust
 end
 
+-- flags_for(tool, policy) -> read_only, idempotent of an MCP tool (made by
+-- make_tool) as an agent whose tool section is `policy` runs it: the
+-- server's hints when the set or `policy` trusts the server, then the
+-- set's overrides for the tool, then `policy`'s (the agent's win).
+function M.flags_for(t, policy)
+  local m = t.mcp
+  local trust = m.trusted or M.trusted(policy, m.server)
+  local ro, idem = trust and m.hints.read_only or false, trust and m.hints.idempotent or false
+  for _, o in ipairs({ m.overrides or false, (policy.overrides or {})[t.name] or false }) do
+    if o then
+      if o.read_only ~= nil then ro = o.read_only end
+      if o.idempotent ~= nil then idem = o.idempotent end
+    end
+  end
+  return ro, idem
+end
+
 -- A luagent tool for the server's tool `t` (a tools/list entry), or nil and
 -- why it cannot be offered.
 function Set:make_tool(t)
@@ -268,7 +285,8 @@ function Set:make_tool(t)
   if not checked then return nil, why end
   local encoded, fingerprint = pcall(json.encode, { description, params, ro, idem, remote })
   if not encoded then return nil, "tool '" .. t.name .. "' is left out: " .. tostring(fingerprint) end
-  checked.mcp = { server = self.label, name = remote, hints = hints, trusted = trust, fingerprint = fingerprint }
+  checked.mcp = { server = self.label, name = remote, hints = hints, trusted = trust, fingerprint = fingerprint,
+    overrides = (self.policy.overrides or {})[name] }
   return checked
 end
 
