@@ -53,6 +53,8 @@
 ---@field policy_path string? where bare policy names are looked for ("a/?.lua;b/?.lua")
 ---@field options table? what `luagent run` was asked for, read as `luagent.options`
 ---@field run_info {script: string, args: string[], options: table, cwd: string}? what a durable run records of itself
+---@field retry_safe boolean? hold each attempt's events until it succeeds, in what every stream and agent of the runtime hands its caller (`--retry-safe`)
+---@field tools luagent.ToolSet? a tool set every agent of the runtime gets after its own tools (`--tools DIR`)
 local M = {}
 
 M.LOG_LEVELS = { debug = 1, info = 2, warn = 3, error = 4, off = 5 }

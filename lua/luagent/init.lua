@@ -33,6 +33,8 @@ local deadline = require "luagent.base.deadline"
 ---@field json luagent.json JSON: `encode(v)`, `decode(text)`, `array(t)`, `null`
 ---@field http table the HTTP client on the loop (`http.request{...}`), the transport model calls use
 ---@field log luagent.log the default runtime's logger
+---@field fs luagent.fs files on the loop: `fs.read(path [, {max_bytes=}])`, `fs.write(path, data [, {append=true}])`, `fs.list(path)`, `fs.stat(path)`; each returns nil and an error record naming the path on failure
+---@field exec fun(opts: luagent.exec.Options): luagent.exec.Result?, table? runs a child process (argv, no shell) on the loop: its exit code, signal and captured output
 local M = {
   version = core.version,
   errors = errors,

@@ -16,6 +16,8 @@
 -- string, an unknown option) raises.
 local core = require "luagent.core"
 
+---Files on the event loop (`luagent.fs`): `read`, `write`, `list`, `stat`.
+---@class luagent.fs
 local M = {}
 
 -- What fs.read takes by default at most: a file past it is "too_large".
