@@ -179,9 +179,13 @@ describe("agent_end", function()
     local rt = luagent.runtime { log_sink = function() end }
     local a = rt:agent { name = "closed", policy = { backoff = { strategy = "fixed", base = 30 } },
       model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" } }
-    local last
+    local last, waiting = nil, false
+    -- closed once the first attempt failed and its 30 s backoff began
+    rt:subscribe(function() waiting = true end, { "provider_retry" })
     local task = core.spawn(function() last = a:run("go") end)
-    while #srv:requests() == 0 do luagent.sleep(0.01) end
+    local deadline = core.now() + 30
+    while not waiting and core.now() < deadline do luagent.sleep(0.01) end
+    assert.is_true(waiting, "the first attempt failed and its backoff began")
     rt:close()
     task:join()
     srv:close()

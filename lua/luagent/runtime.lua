@@ -113,8 +113,6 @@ function M.new(settings)
   for _, msg in ipairs(ignored) do rt.diag:write("warn", msg) end
   rt.endpoints = registry.new(rt.diag, rt.settings)
   rt.policies = policy.cache(rt.settings, rt.diag)
-  -- tracing's request decorator: a policy with traceparent = true sends
-  -- W3C Trace Context, naming the attempt's span while this runtime traces
   -- the retry_safe setting (--retry-safe): what a script's streams and
   -- agents hand it holds each attempt's events until the attempt succeeds,
   -- whether or not the script reads luagent.options
@@ -122,6 +120,8 @@ function M.new(settings)
     if rt.settings:get("retry_safe") then return retry_safe.retry_safe(iter, rt.diag) end
     return iter
   end
+  -- tracing's request decorator: a policy with traceparent = true sends
+  -- W3C Trace Context, naming the attempt's span while this runtime traces
   rt.decorators[1] = function(c)
     if c.policy.traceparent then
       local tracer = rt.tracer
