@@ -976,6 +976,11 @@ static int l_stats(lua_State *L) {
  * and wakes the loop, which cancels the on_sigint task if it waits. A
  * second signal exits at once.
  *
+ * A REPL (`luagent chat`) traps SIGINT instead (sigint_trap): each Ctrl-C
+ * is counted and wakes the task waiting in sigint_wait(), which decides
+ * (stop the answer, drop the line typed); no hook, no cancel, no exit,
+ * unless three come that nobody takes. SIGTERM stays a stop signal.
+ *
  * signal_loop is a process-wide variable, one of the C core's four (the
  * other three hold the process's libcurl: curl_api.c), and it has to be: a
  * signal handler gets no argument, so the loop the signals go to can be
