@@ -405,7 +405,10 @@ function M.main(args, env)
   end
   local var, has_key = key_of(kind)
   if opts.mock or opts.faults or not has_key then
-    local srv, err = env.start_mock { faults = opts.faults, seed = 0, chat = true, ttft = 0.2, tps = 25 }
+    -- paced as a model streams when someone watches; at once into a pipe
+    local watched = core.isatty(1)
+    local srv, err = env.start_mock { faults = opts.faults, seed = 0, chat = true,
+      ttft = watched and 0.2 or nil, tps = watched and 25 or nil }
     if not srv then
       if err and err.kind == "usage" then return finish(usage_error("chat: %s", err.message)) end
       say("luagent: chat: %s", tostring(err))
