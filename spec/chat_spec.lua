@@ -211,6 +211,21 @@ describe_term("luagent chat (in a terminal, tmux)", function()
     term:wait(function(s) return s:find("CHAT-EXITED 0", 1, true) end, "the chat to exit 0 on Ctrl-D")
   end)
 
+  it("takes back a partial answer that wrapped over several rows, and nothing above it", function()
+    term = open_term("--faults stream-error:overloaded_error:after=45@1")
+    term:wait(function(s) return s:find("> ", 1, true) end, "the first prompt")
+    local words = {}
+    for i = 1, 60 do words[i] = "alpha" .. i end
+    term:keys("-l", table.concat(words, " "))
+    term:keys("Enter")
+    local s = term:wait(function(s) return prompts(s) >= 2 end, "the answer, then the next prompt")
+    assert.matches("retrying", s)
+    assert.equal(1, count(s, "You said"), s)
+    -- once in the prompt typed, once in the answer: none left of the partial, the prompt kept
+    assert.equal(2, count(s, "alpha40 "), s)
+    assert.equal(2, count(s, "alpha1 "), s)
+  end)
+
   it("stops an answer on Ctrl-C and returns to the prompt; Ctrl-C at an empty prompt does not quit", function()
     term = open_term("--mock")
     term:wait(function(s) return s:find("> ", 1, true) end, "the first prompt")

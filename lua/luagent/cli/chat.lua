@@ -244,7 +244,7 @@ function COMMANDS.save(self, file)
   local text = json.encode(json.object("model", self.model, "system", self.system or json.null,
     "messages", json.array(self.agent.messages)))
   local fh, err = io.open(file, "w")
-  if not fh then return self.say("chat: /save: cannot open '%s': %s", file, err) end
+  if not fh then return self.say("chat: /save: cannot open '%s': %s", file, (err:gsub("^[^:]*: ", ""))) end
   local ok, werr = fh:write(text, "\n")
   fh:close()
   if not ok then return self.say("chat: /save: cannot write '%s': %s", file, werr) end
@@ -254,7 +254,7 @@ end
 function COMMANDS.load(self, file)
   if file == "" then return self.say("chat: /load needs a file name") end
   local fh, err = io.open(file, "r")
-  if not fh then return self.say("chat: /load: cannot open '%s': %s", file, err) end
+  if not fh then return self.say("chat: /load: cannot open '%s': %s", file, (err:gsub("^[^:]*: ", ""))) end
   local text = fh:read("a")
   fh:close()
   local ok, t = pcall(json.decode, text)
@@ -379,7 +379,12 @@ function M.main(args, env)
   local okrt, rt = pcall(luagent.runtime, settings)
   if not okrt then return usage_error("%s", tostring(rt)) end
   luagent.default_runtime(rt)
-  local chat = setmetatable({ rt = rt, system = opts.system, say = say }, Chat)
+  -- what the chat says (stderr) comes after what it printed (stdout) so far
+  local function tell(...)
+    io.stdout:flush()
+    say(...)
+  end
+  local chat = setmetatable({ rt = rt, system = opts.system, say = tell }, Chat)
   local cleanups = {}
   local function finish(code)
     for k = #cleanups, 1, -1 do pcall(cleanups[k]) end
@@ -389,7 +394,7 @@ function M.main(args, env)
   if opts.policy then
     local ok, err = pcall(rt.policies.resolve, rt.policies, opts.policy, 1, "chat")
     if not ok then
-      say("luagent: chat: --policy: %s", tostring(type(err) == "table" and err.message or err))
+      say("luagent: chat: --policy: %s", (tostring(type(err) == "table" and err.message or err):gsub("^chat: ", "")))
       return finish(errors.is(err, "usage") and 2 or 1)
     end
     chat.policy = opts.policy
