@@ -117,6 +117,45 @@ describe("luagent chat (from a pipe)", function()
   end)
 end)
 
+describe("the mock's chat replies (lua/luagent/mock/chat.lua)", function()
+  local chat = require "luagent.mock.chat"
+  local weather = { name = "weather", schema = { type = "object", properties = { city = { type = "string" } },
+    required = { "city" } } }
+
+  it("calls a tool the prompt names, its text argument from the words after the name", function()
+    local c = chat.script({ tools = { weather }, user_text = "What is the weather in Paris?" }, 3)
+    assert.same({ id = "call_3", name = "weather", arguments = { city = "Paris" } }, c.tool)
+    c = chat.script({ tools = { { name = "issue_search", schema = { type = "object",
+      properties = { q = { type = "string" } } } } }, user_text = "run an issue search for leaks" }, 1)
+    assert.same({ q = "leaks" }, c.tool.arguments)
+  end)
+
+  it("quotes a tool's result, and echoes anything else with a word on tools", function()
+    assert.same({ text = "The tool answered: sunny" },
+      chat.script({ tools = { weather }, last_is_tool_result = true, last_text = "sunny" }, 2))
+    local c = chat.script({ tools = { weather }, user_text = "hello" }, 1)
+    assert.matches('^You said: "hello"', c.text)
+    assert.matches("%(weather%)", c.text)
+    assert.matches("%-%-tools DIR", chat.script({ tools = {}, user_text = "hello" }, 1).text)
+  end)
+end)
+
+describe("examples/interactive.lua", function()
+  it("is a small REPL of its own: one prompt per line, each answered, to the end of input", function()
+    local inp = h.tempfile("first line\nsecond line\n")
+    local out, err = os.tmpname(), os.tmpname()
+    local _, _, code = os.execute("timeout -s KILL 60 " .. h.quote(h.bin) .. " run --mock --faults "
+      .. "stream-error:overloaded_error:after=1@1 examples/interactive.lua <" .. inp .. " >" .. out .. " 2>" .. err)
+    local stdout, stderr = h.slurp(out), h.slurp(err)
+    os.remove(inp) os.remove(out) os.remove(err)
+    assert.equal(0, code, stderr)
+    assert.matches("first line\n", stdout)
+    assert.matches("second line\n", stdout)
+    assert.matches("%[the answer starts again%]", stdout)
+    assert.matches("retrying in", stderr)
+  end)
+end)
+
 ------------------------------------------------------------------------------
 -- In a terminal
 ------------------------------------------------------------------------------
