@@ -4,7 +4,7 @@
 # and $(B)/lua/luagent/core.so (the same core as a Lua C module).
 
 DEBIAN_PACKAGES := lua5.4 liblua5.4-dev libcurl4-openssl-dev libuv1-dev \
-                   libhiredis-dev lua-cjson lua-busted pkg-config libsqlite3-dev
+                   libhiredis-dev lua-cjson lua-busted pkg-config libsqlite3-dev libedit-dev
 
 SAN ?=
 ifeq ($(SAN),1)
@@ -16,7 +16,7 @@ SANFLAGS :=
 endif
 
 CC      ?= cc
-PKGS    := lua5.4 libuv libcurl sqlite3 hiredis
+PKGS    := lua5.4 libuv libcurl sqlite3 hiredis libedit
 CFLAGS  ?= -O2 -g
 
 # pkg-config is asked lazily, once, when the first recipe needs the flags:
@@ -27,7 +27,7 @@ lazy = $(eval $(1) := $(2))$($(1))
 LG_CFLAGS = $(call lazy,LG_CFLAGS,-std=c11 -Wall -Wextra -fPIC -D_GNU_SOURCE $(SANFLAGS) \
               $(shell pkg-config --cflags $(PKGS)) $(CFLAGS))
 # libcurl is not linked: host/curl_api.c loads it on the first request
-LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv sqlite3 hiredis) -ldl -lm)
+LIBS      = $(call lazy,LIBS,$(shell pkg-config --libs libuv sqlite3 hiredis libedit) -ldl -lm)
 LUALIB    = $(call lazy,LUALIB,$(shell pkg-config --libs lua5.4))
 
 CORE_SRC := $(filter-out host/main.c,$(wildcard host/*.c))
@@ -95,8 +95,9 @@ $(B)/lua/luagent/core.so: $(CORE_OBJ) | $(B)/lua/luagent
 # The specs also package luagent with luarocks (spec/install_spec.lua). A
 # target-specific value reaches the prerequisites too, so `make test`'s deps
 # installs luarocks while `make run`'s does not; redis-server is what the
-# specs of the shared endpoint state start (spec/shared_spec.lua).
-test: DEBIAN_PACKAGES += luarocks redis-server
+# specs of the shared endpoint state start (spec/shared_spec.lua); tmux is
+# the terminal spec/chat_spec.lua drives `luagent chat` in.
+test: DEBIAN_PACKAGES += luarocks redis-server tmux
 
 # Busted runs inside the executable (the binary face), so under SAN=1 the
 # sanitizer runtime is the first thing in the process; `--log off` keeps the

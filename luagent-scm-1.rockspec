@@ -22,7 +22,7 @@ fault injection for tests.]],
 -- Debian package (lua-cjson) is what provides it on the machines luagent is
 -- built for, and a rock dependency would make luarocks download its own copy.
 dependencies = { "lua >= 5.4, < 5.5" }
--- libcurl, libuv, sqlite3 and hiredis are found by the Makefile through pkg-config (Debian
+-- libcurl, libuv, sqlite3, hiredis and libedit are found by the Makefile through pkg-config (Debian
 -- keeps curl's headers in a multiarch folder luarocks does not search).
 build = {
   type = "make",

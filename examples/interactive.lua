@@ -1,42 +1,51 @@
--- interactive.lua: the pattern for a person watching a terminal. Stream the
--- answer live; a terminal cannot take text back, so when a retry is
--- announced after some text was already shown, stop the call instead of
--- letting the retry print the answer again. An error before any text still
--- retries as usual.
+-- interactive.lua: a small REPL of its own, over one agent. It reads one
+-- prompt per line (io.read: the loop waits with it, which is fine for a
+-- REPL that does nothing else meanwhile), streams each answer as it comes,
+-- shows tool calls, and keeps the conversation in the agent's history.
+-- `luagent chat` is the full one: line editing and history, Ctrl-C, the
+-- partial answer of a retried attempt taken back, /save, /cost, ...
 --
---   build/luagent run --faults stream-error:overloaded_error@1 examples/interactive.lua
---   build/luagent run --faults 503@1 examples/interactive.lua     (retries, then answers)
+-- A terminal cannot take printed text back without moving its cursor, so
+-- when an attempt that had shown text is retried (stream_reset), this one
+-- says so and the answer starts again on a line of its own.
+--
+--   build/luagent run --mock examples/interactive.lua
+--   printf 'hello\nhow are you?\n' | build/luagent run --mock \
+--     --faults stream-error:overloaded_error:after=3@1 examples/interactive.lua
 local luagent = require "luagent"
 
-local call = luagent.spawn(function()
-  local shown = false -- text of the current attempt is on the screen
-  for ev in luagent.stream {
-    model = os.getenv("LUAGENT_MODEL") or "openai/gpt-4o-mini",
-    system = "You are a concise assistant.",
-    messages = { { role = "user", content = "In three sentences: why should an agent retry a failed model call with jittered backoff?" } },
-    max_tokens = 200,
-  } do
-    if ev.type == "message_start" then
-      shown = false
-    elseif ev.type == "text_delta" or ev.type == "thinking_delta" then
-      shown = shown or ev.text ~= ""
-      io.write(ev.text)
-      io.flush()
-    elseif ev.type == "provider_retry" then
-      if shown then
-        io.write("\n")
-        io.stderr:write("[stopped: " .. ev.error_message .. "; run again to retry]\n")
-        -- cancelling ourselves: the backoff sleep wakes with `cancelled`
-        -- and no retry request is sent
-        luagent.current():cancel("partial answer already shown")
-      else
+local agent = luagent.agent {
+  model = os.getenv("LUAGENT_MODEL") or "openai/gpt-4o-mini",
+  system = "You are a concise assistant.",
+}
+
+while true do
+  io.write("> ")
+  io.flush()
+  local line = io.read("l")
+  if line == nil then break end -- the end of input (Ctrl-D)
+  if line:find("%S") then
+    local shown = false -- text of this attempt is on the screen
+    for ev in agent:prompt(line) do
+      local t = ev.type
+      if t == "text_delta" then
+        io.write(ev.text)
+        io.flush()
+        shown = true
+      elseif t == "provider_retry" then
+        if shown then io.write("\n") end
         io.stderr:write(string.format("[%s; retrying in %.2f s]\n", ev.error_message, ev.delay))
+      elseif t == "stream_reset" then
+        if shown then io.write("[the answer starts again]\n") end
+        shown = false
+      elseif t == "tool_execution_start" then
+        io.stderr:write(string.format("[tool %s %s]\n", ev.name, ev.raw_arguments or ""))
+      elseif t == "agent_end" then
+        io.write("\n")
+        if ev.stop_reason ~= "stop" then
+          io.stderr:write("[" .. ev.stop_reason .. ": " .. tostring(ev.reason or ev.error) .. "]\n")
+        end
       end
-    elseif ev.type == "message_end" and ev.final then
-      io.write("\n")
     end
   end
-end)
-
-local ok, err = pcall(call.join, call)
-if not ok and not (type(err) == "table" and err.kind == "cancelled") then error(err, 0) end
+end

@@ -19,6 +19,7 @@
 #include "http.h"
 #include "ids.h"
 #include "jsonw.h"
+#include "line_lua.h"
 #include "loop.h"
 #include "process.h"
 #include "readfile.h"
@@ -145,5 +146,6 @@ int luaopen_luagent_core(lua_State *L) {
   lg_sandbox_register(L);
   lg_sqlite_register(L);
   lg_redis_register(L);
+  lg_line_register(L);
   return 1;
 }

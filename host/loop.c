@@ -56,6 +56,7 @@
 #define TASK_MT "luagent.Task"
 #define SLEEP_MT "luagent.Sleep"
 #define JOIN_MT "luagent.Join"
+#define TRAP_MT "luagent.SigintWait"
 
 enum { T_READY, T_RUNNING, T_WAITING, T_DONE };
 
@@ -100,6 +101,9 @@ struct lg_loop {
   pthread_t signal_thread;         /* on_sigint: the thread that runs the loop (a
                                     * stop signal delivered to a libuv or libcurl
                                     * worker is passed on to it) */
+  int sigint_trap;                 /* sigint_trap(true): a SIGINT is counted, no stop */
+  volatile sig_atomic_t trapped;   /* SIGINTs trapped, not yet taken by sigint_wait */
+  lg_wait *trap_wait;              /* the task waiting in sigint_wait, if any */
   lua_Hook saved_hook;             /* the hook a stop signal displaced (a */
   int saved_mask, saved_count;     /* tool's stuck-code guard): put back */
   lg_timerheap timers;
@@ -972,6 +976,11 @@ static int l_stats(lua_State *L) {
  * and wakes the loop, which cancels the on_sigint task if it waits. A
  * second signal exits at once.
  *
+ * A REPL (`luagent chat`) traps SIGINT instead (sigint_trap): each Ctrl-C
+ * is counted and wakes the task waiting in sigint_wait(), which decides
+ * (stop the answer, drop the line typed); no hook, no cancel, no exit,
+ * unless three come that nobody takes. SIGTERM stays a stop signal.
+ *
  * signal_loop is a process-wide variable, one of the C core's four (the
  * other three hold the process's libcurl: curl_api.c), and it has to be: a
  * signal handler gets no argument, so the loop the signals go to can be
@@ -1008,6 +1017,13 @@ static void on_stop_signal(int sig) {
     pthread_kill(loop->signal_thread, sig);
     return;
   }
+  if (sig == SIGINT && loop->sigint_trap) {
+    /* a REPL's Ctrl-C: told to its sigint_wait; three it never took (its
+     * Lua is stuck) end the process, as a second stop signal does */
+    if (++loop->trapped >= 3) _exit(128 + SIGINT);
+    uv_async_send(&loop->sigwake);
+    return;
+  }
   if (loop->sigints++ > 0) _exit(128 + loop->first_sig);
   loop->first_sig = sig;
   lua_State *co = loop->running;
@@ -1024,6 +1040,12 @@ static void on_stop_signal(int sig) {
 /* On the loop, after a stop signal: cancels the on_sigint task. */
 static void sigwake_cb(uv_async_t *h) {
   lg_loop *loop = h->data;
+  if (loop->trapped && loop->trap_wait) {
+    lg_wait *w = loop->trap_wait;
+    loop->trap_wait = NULL;
+    lg_task_wake(w);
+  }
+  if (loop->sigints == 0) return; /* only trapped SIGINTs came */
   lg_task *t = loop->sigint_task;
   if (!t || t->state == T_DONE) return;
   t->cancel_pending = 1;
@@ -1043,11 +1065,23 @@ static void stop_signals_forget(lg_loop *loop) {
  * once with 128 + the first signal's number. Returns nothing;
  * interrupted() tells whether it fired. The loop holds a reference to the
  * task, so the signal never finds it freed. */
+static int claim_signals(lua_State *L, lg_loop *loop, const char *fn);
+
 static int l_on_sigint(lua_State *L) {
   lg_task *t = check_task(L, 1);
   lg_loop *loop = lg_loop_get(L);
+  claim_signals(L, loop, "on_sigint");
+  luaL_unref(L, LUA_REGISTRYINDEX, loop->sigint_ref);
+  lua_pushvalue(L, 1);
+  loop->sigint_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  loop->sigint_task = t;
+  return 0;
+}
+
+/* This loop receives SIGINT and SIGTERM from now on (the handler above). */
+static int claim_signals(lua_State *L, lg_loop *loop, const char *fn) {
   if (signal_loop != loop) {
-    if (signal_loop) return luaL_error(L, "on_sigint: another Lua state receives the signals");
+    if (signal_loop) return luaL_error(L, "%s: another Lua state receives the signals", fn);
     uv_async_init(&loop->uv, &loop->sigwake, sigwake_cb);
     loop->sigwake.data = loop;
     uv_unref((uv_handle_t *)&loop->sigwake);
@@ -1061,11 +1095,63 @@ static int l_on_sigint(lua_State *L) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
   }
-  luaL_unref(L, LUA_REGISTRYINDEX, loop->sigint_ref);
-  lua_pushvalue(L, 1);
-  loop->sigint_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  loop->sigint_task = t;
   return 0;
+}
+
+/* sigint_trap(on): while on, SIGINT stops nothing: each one is counted and
+ * wakes the task waiting in sigint_wait() (a REPL: Ctrl-C stops an answer,
+ * not the REPL). No hook is set in busy Lua and a second one does not exit
+ * (three that nobody takes do). SIGTERM stays a stop signal (on_sigint). */
+static int l_sigint_trap(lua_State *L) {
+  lg_loop *loop = lg_loop_get(L);
+  int on = lua_toboolean(L, 1);
+  if (on) claim_signals(L, loop, "sigint_trap");
+  loop->sigint_trap = on;
+  loop->trapped = 0;
+  return 0;
+}
+
+typedef struct {
+  lg_wait w;
+  lg_loop *loop;
+} trap_waiter;
+
+static void trap_cancel(lg_wait *w) {
+  trap_waiter *tw = (trap_waiter *)w;
+  if (tw->loop->trap_wait == w) tw->loop->trap_wait = NULL;
+}
+
+static int trap_k(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  (void)ctx;
+  lg_loop *loop = lg_loop_get(L);
+  int n = loop->trapped;
+  loop->trapped = 0;
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+static int l_trap_gc(lua_State *L) {
+  trap_waiter *tw = lua_touserdata(L, 1);
+  if (tw->loop && tw->loop->trap_wait == &tw->w) tw->loop->trap_wait = NULL;
+  return 0;
+}
+
+/* sigint_wait() -> the number of SIGINTs since the last call (>= 1): waits
+ * for the next one under sigint_trap(true); cancellable. One task waits at
+ * a time. */
+static int l_sigint_wait(lua_State *L) {
+  lg_loop *loop = lg_loop_get(L);
+  if (!loop->sigint_trap) return luaL_error(L, "sigint_wait: SIGINT is not trapped (sigint_trap(true))");
+  if (loop->trapped > 0) return trap_k(L, LUA_OK, 0);
+  if (loop->trap_wait) return luaL_error(L, "sigint_wait: another task waits for SIGINT");
+  trap_waiter *tw = lua_newuserdatauv(L, sizeof *tw, 0);
+  memset(tw, 0, sizeof *tw);
+  luaL_setmetatable(L, TRAP_MT);
+  tw->loop = loop;
+  tw->w.cancel = trap_cancel;
+  loop->trap_wait = &tw->w;
+  return lg_task_suspend(L, &tw->w, 0, trap_k);
 }
 
 /* interrupted() -> whether a stop signal came, and its number (2 or 15). */
@@ -1085,6 +1171,7 @@ void lg_loop_register(lua_State *L) {
   lg_class_new(L, TASK_MT, task_methods, NULL, l_task_gc);
   lg_class_new(L, SLEEP_MT, NULL, NULL, l_sleep_gc);
   lg_class_new(L, JOIN_MT, NULL, NULL, l_join_gc);
+  lg_class_new(L, TRAP_MT, NULL, NULL, l_trap_gc);
 
   static const luaL_Reg funcs[] = {
       {"spawn", l_spawn},
@@ -1098,6 +1185,8 @@ void lg_loop_register(lua_State *L) {
       {"stats", l_stats},
       {"on_sigint", l_on_sigint},
       {"interrupted", l_interrupted},
+      {"sigint_trap", l_sigint_trap},
+      {"sigint_wait", l_sigint_wait},
       {"boxed_tasks", l_boxed_tasks},
       {NULL, NULL}};
   luaL_setfuncs(L, funcs, 0);

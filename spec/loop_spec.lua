@@ -315,6 +315,33 @@ describe("in a process of its own", function()
     assert.equal("", r.stderr)
   end)
 
+  it("traps SIGINT for a REPL: each one wakes sigint_wait, none stops the run", function()
+    local r = h.run_script([[
+      local luagent = require "luagent"
+      local core = require "luagent.core"
+      local ok, err = pcall(core.sigint_wait)
+      print(ok, (tostring(err):gsub("^.-: ", "", 1)))
+      core.sigint_trap(true)
+      local got = {}
+      local waiter = luagent.spawn(function()
+        while true do got[#got + 1] = core.sigint_wait() end
+      end)
+      local pid = io.open("/proc/self/stat"):read("l"):match("^%d+")
+      for n = 1, 3 do -- three in all: each taken, so none ends the process
+        io.popen("kill -INT " .. pid):close() -- os.execute would ignore SIGINT meanwhile
+        for _ = 1, 5000 do -- the signal arrives through the loop; at most ~5 s
+          if #got >= n then break end
+          luagent.sleep(0.001)
+        end
+      end
+      core.sigint_trap(false)
+      waiter:cancel()
+      print(#got, got[1], core.interrupted())
+    ]])
+    assert.equal(0, r.code, r.stderr)
+    assert.equal("false\tSIGINT is not trapped (sigint_trap(true))\n3\t1\tfalse\n", r.stdout)
+  end)
+
   it("refuses a wait inside a task's non-yieldable C call; outside a task it still waits", function()
     local r = h.run_script([[
       local luagent = require "luagent"

@@ -252,6 +252,10 @@ local READS = {
   ["lua/luagent/cli/init.lua"] = {
     ["name"] = "whether a key of any adapter is set (provider.key_variables()): the embedded mock or not",
     ['"PWD"'] = "the folder a durable run started in: a fact of the process, recorded, no setting",
+    ['"HOME"'] = "where `luagent chat` keeps its line history without LUAGENT_HOME: the user's home, as a shell's",
+  },
+  ["lua/luagent/cli/chat.lua"] = {
+    ["var"] = "whether the key of the chat's model is set (the adapter's key_env): the embedded mock or not",
   },
   ["lua/luagent/base/http.lua"] = {
     ['"CURL_CA_BUNDLE"'] = "the TLS trust store, curl's own convention: the machine's, no runtime's",

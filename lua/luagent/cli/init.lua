@@ -22,6 +22,8 @@ backoff and a shared circuit breaker in a small C core.
 
 commands:
   run FILE.lua [args...]   run a Lua script as the main task
+  chat [options]           chat with a model in the terminal: streaming, tools,
+                           /save, /cost (luagent chat --help)
   mock [options]           serve the mock provider (luagent mock --help)
   sim [options]            the contention simulation (luagent help sim)
   resume RUN_ID            continue a durable run where it stopped
@@ -691,6 +693,17 @@ local COMMANDS = {
   runs = function(args) return require("luagent.cli.runs").main(args, say, usage_error) end,
   cost = function(args) return require("luagent.cli.cost").main(args, say, usage_error) end,
   mcp = function(args) return require("luagent.cli.mcp").main(args) end,
+  -- the chat's mock is started here: only the command line reaches the bench
+  chat = function(args)
+    local home = config.new()
+    local read = pcall(home.read_env, home, {})
+    local dir = read and home:get("home") or nil
+    local user = os.getenv("HOME")
+    return require("luagent.cli.chat").main(args, { say = say, usage_error = usage_error, root = M.root,
+      start_mock = function(opts) return require("luagent.mock").start(opts) end,
+      history_file = dir and (dir .. "/chat_history") or (user and user ~= "" and user .. "/.luagent_history")
+        or nil })
+  end,
 }
 
 -- main(argv, root) -> exit code. argv[0] is the program, argv[1] the command.

@@ -202,6 +202,7 @@ local function arguments_for(schema, text)
   end
   return args
 end
+M.arguments_for = arguments_for
 
 -- The content of a canned reply: {text=} or {tool={id=, name=, arguments=}}.
 -- Rules: a tool call of the first tool when tools are offered and the last

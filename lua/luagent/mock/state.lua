@@ -5,6 +5,7 @@ local core = require "luagent.core"
 local errors = require "luagent.base.errors"
 local faults = require "luagent.mock.faults"
 local cassette = require "luagent.base.cassette"
+local chat = require "luagent.mock.chat"
 
 local M = {}
 
@@ -36,7 +37,8 @@ end
 -- several calls)>, seek=<the cassette replay may jump to the exchange a
 -- request matches>, generation_delay=<seconds OpenRouter's generation
 -- lookup answers 404 after a generation, default 0>, clock=<the loop's
--- clock for it, default luagent.now>.
+-- clock for it, default luagent.now>, chat=<true: with no script, the
+-- replies of lua/luagent/mock/chat.lua (`luagent chat`)>.
 -- Returns the state, or nil, err (kind "usage").
 function M.state(opts)
   opts = opts or {}
@@ -71,7 +73,7 @@ function M.state(opts)
   return {
     faults = list, rng = faults.rng(math.tointeger(seed)), player = player,
     ttft = ttft, tps = tps, recorded_speed = opts.recorded_speed,
-    now = opts.now or os.time, on_divergence = opts.on_divergence, script = opts.script,
+    now = opts.now or os.time, on_divergence = opts.on_divergence, script = opts.script or (opts.chat and chat.script) or nil,
     count = 0, log = {}, log_sizes = {}, log_bytes = 0, divergences = {},
     log_max = opts.log_max or M.LOG_MAX, log_bytes_max = opts.log_bytes or M.LOG_BYTES,
     generations = {}, generation_order = {}, generation_delay = delay, clock = opts.clock or core.now,

@@ -947,6 +947,21 @@ function Tracer:export(opts)
   return true
 end
 
+-- tracer:tree_text() -> the tree's text so far (every finished trace, with
+-- render_batch = 1; those still in a batch are not in it), "" when the tree
+-- is not asked for: `luagent chat`'s /trace reads it while it runs.
+function Tracer:tree_text()
+  local printed = self.printed
+  if not printed then return "" end
+  if io.type(printed) ~= "file" then return table.concat(printed) end
+  printed:flush()
+  local at = printed:seek("cur")
+  printed:seek("set")
+  local text = printed:read("a") or ""
+  printed:seek("set", at)
+  return text
+end
+
 -- tracer:context(ev) -> trace_id, span_id of the span an event belongs to
 -- (for log lines), or nil. (tracer.context_of is the same, as a function.)
 function Tracer:context(ev) return self.context_of(ev) end
