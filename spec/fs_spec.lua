@@ -18,6 +18,20 @@ end
 before_each(function() dir = helpers.tempdir() end)
 after_each(function() os.execute("chmod -R u+rwx " .. helpers.quote(dir) .. "; rm -rf " .. helpers.quote(dir)) end)
 
+-- How many descriptors this process has open on `path`.
+local function open_on(path)
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("a"):match("^%d+")
+  f:close()
+  local n = 0
+  local ls = assert(io.popen("ls -l /proc/" .. pid .. "/fd"))
+  for line in ls:lines() do
+    if line:sub(-#path - 4) == " -> " .. path then n = n + 1 end
+  end
+  ls:close()
+  return n
+end
+
 -- Waits (on the loop) until no fs operation is held in flight any more.
 local function settle()
   for _ = 1, 2000 do
@@ -188,6 +202,26 @@ describe("luagent.fs", function()
     assert.equal("cancelled", err.kind)
     assert.equal("cancelled", raised.kind)
     settle()
+    assert.equal(0, open_on(dir .. "/big"), "the abandoned read's descriptor was closed")
+  end)
+
+  it("closes the descriptor of an operation abandoned at any step", function()
+    -- cancelled after 0, 1, 2, ... loop passes: at the stat, the open, the
+    -- read, the close; none may leave the file open
+    write(dir .. "/big", string.rep("v", 4 * 1024 * 1024))
+    write(dir .. "/out", "")
+    for passes = 0, 60 do
+      for _, op in ipairs { function() fs.read(dir .. "/big") end,
+                            function() fs.write(dir .. "/out", string.rep("w", 1024 * 1024)) end } do
+        local t = core.spawn(op)
+        for _ = 1, passes do coroutine.yield() end
+        t:cancel("stop")
+        pcall(t.join, t)
+      end
+    end
+    settle()
+    assert.equal(0, open_on(dir .. "/big"), "no abandoned read left its file open")
+    assert.equal(0, open_on(dir .. "/out"), "no abandoned write left its file open")
   end)
 
   it("is cancelled with a Lua tool when its agent is aborted", function()
