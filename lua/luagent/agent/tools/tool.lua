@@ -28,7 +28,7 @@ local json = require "luagent.base.json"
 local secrets = require "luagent.base.secrets"
 local child_env = require "luagent.base.child_env"
 local sandbox = require "luagent.base.sandbox"
-local deadline = require "luagent.base.deadline"
+local exec = require "luagent.base.exec"
 local policies = require "luagent.model.policy"
 local schema = require "luagent.agent.tools.schema"
 
@@ -366,7 +366,8 @@ local function uncut(s, dropped)
   return s:sub(1, -n - 1), dropped + n
 end
 
--- One attempt of a command tool: a child process in its own group, the
+-- One attempt of a command tool (luagent.base.exec.run, as luagent.exec):
+-- a child process in its own group, the
 -- arguments as JSON on stdin (the model's text when it holds exactly the
 -- checked value: json.decode_strict, no key twice, every number finite;
 -- else the checked value encoded), the reduced environment and the tool's
@@ -405,23 +406,15 @@ end
 local function command_attempt(tool, args, ctx, timeout, policy)
   local raw = ctx.raw_arguments
   local input = type(raw) == "string" and type(json.decode_strict(raw)) == "table" and raw or json.encode(args)
-  local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace, cwd = tool.cwd,
-    env = argument_variables(child_env.build(tool.env), input, args), inherit_env = false,
+  local r, err = exec.run(tool.command, { stdin = input, grace = policy.grace, cwd = tool.cwd, timeout = timeout,
+    env = argument_variables(child_env.build(tool.env), input, args),
     max_output = policy.max_result_bytes + secrets.margin + 1 })
-  if not proc then
-    if tool.cwd then err.message = err.message .. " (in cwd '" .. tool.cwd .. "')" end
+  if not r then
+    if err.kind == "timeout" then
+      return nil, tool_timeout(tool.name, timeout)
+    end
     return nil, err, false
   end
-  local ok, r = pcall(deadline, timeout, proc.wait, proc)
-  if not ok then
-    pcall(proc.wait, proc) -- killed by the cancel hook: wait until the group is gone
-    proc:close()
-    if errors.is(r) and r.kind == "timeout" and r.which == "deadline" then
-      return nil, errors.new("tool_timeout", tool.name .. " timed out after " .. fmt(timeout) .. " s", { seconds = timeout })
-    end
-    error(r, 0)
-  end
-  proc:close()
   local stderr = uncut(r.stderr, r.stderr_dropped)
   if r.signal then
     return nil, errors.new("tool_error", string.format("%s died of signal %d%s", tool.name, r.signal,
