@@ -47,8 +47,9 @@ M.MAX_NAME = 64
 ---@field idempotent boolean? running it twice does what once does: retried too
 ---@field timeout number? seconds (default: the policy's `tool.timeout`, 60); it really stops the tool
 ---@field run (fun(args: table, ctx: luagent.ToolContext): any, any)? a Lua tool: runs as a task in the sandbox; returns the result (a string, or a value sent as JSON), or nil and an error
----@field command string[]? a command tool: argv (no shell), JSON arguments on stdin, stdout the result
+---@field command string[]? a command tool: argv (no shell); its arguments as JSON on stdin and in `LUAGENT_ARGS`, and each top-level string, number or boolean in `LUAGENT_ARG_<NAME>` (the name in capitals, other characters as _; one too long is left out); stdout the result
 ---@field env table<string, string|false>? a command tool's environment over the reduced one (`false` leaves a variable out)
+---@field cwd string? the folder a command tool runs in (default: ours)
 ---@field check (fun(args: table, ctx: luagent.ToolContext): any)? durable runs: after a crash while it ran, whether the call happened (its result) or not (nil)
 
 ---What a Lua tool's `run(args, ctx)` gets beside its arguments.
