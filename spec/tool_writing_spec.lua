@@ -118,6 +118,25 @@ describe("a tool with neither read_only nor idempotent", function()
     assert.matches("tool mail: neither read_only nor idempotent: a timeout of 60 s", notes("mail")[1])
   end)
 
+  it("is remembered only while its definition lives: a new one is reported, an old one forgotten", function()
+    -- the runtime keys what it noted by the definition's run function
+    -- (weakly): a key that outlived it (its address as text) grew with
+    -- every reload and could match a new run at the same address
+    local said = {}
+    local rt = luagent.runtime { log_level = "info", log_sink = function(_, line)
+      if line:find("neither read_only nor idempotent", 1, true) then said[#said + 1] = line end
+    end }
+    local model = { kind = "openai", model = "m", base_url = "http://127.0.0.1:9/v1", api_key = "k" }
+    for i = 1, 3 do
+      rt:agent { model = model, tools = { { name = "mail", description = "sends mail " .. i, run = function() end } } }
+    end
+    assert.equal(3, #said, table.concat(said, "\n"))
+    collectgarbage()
+    collectgarbage()
+    assert.is_nil(next(rt.noted), "the runtime forgot the definitions that are gone")
+    rt:close()
+  end)
+
   it("is reported on stderr by `luagent run --tools`", function()
     local r = helpers.run("run", "--mock", "--tools", "examples/tools", helpers.tempfile("return 0", ".lua"))
     assert.equal(0, r.code, r.stderr)

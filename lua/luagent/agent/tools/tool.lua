@@ -226,20 +226,31 @@ end
 
 local function fmt(s) return (string.format("%.3g", s)) end
 
+-- first_note(noted, tool) -> true the first time that note is due for
+-- this definition of the tool (and marks it said), false after. `noted` is
+-- the runtime's rt.noted, weak-keyed: a Lua tool's mark hangs off its run
+-- function, which the checked copies of one definition share (two agents
+-- given the same plain table get a copy each; a reloaded file is a new
+-- definition), and goes with it; a command tool's is its name, file and
+-- argv (a file reloaded with the same argv is the same command).
+function M.first_note(noted, t)
+  local key = t.run or table.concat({ t.name, tostring(t.source), table.concat(t.command, "\0") }, "\0")
+  local which = t.name .. "\0" .. tostring(t.source)
+  local said = noted[key]
+  if not said then
+    said = {}
+    noted[key] = said
+  end
+  if said[which] then return false end
+  said[which] = true
+  return true
+end
+
 -- unflagged_note(tool, timeout) -> the line that tells, once, what a
 -- timeout (`timeout`: the tool's own, else the policy's) of a tool with
 -- neither read_only nor idempotent does; nil for a flagged tool. Its set
 -- says it when it loads the tool (a folder), the agent when it is given a
 -- tool (lua/luagent/agent/loop.lua).
--- note_key(tool) -> what tells one definition of a tool from another for
--- that note: its name, file, and its run function (or argv), which the
--- checked copies of one definition share (two agents given the same plain
--- table get a copy each; a reloaded file is a new definition).
-function M.note_key(t)
-  return table.concat({ t.name, tostring(t.source), t.command and table.concat(t.command, "\0") or tostring(t.run) },
-    "\0")
-end
-
 function M.unflagged_note(t, timeout)
   if t.read_only or t.idempotent then return nil end
   return string.format("luagent: tool %s%s: neither read_only nor idempotent: a timeout of %s s will stop the run "
