@@ -18,7 +18,8 @@
 -- than A-Z, 0-9 and _ as _; as GitHub Actions hands inputs to a step), for
 -- a shell script that cannot read JSON; a variable longer than the system
 -- takes (ARG_VALUE_MAX) is left out, as are two arguments whose names give
--- the same variable. What a tool returns, prints or
+-- the same variable and those past a total (ARG_TOTAL_MAX: a quarter of
+-- ARG_MAX, at most 512 KiB). What a tool returns, prints or
 -- raises becomes a value of the agent here, scrubbed of every key
 -- (lua/luagent/base/secrets.lua): events, history, the journal and the next
 -- request only ever see it so.
@@ -391,26 +392,42 @@ end
 -- (Linux's MAX_ARG_STRLEN, 32 pages): a longer one fails the spawn.
 M.ARG_VALUE_MAX = 128 * 1024 - 1
 
+-- What all of them together may take: a quarter of what the system takes
+-- for a child's argv and environment (ARG_MAX, 2 MiB on Linux by default;
+-- past it the spawn fails, E2BIG, though stdin alone would do), at most
+-- 512 KiB; the rest is left to argv, the reduced environment and the
+-- tool's env.
+M.ARG_TOTAL_MAX = math.min(512 * 1024, (core.arg_max() or 512 * 1024 * 4) // 4)
+
 -- The variables a command's child gets its arguments in: LUAGENT_ARGS
 -- (the JSON it reads on stdin) and LUAGENT_ARG_<NAME> for each top-level
 -- string, number or boolean; laid over `env` (the tool's own cannot hide
--- them). One that does not fit is left out.
+-- them). One longer than ARG_VALUE_MAX is left out; so is one past the
+-- total of ARG_TOTAL_MAX: LUAGENT_ARGS first, then the others in name
+-- order, each while it fits in what is left.
 local function argument_variables(env, input, args)
-  local function fits(name, value) return #name + 1 + #value <= M.ARG_VALUE_MAX and not value:find("\0", 1, true) end
-  if fits("LUAGENT_ARGS", input) then env.LUAGENT_ARGS = input end
-  local vars, clash = {}, {}
+  local left = M.ARG_TOTAL_MAX
+  local function put(name, value)
+    local size = #name + 2 + #value -- "NAME=value" and its NUL
+    if size - 1 > M.ARG_VALUE_MAX or size > left or value:find("\0", 1, true) then return end
+    env[name] = value
+    left = left - size
+  end
+  put("LUAGENT_ARGS", input)
+  local vars, clash, names = {}, {}, {}
   for k, v in pairs(args) do
     local tv = type(v)
     if type(k) == "string" and (tv == "string" or tv == "number" or tv == "boolean") then
       local name = "LUAGENT_ARG_" .. k:upper():gsub("[^A-Z0-9_]", "_")
       local text = tv == "string" and v or tv == "boolean" and tostring(v)
         or math.type(v) == "integer" and string.format("%d", v) or string.format("%.17g", v)
-      if vars[name] then clash[name] = true end
+      if vars[name] then clash[name] = true else names[#names + 1] = name end
       vars[name] = text
     end
   end
-  for name, text in pairs(vars) do
-    if not clash[name] and fits(name, text) then env[name] = text end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    if not clash[name] then put(name, vars[name]) end
   end
   return env
 end
