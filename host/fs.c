@@ -8,7 +8,9 @@
  * lg_fs_abandon, after which the operation frees itself: a request not yet
  * started in the pool is cancelled (its callback comes with UV_ECANCELED),
  * one that runs ends there, and then the descriptor it opened, if any, is
- * closed and the memory freed. The path and the bytes to write are copies,
+ * closed and the memory freed. The close is a step in the pool like the
+ * others, the last one (on NFS a close flushes and may wait): a write whose
+ * close fails failed, step "close". The path and the bytes to write are copies,
  * so nothing of the caller's is touched after it let go. An operation
  * counts as held work (lg_loop_hold) from its start to its end, abandoned
  * or not: the host's own work off the loop, which the virtual clock does
@@ -44,6 +46,7 @@ struct lg_fs {
   size_t wdone;          /* write: bytes written so far */
   uv_file fd;            /* -1 when none is open */
   int abandoned;
+  int closing;           /* the close step is in the pool: never cancelled */
   int finished;          /* done ran (or the operation failed to start) */
   lg_fs_result r;
   char *rbuf;            /* read: the bytes */
@@ -88,20 +91,9 @@ static void free_op(lg_fs *op) {
   free(op);
 }
 
-/* Closes the descriptor, if one is open, synchronously: a close of a
- * regular file does not wait. */
-static void close_fd(lg_fs *op) {
-  if (op->fd < 0) return;
-  uv_fs_t req;
-  uv_fs_close(NULL, &req, op->fd, NULL);
-  uv_fs_req_cleanup(&req);
-  op->fd = -1;
-}
-
-/* The operation ends (well or not): its descriptor is closed, the loop
+/* The operation ends (well or not), its descriptor closed: the loop
  * told, and done called, or, abandoned, it frees itself. */
-static void finish(lg_fs *op) {
-  close_fd(op);
+static void finish_now(lg_fs *op) {
   op->finished = 1;
   lg_loop_hold(op->loop, -1);
   lg_loop_activity(op->loop);
@@ -110,6 +102,38 @@ static void finish(lg_fs *op) {
     return;
   }
   op->o.done(op->o.arg);
+}
+
+/* The close step ended. A write's close that fails (a full disk or a
+ * quota on NFS: close flushes) is a failed write, unless it failed
+ * already; other closes' errors change nothing. */
+static void close_cb(uv_fs_t *req) {
+  lg_fs *op = req->data;
+  int res = (int)req->result;
+  uv_fs_req_cleanup(req);
+  op->closing = 0;
+  if (res < 0 && op->o.kind == LG_FS_WRITE && op->r.err == 0 && op->r.why == LG_FS_OK) {
+    op->r.err = res;
+    op->r.step = "close";
+  }
+  finish_now(op);
+}
+
+/* The operation ends: the descriptor, if one is open, is closed first as
+ * one more step in the pool (on NFS a close flushes, and may wait long),
+ * then finish_now. An abandoned operation's close is not cancelled. */
+static void finish(lg_fs *op) {
+  if (op->fd >= 0) {
+    uv_file fd = op->fd;
+    op->fd = -1;
+    op->closing = 1;
+    if (uv_fs_close(lg_loop_uv(op->loop), &op->req, fd, close_cb) == 0) return;
+    op->closing = 0; /* not started (it cannot be, short of a bad request): here then */
+    uv_fs_t req;
+    uv_fs_close(NULL, &req, fd, NULL);
+    uv_fs_req_cleanup(&req);
+  }
+  finish_now(op);
 }
 
 static void fail(lg_fs *op, const char *step, int err) {
@@ -249,14 +273,7 @@ static void write_cb(uv_fs_t *req);
 
 static void write_more(lg_fs *op) {
   if (op->wdone == op->o.len) {
-    /* a close that fails (a full disk on NFS) is a failed write */
-    uv_file fd = op->fd;
-    op->fd = -1;
-    uv_fs_t creq;
-    int rc = uv_fs_close(NULL, &creq, fd, NULL);
-    uv_fs_req_cleanup(&creq);
-    if (rc < 0) fail(op, "close", rc);
-    else finish(op);
+    finish(op); /* the close is the last step: if it fails, so does the write */
     return;
   }
   size_t left = op->o.len - op->wdone;
@@ -461,5 +478,7 @@ void lg_fs_abandon(lg_fs *op) {
     return;
   }
   op->abandoned = 1;
-  uv_cancel((uv_req_t *)&op->req); /* a step not yet started ends UV_ECANCELED */
+  /* a step not yet started ends UV_ECANCELED; a close is let run, or the
+   * descriptor would stay open */
+  if (!op->closing) uv_cancel((uv_req_t *)&op->req);
 }

@@ -106,25 +106,25 @@ static int push_failure(lua_State *L, fs_ud *u, const lg_fs_result *r, const cha
   if (r->err) {
     reason = reason_of(r->err, u->kind);
     code = uv_err_name(r->err);
-    lua_pushfstring(L, "fs.%s: cannot %s '%s': %s", op, op, path, uv_strerror(r->err));
+    lua_pushfstring(L, "cannot %s '%s': %s", op, path, uv_strerror(r->err));
   } else {
     switch (r->why) {
       case LG_FS_IS_DIR:
         reason = "directory";
-        lua_pushfstring(L, "fs.%s: '%s' is a folder, not a file", op, path);
+        lua_pushfstring(L, "cannot %s '%s': it is a folder, not a file", op, path);
         break;
       case LG_FS_NOT_REGULAR:
         reason = "not_regular";
-        lua_pushfstring(L, "fs.%s: '%s' is not a regular file (%s)", op, path, type_text(r->found));
+        lua_pushfstring(L, "cannot %s '%s': it is not a regular file (%s)", op, path, type_text(r->found));
         break;
       case LG_FS_TOO_LARGE:
         reason = "too_large";
-        lua_pushfstring(L, "fs.%s: '%s' holds more than %I bytes (max_bytes; %I or more found)", op, path,
+        lua_pushfstring(L, "cannot %s '%s': it holds more than %I bytes (max_bytes; %I or more found)", op, path,
                         (lua_Integer)lua_tointeger(L, 2), (lua_Integer)r->size);
         break;
       default:
         reason = "not_directory";
-        lua_pushfstring(L, "fs.%s: '%s' is not a folder", op, path);
+        lua_pushfstring(L, "cannot %s '%s': it is not a folder", op, path);
         break;
     }
   }

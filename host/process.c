@@ -447,6 +447,13 @@ void lg_process_release(lg_process *p) {
     end_capture(p, &p->out);
     end_capture(p, &p->err);
     check_finished(p);
+  } else if (p->exited) {
+    /* the drain stopped above would have ended the output: a process that
+     * left the group may hold the pipes for good, and until they end the
+     * child counts as busy and as real work */
+    end_capture(p, &p->out);
+    end_capture(p, &p->err);
+    check_finished(p);
   }
   maybe_free(p);
 }

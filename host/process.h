@@ -90,7 +90,8 @@ void lg_process_take(lg_process *p, size_t n);
  * group killed (SIGKILL). Memory is freed once libuv closed every handle. */
 void lg_process_release(lg_process *p);
 
-/* Sets process_spawn into the table on top of the stack (process_lua.c). */
+/* Sets process_spawn, environment and arg_max into the table on top of
+ * the stack (process_lua.c). */
 void lg_process_register(lua_State *L);
 
 #endif

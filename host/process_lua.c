@@ -8,11 +8,14 @@
  * close_stdin() feed its stdin (queued() says how much waits unread), read_line() suspends for the next line of
  * its stdout (cancelling a read only stops the read), stderr() shows the
  * latest bytes of its stderr. core.environment() lists this process's
- * environment (children get what lua/luagent/base/child_env.lua allows). */
+ * environment (children get what lua/luagent/base/child_env.lua allows);
+ * core.arg_max() says how many bytes a child's argv and environment may
+ * take together (sysconf ARG_MAX: past it the spawn fails, E2BIG). */
 #include <lauxlib.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "errors.h"
@@ -423,8 +426,18 @@ static int l_environment(lua_State *L) {
   return 1;
 }
 
-/* Creates the "luagent.Process" metatable and sets process_spawn and
- * environment into the table on the stack. */
+/* arg_max() -> the bytes a child's argv and environment may take
+ * together (sysconf(_SC_ARG_MAX), which follows the stack limit on Linux),
+ * or nil when the system does not say. */
+static int l_arg_max(lua_State *L) {
+  long n = sysconf(_SC_ARG_MAX);
+  if (n <= 0) lua_pushnil(L);
+  else lua_pushinteger(L, (lua_Integer)n);
+  return 1;
+}
+
+/* Creates the "luagent.Process" metatable and sets process_spawn,
+ * environment and arg_max into the table on the stack. */
 void lg_process_register(lua_State *L) {
   static const luaL_Reg methods[] = {{"wait", l_proc_wait},         {"kill", l_proc_kill},
                                      {"pid", l_proc_pid},           {"finished", l_proc_finished},
@@ -437,4 +450,6 @@ void lg_process_register(lua_State *L) {
   lua_setfield(L, -2, "process_spawn");
   lua_pushcfunction(L, l_environment);
   lua_setfield(L, -2, "environment");
+  lua_pushcfunction(L, l_arg_max);
+  lua_setfield(L, -2, "arg_max");
 }

@@ -18,6 +18,20 @@ end
 before_each(function() dir = helpers.tempdir() end)
 after_each(function() os.execute("chmod -R u+rwx " .. helpers.quote(dir) .. "; rm -rf " .. helpers.quote(dir)) end)
 
+-- How many descriptors this process has open on `path`.
+local function open_on(path)
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("a"):match("^%d+")
+  f:close()
+  local n = 0
+  local ls = assert(io.popen("ls -l /proc/" .. pid .. "/fd"))
+  for line in ls:lines() do
+    if line:sub(-#path - 4) == " -> " .. path then n = n + 1 end
+  end
+  ls:close()
+  return n
+end
+
 -- Waits (on the loop) until no fs operation is held in flight any more.
 local function settle()
   for _ = 1, 2000 do
@@ -62,6 +76,8 @@ describe("luagent.fs", function()
     assert.equal("read", err.op)
     assert.equal("ENOENT", err.code)
     assert.matches(missing, err.message, 1, true)
+    -- the kind, then the message: what could not be done to which path
+    assert.equal("fs: cannot read '" .. missing .. "': no such file or directory", tostring(err))
     assert.equal("missing", select(2, fs.stat(missing)).reason)
     assert.equal("missing", select(2, fs.list(missing)).reason)
     assert.equal("missing", select(2, fs.write(dir .. "/no/such/dir/x", "y")).reason)
@@ -70,12 +86,14 @@ describe("luagent.fs", function()
     assert.equal("directory", derr.reason)
     assert.matches(dir, derr.message, 1, true)
     assert.matches("is a folder", derr.message, 1, true)
+    assert.equal("fs: cannot read '" .. dir .. "': it is a folder, not a file", tostring(derr))
     assert.equal("directory", select(2, fs.write(dir, "x")).reason)
 
     write(dir .. "/f", "x")
     local _, lerr = fs.list(dir .. "/f")
     assert.equal("not_directory", lerr.reason)
     assert.matches(dir .. "/f", lerr.message, 1, true)
+    assert.equal("fs: cannot list '" .. dir .. "/f': not a directory", tostring(lerr))
 
     -- a FIFO is refused unread: it would hold a thread of the pool for good
     os.execute("mkfifo " .. helpers.quote(dir .. "/fifo"))
@@ -88,6 +106,7 @@ describe("luagent.fs", function()
     local _, nerr = fs.write("/dev/null", "x")
     assert.equal("not_regular", nerr.reason)
     assert.matches("a character device", nerr.message, 1, true)
+    assert.equal("fs: cannot write '/dev/null': it is not a regular file (a character device)", tostring(nerr))
     assert.equal("char_device", fs.stat("/dev/null").type)
   end)
 
@@ -188,6 +207,26 @@ describe("luagent.fs", function()
     assert.equal("cancelled", err.kind)
     assert.equal("cancelled", raised.kind)
     settle()
+    assert.equal(0, open_on(dir .. "/big"), "the abandoned read's descriptor was closed")
+  end)
+
+  it("closes the descriptor of an operation abandoned at any step", function()
+    -- cancelled after 0, 1, 2, ... loop passes: at the stat, the open, the
+    -- read, the close; none may leave the file open
+    write(dir .. "/big", string.rep("v", 4 * 1024 * 1024))
+    write(dir .. "/out", "")
+    for passes = 0, 60 do
+      for _, op in ipairs { function() fs.read(dir .. "/big") end,
+                            function() fs.write(dir .. "/out", string.rep("w", 1024 * 1024)) end } do
+        local t = core.spawn(op)
+        for _ = 1, passes do coroutine.yield() end
+        t:cancel("stop")
+        pcall(t.join, t)
+      end
+    end
+    settle()
+    assert.equal(0, open_on(dir .. "/big"), "no abandoned read left its file open")
+    assert.equal(0, open_on(dir .. "/out"), "no abandoned write left its file open")
   end)
 
   it("is cancelled with a Lua tool when its agent is aborted", function()

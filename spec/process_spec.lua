@@ -194,6 +194,33 @@ describe("killing a process group", function()
     assert.is_true(q:wait().killed)
   end)
 
+  it("closed after its exit while a process that left its group holds its pipes, it is no work any more", function()
+    -- the drain would have ended the output; a close before it fires must
+    -- end it too, or the child counts as real work (and busy) for good
+    local p = assert(core.process_spawn({ "sh", "-c", 'setsid sleep 20 & echo $! > "$1"; sleep .1; echo hi', "sh", pidfile }))
+    local pid = p:pid()
+    finally(function()
+      local gpid = grandchild()
+      if gpid then os.execute("kill -9 " .. gpid .. " 2>/dev/null") end
+    end)
+    assert.is_true(eventually(function() -- reaped, the drain not yet over
+      local f = io.open("/proc/" .. pid .. "/stat")
+      if f then f:close() end
+      return f == nil
+    end, 5))
+    assert.is_false(p:finished())
+    assert.equal(1, luagent.stats().real)
+    p:close()
+    assert.equal(0, luagent.stats().real, "a closed child is no real work")
+    assert.equal(0, luagent.stats().busy)
+    luagent.clock.virtual()
+    local started = os.time()
+    local ok, err = pcall(luagent.sleep, 30)
+    luagent.clock.real()
+    assert(ok, err)
+    assert.is_true(os.time() - started < 10, "the virtual sleep jumped")
+  end)
+
   it("kill(0) sends SIGKILL at once; a cooperative child ends on SIGTERM", function()
     local p = assert(core.process_spawn({ "sleep", "30" }))
     p:kill()

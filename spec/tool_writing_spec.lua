@@ -44,6 +44,29 @@ describe("a command tool", function()
     os.remove(dir)
   end)
 
+  it("gets many large arguments on stdin whole, leaving out the variables past a total budget", function()
+    -- each variable is under the system's bound for one, but 24 of 100 KiB
+    -- are past ARG_MAX together: the spawn failed with E2BIG
+    local args = {}
+    for i = 1, 24 do args[string.format("a%02d", i)] = string.rep(string.char(96 + i), 100 * 1024) end
+    local t = tools.new { name = "many", description = "counts what it gets", read_only = true,
+      command = { "sh", "-c", "wc -c; env | grep '^LUAGENT_ARG' | cut -d= -f1 | sort" } }
+    local out = run_tool(t, args)
+    assert.is_nil(out.error, out.content)
+    local stdin, names = out.content:match("^%s*(%d+)\n(.*)$")
+    assert.equal(#require("luagent.base.json").encode(args), tonumber(stdin))
+    local got, total = {}, 0
+    for name in names:gmatch("[^\n]+") do
+      got[#got + 1] = name
+      local key = name:match("^LUAGENT_ARG_A(%d%d)$")
+      assert(key, "only the variables of arguments that fit: " .. name)
+      total = total + #name + 2 + 100 * 1024
+    end
+    assert.is_true(#got > 0 and #got < 24, #got .. " variables")
+    assert.equal("LUAGENT_ARG_A01", got[1]) -- in name order, while they fit
+    assert.is_true(total <= require("luagent.agent.tools.tool").ARG_TOTAL_MAX, total .. " bytes of variables")
+  end)
+
   it("says which cwd it could not start in; cwd is for a command tool", function()
     local t = tools.new { name = "nowhere", description = "d", read_only = true, cwd = "/no/such/dir",
       command = { "true" } }
@@ -116,6 +139,25 @@ describe("a tool with neither read_only nor idempotent", function()
     luagent.agent { model = model, tools = { t } }
     assert.equal(1, #notes("mail"), table.concat(lines, "\n"))
     assert.matches("tool mail: neither read_only nor idempotent: a timeout of 60 s", notes("mail")[1])
+  end)
+
+  it("is remembered only while its definition lives: a new one is reported, an old one forgotten", function()
+    -- the runtime keys what it noted by the definition's run function
+    -- (weakly): a key that outlived it (its address as text) grew with
+    -- every reload and could match a new run at the same address
+    local said = {}
+    local rt = luagent.runtime { log_level = "info", log_sink = function(_, line)
+      if line:find("neither read_only nor idempotent", 1, true) then said[#said + 1] = line end
+    end }
+    local model = { kind = "openai", model = "m", base_url = "http://127.0.0.1:9/v1", api_key = "k" }
+    for i = 1, 3 do
+      rt:agent { model = model, tools = { { name = "mail", description = "sends mail " .. i, run = function() end } } }
+    end
+    assert.equal(3, #said, table.concat(said, "\n"))
+    collectgarbage()
+    collectgarbage()
+    assert.is_nil(next(rt.noted), "the runtime forgot the definitions that are gone")
+    rt:close()
   end)
 
   it("is reported on stderr by `luagent run --tools`", function()

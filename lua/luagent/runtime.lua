@@ -72,7 +72,9 @@ function M.new(settings)
     -- function(iter) -> iter laid over the iterator of events a stream or
     -- an agent's prompt hands its caller (the retry-safe filter)
     event_filters = {},
-    noted = {},         -- tools.note_key(tool) -> true: its unflagged note was said
+    -- a definition's run function (or a command's text) -> {[name\0file] = true}:
+    -- its unflagged note was said (tools.first_note); weak: gone with it
+    noted = setmetatable({}, { __mode = "k" }),
     meters = {},        -- name -> what rt:meter started
     tracer = nil,       -- what rt:trace started, while it traces
     toolsets = setmetatable({}, { __mode = "k" }), -- set -> true: tool sets to close with the runtime

@@ -189,9 +189,7 @@ function Agent:note_unflagged()
     local snap = src:snapshot()
     for _, name in ipairs(snap.names) do
       local t = snap.tools[name]
-      local key = tools.note_key(t)
-      if not noted[key] then
-        noted[key] = true
+      if tools.first_note(noted, t) then
         local r = self:as_run(t, policy)
         if t.mcp and not (r.read_only or r.idempotent) then
           local server = t.mcp.server

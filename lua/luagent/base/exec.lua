@@ -79,16 +79,39 @@ end
 ---@return table|nil err an error record (kind "process" or "timeout")
 function M.exec(opts)
   local env = check(opts)
-  local grace = opts.grace or M.GRACE
-  local proc, err = core.process_spawn(opts.argv, { stdin = opts.stdin, cwd = opts.cwd, grace = grace,
-    env = child_env.build(env), inherit_env = false, max_output = opts.max_output or M.MAX_OUTPUT })
+  local r, err = M.run(opts.argv, { stdin = opts.stdin, cwd = opts.cwd, grace = opts.grace or M.GRACE,
+    env = child_env.build(env), max_output = opts.max_output or M.MAX_OUTPUT, timeout = opts.timeout })
+  if not r then
+    if err.kind == "timeout" then
+      return nil, errors.new("timeout", string.format("exec: %s ran past its timeout of %g s and was killed",
+        opts.argv[1], opts.timeout), { which = "exec", seconds = opts.timeout })
+    end
+    return nil, err
+  end
+  r.killed = nil
+  return r
+end
+
+-- run(argv, o) -> result | nil, err: what exec and a command tool's attempt
+-- (lua/luagent/agent/tools/tool.lua) share. Spawns argv with exactly the
+-- environment o.env (a full one: child_env.build's, nothing inherited),
+-- o.stdin, o.cwd, o.grace and o.max_output, and waits for its end, within
+-- o.timeout seconds if given. err is the spawn's `process` record (the
+-- message then names the cwd), or, past the timeout, the deadline's
+-- `timeout` record (which = "deadline"): the group was killed and is gone
+-- (bounded by the grace), for the caller to name as its own. A
+-- cancellation of the caller kills the group too, waits for it the same
+-- way, then raises.
+function M.run(argv, o)
+  local proc, err = core.process_spawn(argv, { stdin = o.stdin, cwd = o.cwd, grace = o.grace,
+    env = o.env, inherit_env = false, max_output = o.max_output })
   if not proc then
-    if opts.cwd then err.message = err.message .. " (in cwd '" .. opts.cwd .. "')" end
+    if o.cwd then err.message = err.message .. " (in cwd '" .. o.cwd .. "')" end
     return nil, err
   end
   local ok, r
-  if opts.timeout then
-    ok, r = pcall(deadline, opts.timeout, proc.wait, proc)
+  if o.timeout then
+    ok, r = pcall(deadline, o.timeout, proc.wait, proc)
   else
     ok, r = pcall(proc.wait, proc)
   end
@@ -97,14 +120,10 @@ function M.exec(opts)
     -- (bounded by the grace), then let go of it
     pcall(proc.wait, proc)
     proc:close()
-    if errors.is(r) and r.kind == "timeout" and r.which == "deadline" then
-      return nil, errors.new("timeout", string.format("exec: %s ran past its timeout of %g s and was killed",
-        opts.argv[1], opts.timeout), { which = "exec", seconds = opts.timeout })
-    end
+    if errors.is(r) and r.kind == "timeout" and r.which == "deadline" then return nil, r end
     error(r, 0)
   end
   proc:close()
-  r.killed = nil
   return r
 end
 

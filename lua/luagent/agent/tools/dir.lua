@@ -205,9 +205,7 @@ function Set:note_unflagged(list)
   if not rt then return end
   local timeout
   for _, t in ipairs(list) do
-    local key = tool.note_key(t)
-    if not rt.noted[key] then
-      rt.noted[key] = true
+    if tool.first_note(rt.noted, t) then
       timeout = timeout or tool.section_in_force(nil, nil, rt.policies).timeout
       local line = tool.unflagged_note(t, timeout)
       if line then rt.diag:write("note", line) end

@@ -29,7 +29,7 @@ local M = {
   check_outcome = tool.check_outcome,
   section_in_force = tool.section_in_force, -- (tool_policy, policy, cache) -> the tool section
   unflagged_note = tool.unflagged_note, -- (tool, timeout) -> what a timeout of an unflagged tool does, or nil
-  note_key = tool.note_key,       -- (tool) -> what tells its definition from another's, for that note
+  first_note = tool.first_note,   -- (rt.noted, tool) -> whether that note is due for its definition (marks it)
   mcp_flags = mcp.flags_for, -- (tool, tool section) -> read_only, idempotent of an MCP tool under that section
   -- tool sets (lua/luagent/agent/tools/set.lua)
   static = set.static,            -- static(list) -> a set that never changes

@@ -18,7 +18,8 @@
 -- than A-Z, 0-9 and _ as _; as GitHub Actions hands inputs to a step), for
 -- a shell script that cannot read JSON; a variable longer than the system
 -- takes (ARG_VALUE_MAX) is left out, as are two arguments whose names give
--- the same variable. What a tool returns, prints or
+-- the same variable and those past a total (ARG_TOTAL_MAX: a quarter of
+-- ARG_MAX, at most 512 KiB). What a tool returns, prints or
 -- raises becomes a value of the agent here, scrubbed of every key
 -- (lua/luagent/base/secrets.lua): events, history, the journal and the next
 -- request only ever see it so.
@@ -28,7 +29,7 @@ local json = require "luagent.base.json"
 local secrets = require "luagent.base.secrets"
 local child_env = require "luagent.base.child_env"
 local sandbox = require "luagent.base.sandbox"
-local deadline = require "luagent.base.deadline"
+local exec = require "luagent.base.exec"
 local policies = require "luagent.model.policy"
 local schema = require "luagent.agent.tools.schema"
 
@@ -47,8 +48,9 @@ M.MAX_NAME = 64
 ---@field idempotent boolean? running it twice does what once does: retried too
 ---@field timeout number? seconds (default: the policy's `tool.timeout`, 60); it really stops the tool
 ---@field run (fun(args: table, ctx: luagent.ToolContext): any, any)? a Lua tool: runs as a task in the sandbox; returns the result (a string, or a value sent as JSON), or nil and an error
----@field command string[]? a command tool: argv (no shell), JSON arguments on stdin, stdout the result
+---@field command string[]? a command tool: argv (no shell); its arguments as JSON on stdin and in `LUAGENT_ARGS`, and each top-level string, number or boolean in `LUAGENT_ARG_<NAME>` (the name in capitals, other characters as _; one too long is left out); stdout the result
 ---@field env table<string, string|false>? a command tool's environment over the reduced one (`false` leaves a variable out)
+---@field cwd string? the folder a command tool runs in (default: ours)
 ---@field check (fun(args: table, ctx: luagent.ToolContext): any)? durable runs: after a crash while it ran, whether the call happened (its result) or not (nil)
 
 ---What a Lua tool's `run(args, ctx)` gets beside its arguments.
@@ -225,20 +227,31 @@ end
 
 local function fmt(s) return (string.format("%.3g", s)) end
 
+-- first_note(noted, tool) -> true the first time that note is due for
+-- this definition of the tool (and marks it said), false after. `noted` is
+-- the runtime's rt.noted, weak-keyed: a Lua tool's mark hangs off its run
+-- function, which the checked copies of one definition share (two agents
+-- given the same plain table get a copy each; a reloaded file is a new
+-- definition), and goes with it; a command tool's is its name, file and
+-- argv (a file reloaded with the same argv is the same command).
+function M.first_note(noted, t)
+  local key = t.run or table.concat({ t.name, tostring(t.source), table.concat(t.command, "\0") }, "\0")
+  local which = t.name .. "\0" .. tostring(t.source)
+  local said = noted[key]
+  if not said then
+    said = {}
+    noted[key] = said
+  end
+  if said[which] then return false end
+  said[which] = true
+  return true
+end
+
 -- unflagged_note(tool, timeout) -> the line that tells, once, what a
 -- timeout (`timeout`: the tool's own, else the policy's) of a tool with
 -- neither read_only nor idempotent does; nil for a flagged tool. Its set
 -- says it when it loads the tool (a folder), the agent when it is given a
 -- tool (lua/luagent/agent/loop.lua).
--- note_key(tool) -> what tells one definition of a tool from another for
--- that note: its name, file, and its run function (or argv), which the
--- checked copies of one definition share (two agents given the same plain
--- table get a copy each; a reloaded file is a new definition).
-function M.note_key(t)
-  return table.concat({ t.name, tostring(t.source), t.command and table.concat(t.command, "\0") or tostring(t.run) },
-    "\0")
-end
-
 function M.unflagged_note(t, timeout)
   if t.read_only or t.idempotent then return nil end
   return string.format("luagent: tool %s%s: neither read_only nor idempotent: a timeout of %s s will stop the run "
@@ -366,7 +379,8 @@ local function uncut(s, dropped)
   return s:sub(1, -n - 1), dropped + n
 end
 
--- One attempt of a command tool: a child process in its own group, the
+-- One attempt of a command tool (luagent.base.exec.run, as luagent.exec):
+-- a child process in its own group, the
 -- arguments as JSON on stdin (the model's text when it holds exactly the
 -- checked value: json.decode_strict, no key twice, every number finite;
 -- else the checked value encoded), the reduced environment and the tool's
@@ -378,26 +392,42 @@ end
 -- (Linux's MAX_ARG_STRLEN, 32 pages): a longer one fails the spawn.
 M.ARG_VALUE_MAX = 128 * 1024 - 1
 
+-- What all of them together may take: a quarter of what the system takes
+-- for a child's argv and environment (ARG_MAX, 2 MiB on Linux by default;
+-- past it the spawn fails, E2BIG, though stdin alone would do), at most
+-- 512 KiB; the rest is left to argv, the reduced environment and the
+-- tool's env.
+M.ARG_TOTAL_MAX = math.min(512 * 1024, (core.arg_max() or 512 * 1024 * 4) // 4)
+
 -- The variables a command's child gets its arguments in: LUAGENT_ARGS
 -- (the JSON it reads on stdin) and LUAGENT_ARG_<NAME> for each top-level
 -- string, number or boolean; laid over `env` (the tool's own cannot hide
--- them). One that does not fit is left out.
+-- them). One longer than ARG_VALUE_MAX is left out; so is one past the
+-- total of ARG_TOTAL_MAX: LUAGENT_ARGS first, then the others in name
+-- order, each while it fits in what is left.
 local function argument_variables(env, input, args)
-  local function fits(name, value) return #name + 1 + #value <= M.ARG_VALUE_MAX and not value:find("\0", 1, true) end
-  if fits("LUAGENT_ARGS", input) then env.LUAGENT_ARGS = input end
-  local vars, clash = {}, {}
+  local left = M.ARG_TOTAL_MAX
+  local function put(name, value)
+    local size = #name + 2 + #value -- "NAME=value" and its NUL
+    if size - 1 > M.ARG_VALUE_MAX or size > left or value:find("\0", 1, true) then return end
+    env[name] = value
+    left = left - size
+  end
+  put("LUAGENT_ARGS", input)
+  local vars, clash, names = {}, {}, {}
   for k, v in pairs(args) do
     local tv = type(v)
     if type(k) == "string" and (tv == "string" or tv == "number" or tv == "boolean") then
       local name = "LUAGENT_ARG_" .. k:upper():gsub("[^A-Z0-9_]", "_")
       local text = tv == "string" and v or tv == "boolean" and tostring(v)
         or math.type(v) == "integer" and string.format("%d", v) or string.format("%.17g", v)
-      if vars[name] then clash[name] = true end
+      if vars[name] then clash[name] = true else names[#names + 1] = name end
       vars[name] = text
     end
   end
-  for name, text in pairs(vars) do
-    if not clash[name] and fits(name, text) then env[name] = text end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    if not clash[name] then put(name, vars[name]) end
   end
   return env
 end
@@ -405,23 +435,15 @@ end
 local function command_attempt(tool, args, ctx, timeout, policy)
   local raw = ctx.raw_arguments
   local input = type(raw) == "string" and type(json.decode_strict(raw)) == "table" and raw or json.encode(args)
-  local proc, err = core.process_spawn(tool.command, { stdin = input, grace = policy.grace, cwd = tool.cwd,
-    env = argument_variables(child_env.build(tool.env), input, args), inherit_env = false,
+  local r, err = exec.run(tool.command, { stdin = input, grace = policy.grace, cwd = tool.cwd, timeout = timeout,
+    env = argument_variables(child_env.build(tool.env), input, args),
     max_output = policy.max_result_bytes + secrets.margin + 1 })
-  if not proc then
-    if tool.cwd then err.message = err.message .. " (in cwd '" .. tool.cwd .. "')" end
+  if not r then
+    if err.kind == "timeout" then
+      return nil, tool_timeout(tool.name, timeout)
+    end
     return nil, err, false
   end
-  local ok, r = pcall(deadline, timeout, proc.wait, proc)
-  if not ok then
-    pcall(proc.wait, proc) -- killed by the cancel hook: wait until the group is gone
-    proc:close()
-    if errors.is(r) and r.kind == "timeout" and r.which == "deadline" then
-      return nil, errors.new("tool_timeout", tool.name .. " timed out after " .. fmt(timeout) .. " s", { seconds = timeout })
-    end
-    error(r, 0)
-  end
-  proc:close()
   local stderr = uncut(r.stderr, r.stderr_dropped)
   if r.signal then
     return nil, errors.new("tool_error", string.format("%s died of signal %d%s", tool.name, r.signal,
