@@ -612,7 +612,11 @@ describe("a broken server", function()
     assert.has_error(function() luagent.tools.mcp {} end,
       'tools.mcp: needs exactly one of command (an argv list) and url')
     assert.has_error(function() luagent.tools.mcp { command = { "x" }, colour = 1 } end,
-      "tools.mcp: unknown option 'colour'")
+      "tools.mcp: unknown option 'colour' (known: command, env, cwd, url, headers, name, prefix, timeout, policy, "
+        .. "tool_policy, roots, restart, init_timeout, request_timeout, ping_interval, ping_timeout, max_message, "
+        .. "max_tools)")
+    assert.has_error(function() luagent.tools.mcp { command = { "x" }, prefx = "a" } end,
+      "tools.mcp: unknown option 'prefx' (did you mean 'prefix'?)")
     assert.has_error(function() luagent.tools.mcp { url = "ftp://x" } end,
       "tools.mcp: url must be an http:// or https:// address")
     assert.has_error(function() luagent.tools.mcp { command = { "x" }, env = { A = 1 } } end,

@@ -24,7 +24,8 @@
 -- settings: nothing outside a module assigns its fields (spec/settings_spec.lua
 -- checks that too).
 --
--- This file requires nothing, so a plain `lua5.4` reads it (mk/settings.lua).
+-- This file requires only lua/luagent/base/options.lua, which requires
+-- nothing, so a plain `lua5.4` reads it (mk/settings.lua).
 
 ---The settings of a runtime (`luagent.runtime{...}`, `luagent.configure{...}`);
 ---README.md, "Settings", has the table with defaults, flags and variables.
@@ -55,6 +56,8 @@
 ---@field run_info {script: string, args: string[], options: table, cwd: string}? what a durable run records of itself
 ---@field retry_safe boolean? hold each attempt's events until it succeeds, in what every stream and agent of the runtime hands its caller (`--retry-safe`)
 ---@field tools luagent.ToolSet? a tool set every agent of the runtime gets after its own tools (`--tools DIR`)
+local options = require "luagent.base.options"
+
 local M = {}
 
 M.LOG_LEVELS = { debug = 1, info = 2, warn = 3, error = 4, off = 5 }
@@ -231,9 +234,9 @@ M.SETTINGS = {
     help = "what a durable run records of itself: {script=, args=, options=, cwd=}" },
 }
 
-local BY_NAME, BY_FLAG = {}, {}
+local BY_NAME, BY_FLAG, NAMES = {}, {}, {} -- NAMES: the settings' names, in the table's order
 for _, e in ipairs(M.SETTINGS) do
-  if e.name then BY_NAME[e.name] = e end
+  if e.name then BY_NAME[e.name] = e NAMES[#NAMES + 1] = e.name end
   if e.flag then BY_FLAG[e.flag] = e end
 end
 
@@ -305,7 +308,10 @@ function Settings:set(t, api, level)
   if type(t) ~= "table" then error(api .. ": expects a table", level) end
   for k, v in pairs(t) do
     local e = BY_NAME[k]
-    if not e then error(api .. ": no setting '" .. tostring(k) .. "'", level) end
+    if not e then
+      local near = options.nearest(k, NAMES)
+      error(api .. ": no setting '" .. tostring(k) .. "'" .. (near and " (did you mean '" .. near .. "'?)" or ""), level)
+    end
     if v ~= false and not e.check(v) then
       error(string.format("%s: %s must be %s, got %s", api, k, e.want, shown(v)), level)
     end

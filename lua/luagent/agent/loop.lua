@@ -28,10 +28,17 @@ local tools = require "luagent.agent.tools"
 local replay = require "luagent.agent.replay"
 local add_usage = require("luagent.base.usage").add
 local zero_usage = require("luagent.base.usage").zero
+local options = require "luagent.base.options"
 
 local M = {}
 
 M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
+
+-- The options `luagent.agent{...}` takes (M.new reads them; the class
+-- below documents them): any other key raises, naming the nearest. A new
+-- option is added here.
+M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_policy", "max_turns",
+  "max_parallel_tools", "loop_guard", "max_tokens", "temperature", "messages", "durable", "max_cost" }
 
 ---What `luagent.agent{...}` takes. Only `model` is required.
 ---@class luagent.AgentOptions
@@ -107,7 +114,10 @@ end
 -- follows `luagent run --durable`. Raises on misuse.
 function M.new(rt, opts)
   if type(opts) ~= "table" then error("agent: expects a table", 2) end
+  options.check(opts, M.OPTIONS, "agent")
   if opts.model == nil then error("agent: model is required", 2) end
+  -- a policy table (or file, or name) given here is checked here, not at the first call
+  if opts.policy ~= nil then rt.policies:resolve(opts.policy, 2, "agent") end
   local tool_policy
   if opts.tool_policy ~= nil then
     local err

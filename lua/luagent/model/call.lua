@@ -51,6 +51,7 @@ local provider_mod = require "luagent.model.provider"
 local endpoint = require "luagent.model.endpoint"
 local queue = require "luagent.base.queue"
 local add_usage = require("luagent.base.usage").add
+local options = require "luagent.base.options"
 
 local M = {}
 
@@ -604,6 +605,14 @@ function Call:close()
   end
 end
 
+-- The options `luagent.stream{...}` and `luagent.complete{...}` take (Call.new
+-- and the gates read them; luagent.StreamOptions below documents them): any
+-- other key raises, naming the nearest. A new option is added here. The
+-- last four are the agent layer's (agent/loop.lua): its journal's hook,
+-- its name and id on every event, and its cost cap (observe/cost.lua).
+M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "max_tokens", "temperature",
+  "seed", "before_publish", "agent", "agent_id", "max_cost" }
+
 ---What `luagent.stream{...}` and `luagent.complete{...}` take.
 ---@class luagent.StreamOptions
 ---@field model string|luagent.Provider "kind/model" (`"openai/gpt-4o-mini"`) or a provider
@@ -637,15 +646,18 @@ end
 -- returns nil after the final message_end. before_publish(ev) sees each
 -- event before the bus does (an agent's journal writes its steps there).
 -- `filters`, a list of function(iter) -> iter (rt.event_filters, for
--- rt:stream), are laid over the iterator the caller gets.
-function M.stream(rt, opts, filters)
-  if type(opts) ~= "table" then error("stream: expects a table", 2) end
+-- rt:stream), are laid over the iterator the caller gets; `api` names the
+-- function the user called in misuse errors ("stream", "complete").
+function M.stream(rt, opts, filters, api)
+  api = api or "stream"
+  if type(opts) ~= "table" then error(api .. ": expects a table", 2) end
+  options.check(opts, M.OPTIONS, api)
   if opts.before_publish ~= nil and type(opts.before_publish) ~= "function" then
-    error("stream: before_publish must be a function", 2)
+    error(api .. ": before_publish must be a function", 2)
   end
   local provider = opts.model
-  if provider == nil then error("stream: model is required", 2) end
-  local policy = rt.policies:resolve(opts.policy, 2, "stream") -- a bad one raises before a missing key
+  if provider == nil then error(api .. ": model is required", 2) end
+  local policy = rt.policies:resolve(opts.policy, 2, api) -- a bad one raises before a missing key
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
   local call = Call.new(rt, opts, provider, policy)
   local closer = setmetatable({}, { __close = function() call:close() end })
@@ -657,8 +669,12 @@ end
 -- complete(rt, {...}) -> the final assistant message (with .usage, .total_usage
 -- and .attempts), or nil and the error record of the final failure.
 function M.complete(rt, opts)
+  -- misuse names the caller's line (stream's own checks would name this one)
+  if type(opts) ~= "table" then error("complete: expects a table", 2) end
+  options.check(opts, M.OPTIONS, "complete")
+  if opts.model == nil then error("complete: model is required", 2) end
   local final -- the last message_end is the call's outcome
-  for ev in M.stream(rt, opts) do
+  for ev in M.stream(rt, opts, nil, "complete") do
     if ev.type == "message_end" then final = ev end
   end
   if not final then return nil, errors.new("truncated", "the call ended without an answer") end

@@ -8,6 +8,7 @@ local errors = require "luagent.base.errors"
 local compact = require "luagent.model.compact"
 local redis = require "luagent.model.endpoint.redis"
 local sandbox = require "luagent.base.sandbox"
+local options = require "luagent.base.options"
 
 local M = {}
 
@@ -336,8 +337,12 @@ local function check_fields(t, fields, parent, source, text)
     local name = prefix .. tostring(k)
     local check_field = fields[k]
     if not check_field then
-      return nil, invalid(source, text, path(k), "unknown field '" .. name
-        .. "' (policies/README.md lists the fields)")
+      local known = {}
+      for f in pairs(fields) do known[#known + 1] = f end
+      table.sort(known)
+      local near = options.nearest(k, known)
+      return nil, invalid(source, text, path(k), "unknown field '" .. name .. "' "
+        .. (near and "(did you mean '" .. prefix .. near .. "'?)" or "(policies/README.md lists the fields)"))
     end
     local v = rawget(t, k)
     local ok, want = check_field(v)

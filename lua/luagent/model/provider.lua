@@ -8,6 +8,7 @@ local errors = require "luagent.base.errors"
 local secrets = require "luagent.base.secrets"
 local json = require "luagent.base.json"
 local cassette = require "luagent.base.cassette"
+local options = require "luagent.base.options"
 
 local M = {}
 
@@ -307,6 +308,13 @@ end
 -- Default per-attempt timeouts (seconds); the retry policy may override them.
 M.default_timeout = { connect = 10, first_byte = 120, idle = 60 }
 
+-- The keys a provider spec takes (M.new reads them; luagent.ProviderSpec
+-- below documents them), and those of its timeout: any other raises,
+-- naming the nearest. A new one is added here. (An attempt's whole time is
+-- the policy's: attempt_timeout, total_deadline.)
+M.SPEC = options.known { "kind", "model", "base_url", "api_key", "headers", "timeout", "http_version" }
+M.TIMEOUT = options.known { "connect", "first_byte", "idle" }
+
 ---A provider as `luagent.provider{...}` takes it.
 ---@class luagent.ProviderSpec
 ---@field kind string "openai", "anthropic", "openai_responses", "openrouter", or a registered adapter's
@@ -351,6 +359,11 @@ function M.new(rt, spec)
     spec = { kind = kind, model = model }
   end
   if type(spec) ~= "table" then error("provider: expects a string or a table", 2) end
+  options.check(spec, M.SPEC, "provider")
+  if spec.timeout ~= nil then
+    if type(spec.timeout) ~= "table" then error("provider: timeout must be a table {connect=, first_byte=, idle=}", 2) end
+    options.check(spec.timeout, M.TIMEOUT, "provider timeout")
+  end
   local info = M.kinds[spec.kind]
   if not info then error("provider: unknown kind '" .. tostring(spec.kind) .. "'", 2) end
   if type(spec.model) ~= "string" or spec.model == "" then error("provider: model is required", 2) end

@@ -24,10 +24,16 @@ local policies = require "luagent.model.policy"
 local sandbox = require "luagent.base.sandbox"
 local tool = require "luagent.agent.tools.tool"
 local set = require "luagent.agent.tools.set"
+local options = require "luagent.base.options"
 
 local M = {}
 
 M.debounce = 0.05 -- seconds of quiet after a change before the rescan
+
+-- The options `luagent.tools.dir(path, {...})` takes (open reads them;
+-- tools.dir's annotation in agent/tools/init.lua documents them): any
+-- other raises, naming the nearest. A new one is added here.
+M.OPTIONS = options.known { "watch", "debounce" }
 
 -- A folder's set: a tool set (set.lua) that reads and watches its folder.
 local Set = set.class("luagent.ToolSet")
@@ -109,6 +115,12 @@ end
 function M.open(path, opts, rt)
   if type(path) ~= "string" then error("tools.dir: expects a folder path", 3) end
   opts = opts or {}
+  if type(opts) ~= "table" then error("tools.dir: options must be a table {watch=, debounce=}", 3) end
+  options.check(opts, M.OPTIONS, "tools.dir", 2)
+  if opts.watch ~= nil and type(opts.watch) ~= "boolean" then error("tools.dir: watch must be true or false", 3) end
+  if opts.debounce ~= nil and not (type(opts.debounce) == "number" and opts.debounce >= 0 and opts.debounce < math.huge) then
+    error("tools.dir: debounce must be a number of seconds >= 0", 3)
+  end
   path = path:gsub("/+$", "")
   if path == "" then path = "/" end
   local names, err = core.list_dir(path)

@@ -43,7 +43,7 @@ local M = {
 ---broken one keeps its previous tools and is reported
 ---(`tools_reload_failed`).
 ---@param path string the folder
----@param opts? table
+---@param opts? {watch: boolean?, debounce: number?} `watch = false`: read the folder once, no watcher; `debounce`: seconds of quiet after a change before the folder is read again (0.05)
 ---@param rt? luagent.Runtime with it, the set's notes (a tool with neither read_only nor idempotent) go to that runtime's log, and its default policy gives their timeout
 ---@return luagent.ToolSet? set
 ---@return luagent.Error? err when the folder cannot be read

@@ -32,6 +32,7 @@ local sandbox = require "luagent.base.sandbox"
 local exec = require "luagent.base.exec"
 local policies = require "luagent.model.policy"
 local schema = require "luagent.agent.tools.schema"
+local options = require "luagent.base.options"
 
 local M = {}
 
@@ -72,8 +73,14 @@ local Tool = { __name = "luagent.Tool" }
 Tool.__index = Tool
 M.Tool = Tool
 
-local FIELDS = { name = true, description = true, params = true, read_only = true,
-  idempotent = true, timeout = true, run = true, command = true, check = true, env = true, cwd = true }
+-- The fields a tool definition may have (M.check reads them; luagent.ToolDef
+-- above documents them): any other raises, naming the nearest. A new field
+-- is added here.
+M.FIELDS = options.known { "name", "description", "params", "read_only", "idempotent", "timeout", "run",
+  "command", "env", "cwd", "check" }
+local FIELDS = M.FIELDS.set
+local FIELD_LIST = "(a tool has name, description, params, read_only, idempotent, timeout, check and run or "
+  .. "command (with env and cwd))"
 
 ------------------------------------------------------------------------------
 -- Definitions
@@ -124,18 +131,14 @@ function M.check(t, source)
   if debug.getmetatable(t) == Tool then return t end
   local f, keys = {}, {}
   for k, v in next, t do
-    if type(k) ~= "string" then
-      return nil, "unknown field " .. shown(k) .. " (a tool has name, description, params, read_only, "
-        .. "idempotent, timeout, check and run or command (with env and cwd))", nil
-    end
+    if type(k) ~= "string" then return nil, "unknown field " .. shown(k) .. " " .. FIELD_LIST, nil end
     f[k] = v
     keys[#keys + 1] = k
   end
   table.sort(keys)
   for _, k in ipairs(keys) do
     if not FIELDS[k] then
-      return nil, "unknown field '" .. k .. "' (a tool has name, description, params, read_only, "
-        .. "idempotent, timeout, check and run or command (with env and cwd))", k
+      return nil, "unknown field '" .. k .. "' " .. options.suggestion(k, M.FIELDS, FIELD_LIST), k
     end
   end
   local name = f.name

@@ -38,6 +38,7 @@
 -- an open MCP set gains nothing from it; MCP sets want the real clock.
 local core = require "luagent.core"
 local errors = require "luagent.base.errors"
+local options = require "luagent.base.options"
 local json = require "luagent.base.json"
 local queue = require "luagent.base.queue"
 local policies = require "luagent.model.policy"
@@ -89,7 +90,7 @@ M.defaults = {
 ---@field policy string|table? a policy whose `tool` section gives `trust_hints` and `overrides`
 ---@field tool_policy table? a tool section (`trust_hints`, `overrides`) for this set
 ---@field roots string[]? folders answered to `roots/list`
----@field restart {strategy: string?, base: number?, max: number?, jitter: number?}? the backoff of restarts
+---@field restart {strategy: string?, base: number?, max: number?, multiplier: number?, jitter: number?}? the backoff of restarts
 ---@field init_timeout number? seconds for the handshake and the first list (10)
 ---@field request_timeout number? seconds for a request and a whole re-list (30)
 ---@field ping_interval number|false? seconds between pings (30)
@@ -106,10 +107,13 @@ local Set = set.class("luagent.McpToolSet")
 -- Options
 ------------------------------------------------------------------------------
 
-local OPTIONS = { command = true, env = true, cwd = true, url = true, headers = true, name = true,
-  prefix = true, timeout = true, policy = true, tool_policy = true, roots = true, restart = true,
-  init_timeout = true, request_timeout = true, max_message = true, ping_interval = true,
-  ping_timeout = true, max_tools = true }
+-- The options `luagent.tools.mcp{...}` takes (open reads them;
+-- luagent.McpOptions above documents them), and those of its restart
+-- backoff: any other raises, naming the nearest. A new one is added here.
+M.OPTIONS = options.known { "command", "env", "cwd", "url", "headers", "name", "prefix", "timeout", "policy",
+  "tool_policy", "roots", "restart", "init_timeout", "request_timeout", "ping_interval", "ping_timeout",
+  "max_message", "max_tools" }
+M.RESTART = options.known { "strategy", "base", "max", "multiplier", "jitter" }
 
 local function positive(v) return type(v) == "number" and v > 0 and v < math.huge end
 
@@ -117,9 +121,7 @@ local function positive(v) return type(v) == "number" and v > 0 and v < math.hug
 local function check_options(o)
   local function bad(msg) error("tools.mcp: " .. msg, 4) end
   if type(o) ~= "table" then bad("expects a table {command = {argv...}} or {url = \"http://...\"}") end
-  for k in pairs(o) do
-    if not OPTIONS[k] then bad("unknown option '" .. tostring(k) .. "'") end
-  end
+  options.check(o, M.OPTIONS, "tools.mcp", 3)
   if (o.command == nil) == (o.url == nil) then bad("needs exactly one of command (an argv list) and url") end
   if o.command ~= nil then
     if type(o.command) ~= "table" or #o.command == 0 then bad("command must be a non-empty list of strings") end
@@ -133,6 +135,7 @@ local function check_options(o)
   for _, k in ipairs({ "env", "headers", "restart", "roots" }) do
     if o[k] ~= nil and type(o[k]) ~= "table" then bad(k .. " must be a table") end
   end
+  if o.restart ~= nil then options.check(o.restart, M.RESTART, "tools.mcp restart", 3) end
   if o.env ~= nil and o.url then bad("env is for a server started as a command") end
   for _, k in ipairs({ "cwd", "name", "prefix" }) do
     if o[k] ~= nil and type(o[k]) ~= "string" then bad(k .. " must be a string") end
