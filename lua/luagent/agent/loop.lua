@@ -26,6 +26,7 @@ local policies = require "luagent.model.policy"
 local provider_mod = require "luagent.model.provider"
 local tools = require "luagent.agent.tools"
 local sandbox = require "luagent.base.sandbox"
+local parts = require "luagent.model.providers.common" -- check_parts: a prompt's content parts
 local replay = require "luagent.agent.replay"
 local add_usage = require("luagent.base.usage").add
 local zero_usage = require("luagent.base.usage").zero
@@ -55,6 +56,16 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 ---@field thinking {budget_tokens: integer?, type: string?}? Anthropic: extended thinking with this budget (or `type = "adaptive"`); OpenRouter: reasoning.max_tokens
 ---@field reasoning {effort: string, summary: string?}? OpenAI: reasoning_effort (chat), reasoning.effort (responses); OpenRouter: reasoning.effort
 ---@field extra_body table? merged into every request body, over what luagent built (objects deep, anything else replaced; `luagent.json.null` removes a key)
+
+---A content part of a user message (a provider-neutral shape each wire format renders).
+---@class luagent.Part
+---@field type "text"|"image"|"file"
+---@field text string? a text part's text
+---@field url string? an image or file by URL
+---@field data string? an image or file as base64 data (with mime)
+---@field mime string? the data's media type: "image/png", "application/pdf", ...
+---@field name string? a file's name
+---@field detail string? an image's detail (OpenAI: "low", "high", "auto")
 
 ---A guardrail (`guard` of an agent). Each function runs in the sandbox
 ---under the policy hooks' bounds, on a copy; only `true` lets the step through.
@@ -668,11 +679,18 @@ end
 -- agent:prompt(text) -> iterator of events: adds a user message, runs.
 ---Adds a user message and runs: returns an iterator over the run's events
 ---(the run goes on as they are read; leaving the loop early aborts it).
----One prompt at a time: a second while it runs raises.
----@param text string
+---One prompt at a time: a second while it runs raises. The content is text
+---or a list of parts (`{type = "text", text =}`, `{type = "image", url = | data =, mime =}`,
+---`{type = "file", url = | data =, mime =, name =}`), which every wire format renders its way.
+---@param text string|luagent.Part[]
 ---@return fun(): luagent.Event? iterator
 function Agent:prompt(text)
-  if type(text) ~= "string" then error("agent:prompt: expects a string", 2) end
+  if type(text) == "table" then
+    local ok, err = parts.check_parts(text, "content")
+    if not ok then error("agent:prompt: " .. err, 2) end
+  elseif type(text) ~= "string" then
+    error("agent:prompt: expects a string or a list of content parts", 2)
+  end
   if self.running then error("agent: already running (one prompt at a time)", 2) end
   self.messages[#self.messages + 1] = { role = "user", content = text }
   return self:start()
@@ -702,7 +720,7 @@ end
 -- agent:run(text) -> the agent_end event of a whole run (draining events).
 ---Runs a prompt to its end (or, without text, continues) and returns its
 ---last event.
----@param text? string
+---@param text? string|luagent.Part[]
 ---@return luagent.AgentEnd
 function Agent:run(text)
   local last

@@ -623,7 +623,7 @@ end
 ---A message of a conversation, provider-neutral: any adapter sends it.
 ---@class luagent.Message
 ---@field role "user"|"assistant"|"tool"|"system" who says it
----@field content string the text ("" when there was none)
+---@field content string|luagent.Part[] the text ("" when there was none); a user message may hold content parts (`agent:prompt`)
 ---@field thinking string? an assistant's reasoning, when the model showed it
 ---@field tool_calls {id: string, name: string, arguments: table?, raw_arguments: string, error: string?}[]? an assistant's tool calls
 ---@field tool_call_id string? a tool result's call
