@@ -85,6 +85,17 @@ describe("content parts", function()
     assert.equal(0, #srv:requests())
   end)
 
+  it("a file by url raises on Chat Completions, which takes none; a bad prompt part raises at prompt", function()
+    local ok, err = pcall(luagent.complete, { model = model("openai"), messages = { { role = "user", content = {
+      { type = "file", url = "https://example.com/a.pdf" } } } } })
+    assert.is_false(ok)
+    assert.matches("openai%.build: messages%[1%]: a file part by url is not sent by Chat Completions", err)
+    local a = luagent.agent { model = model("openai") }
+    assert.has_error(function() a:prompt { { type = "image", url = "u", data = "d" } } end,
+      "agent:prompt: content[1]: an image needs url or data (one of them)")
+    assert.equal(0, #srv:requests())
+  end)
+
   it("reach the model from agent:prompt with a list of parts", function()
     local a = luagent.agent { model = model("anthropic") }
     local last = a:run { { type = "text", text = "see" }, { type = "image", url = "https://example.com/x.png" } }
