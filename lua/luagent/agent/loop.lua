@@ -25,6 +25,8 @@ local retry = require "luagent.model.call"
 local policies = require "luagent.model.policy"
 local provider_mod = require "luagent.model.provider"
 local tools = require "luagent.agent.tools"
+local sandbox = require "luagent.base.sandbox"
+local parts = require "luagent.model.providers.common" -- check_parts: a prompt's content parts
 local replay = require "luagent.agent.replay"
 local add_usage = require("luagent.base.usage").add
 local zero_usage = require("luagent.base.usage").zero
@@ -38,7 +40,8 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 -- below documents them): any other key raises, naming the nearest. A new
 -- option is added here.
 M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_policy", "max_turns",
-  "max_parallel_tools", "loop_guard", "max_tokens", "temperature", "messages", "durable", "max_cost" }
+  "max_parallel_tools", "loop_guard", "max_tokens", "temperature", "messages", "durable", "max_cost", "guard",
+  "cache", "thinking", "reasoning", "extra_body" }
 
 ---What `luagent.agent{...}` takes. Only `model` is required.
 ---@class luagent.AgentOptions
@@ -56,11 +59,34 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 ---@field messages luagent.Message[]? the conversation to start from
 ---@field durable boolean? journal its runs so `luagent resume` continues them
 ---@field max_cost number? refuse model calls once the agent has cost this many dollars
+---@field guard luagent.Guard|luagent.Guard[]? guardrails: checks of what is sent and what is answered (docs/guide/agent.md, "Guardrails")
+---@field cache boolean|{ttl: string}? Anthropic: cache_control on the system prompt, the tool list and the last user turn
+---@field thinking {budget_tokens: integer?, type: string?}? Anthropic: extended thinking with this budget (or `type = "adaptive"`); OpenRouter: reasoning.max_tokens
+---@field reasoning {effort: string, summary: string?}? OpenAI: reasoning_effort (chat), reasoning.effort (responses); OpenRouter: reasoning.effort
+---@field extra_body table? merged into every request body, over what luagent built (objects deep, anything else replaced; `luagent.json.null` removes a key)
+
+---A content part of a user message (a provider-neutral shape each wire format renders).
+---@class luagent.Part
+---@field type "text"|"image"|"file"
+---@field text string? a text part's text
+---@field url string? an image or file by URL
+---@field data string? an image or file as base64 data (with mime)
+---@field mime string? the data's media type: "image/png", "application/pdf", ...
+---@field name string? a file's name
+---@field detail string? an image's detail (OpenAI: "low", "high", "auto")
+
+---A guardrail (`guard` of an agent). Each function runs in the sandbox
+---under the policy hooks' bounds, on a copy; only `true` lets the step through.
+---@class luagent.Guard
+---@field input (fun(messages: luagent.Message[], ctx: {agent: string, turn: integer}): boolean?, string?)? sees the messages before each model call is sent
+---@field output (fun(message: luagent.Message, ctx: {agent: string, turn: integer}): boolean?, string?)? sees the model's message before it is accepted (before history and its tool calls)
+---@field name string? named in the stop's reason and in a failure
 
 ---The last event of a run (`agent:run` returns it).
 ---@class luagent.AgentEnd: luagent.Event
----@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"aborted"|"error" why the run ended (docs/guide/agent.md, "How a run ends")
----@field reason string? why, in words (max_turns, loop_guard)
+---@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"guardrail"|"aborted"|"error" why the run ended (docs/guide/agent.md, "How a run ends")
+---@field reason string? why, in words (max_turns, loop_guard, guardrail)
+---@field guard "input"|"output"? which guard stopped the run (guardrail)
 ---@field error luagent.Error? what failed, when stop_reason is "error"
 ---@field messages luagent.Message[] the history
 ---@field usage {input_tokens: integer, output_tokens: integer, cache_read_tokens: integer, cache_write_tokens: integer}? every model call's tokens, failed attempts included
@@ -107,6 +133,33 @@ local function tool_sources(spec)
   return sources
 end
 
+-- The fields a guard table may have.
+local GUARD_FIELDS = { input = true, output = true, name = true }
+
+-- The agent's guards as a list of {input=, output=, name=} (nil: none).
+-- Raises on misuse.
+local function checked_guards(spec)
+  if spec == nil then return nil end
+  if type(spec) ~= "table" then error("agent: guard must be a table {input =, output =, name =}", 4) end
+  local list = spec[1] ~= nil and spec or { spec }
+  local out = {}
+  for i, g in ipairs(list) do
+    local where = spec[1] ~= nil and ("guard[" .. i .. "]") or "guard"
+    if type(g) ~= "table" then error("agent: " .. where .. " must be a table {input =, output =, name =}", 4) end
+    for k in pairs(g) do
+      if not GUARD_FIELDS[k] then
+        error("agent: " .. where .. " has no field '" .. tostring(k) .. "' (known: input, name, output)", 4)
+      end
+    end
+    for _, f in ipairs { "input", "output" } do
+      if g[f] ~= nil and type(g[f]) ~= "function" then error("agent: " .. where .. "." .. f .. " must be a function", 4) end
+    end
+    if g.name ~= nil and type(g.name) ~= "string" then error("agent: " .. where .. ".name must be a string", 4) end
+    out[i] = { input = g.input, output = g.output, name = g.name }
+  end
+  return out
+end
+
 -- new(rt, {name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
 -- durable=, max_cost=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider.
@@ -128,6 +181,8 @@ function M.new(rt, opts)
   if loop_guard ~= false then loop_guard = positive_int(loop_guard, "loop_guard", M.defaults.loop_guard) end
   local name = opts.name or "agent"
   if type(name) ~= "string" then error("agent: name must be a string", 2) end
+  local guards = checked_guards(opts.guard)
+  retry.check_knobs(opts, "agent", 2)
   if opts.durable ~= nil and type(opts.durable) ~= "boolean" then error("agent: durable must be true or false", 2) end
   local max_cost = opts.max_cost
   if max_cost ~= nil and not (type(max_cost) == "number" and max_cost >= 0 and max_cost < math.huge) then
@@ -151,6 +206,8 @@ function M.new(rt, opts)
     max_tokens = opts.max_tokens,
     temperature = opts.temperature,
     max_cost = max_cost,
+    guards = guards,
+    cache = opts.cache, thinking = opts.thinking, reasoning = opts.reasoning, extra_body = opts.extra_body,
     messages = opts.messages or {},
     sources = tool_sources(opts.tools),
     cursors = {},
@@ -383,6 +440,54 @@ function Agent:adopt_history(list)
   for i = 1, math.max(#h, #list) do h[i] = list[i] end
 end
 
+-- A deep copy of v for a guard: tables without metatables (json.null
+-- and marked arrays become plain), strings whole (a guard must see all of
+-- what it checks); functions and userdata left out. A guard cannot change
+-- the history through it.
+local function guard_copy(v, seen)
+  if type(v) ~= "table" then
+    local t = type(v)
+    if t == "string" or t == "number" or t == "boolean" then return v end
+    return nil
+  end
+  seen = seen or {}
+  if seen[v] then return seen[v] end
+  local c = {}
+  seen[v] = c
+  for k, x in next, v do
+    if type(k) == "string" or type(k) == "number" then c[k] = guard_copy(x, seen) end
+  end
+  return c
+end
+
+-- Runs the agent's `which` guards ("input" on the messages about to be
+-- sent, "output" on the model's message) in order, each in the sandbox
+-- under the policy hooks' bounds. Returns nil when every one let it
+-- through; else "guardrail" and the reason, or "error" and a guardrail
+-- record (a guard that raised, passed a bound or tried to wait: the
+-- step does not go through).
+function Agent:check_guards(which, value, turn)
+  for _, g in ipairs(self.guards or {}) do
+    local fn = g[which]
+    if fn then
+      local label = which .. " guard" .. (g.name and (" '" .. g.name .. "'") or "")
+      local ok, verdict, why = sandbox.call(fn, { guard_copy(value), { agent = self.name, turn = turn } }, {
+        instructions = policies.limits.hook, wall = policies.limits.hook_wall, memory = policies.limits.memory,
+        who = label })
+      if not ok then
+        local msg = label .. " failed: " .. tostring(verdict)
+        self.rt.diag:write("warn", "luagent: " .. msg .. " (the run stops)")
+        return "error", errors.new("guardrail", msg, { guard = which, name = g.name })
+      end
+      if verdict ~= true then
+        why = why ~= nil and tostring(why) or "blocked"
+        return "guardrail", label .. ": " .. why
+      end
+    end
+  end
+  return nil
+end
+
 -- The body of a run (in the agent's task): turns until a stop reason.
 -- `emit` tells an event of the agent's own; `deliver` hands one of its
 -- model calls' (already recorded and on the bus) to the caller.
@@ -390,6 +495,7 @@ function Agent:run_turns(emit, deliver)
   -- zeros until a call reports usage: a run whose first call failed has
   -- used nothing, which is not "unknown"
   local usage, turns, stop, err, reason = zero_usage(), 0, nil, nil, nil
+  local guarded -- which guard stopped the run: "input" or "output"
   self.run_usage = usage -- (summed in place: a run cancelled mid-turn still reports it)
   local r, jerr = replay.begin(self)
   self.replay = r or replay.live
@@ -427,6 +533,14 @@ function Agent:run_turns(emit, deliver)
       end
       emit { type = "turn_end", turn = turns, message = msg, tool_results = json.array() }
     end
+    if self.guards then
+      local verdict, why = self:check_guards("input", self.messages, turns)
+      if verdict then
+        end_empty_turn()
+        if verdict == "error" then err, stop = why, "error" else stop, reason, guarded = "guardrail", why, "input" end
+        break
+      end
+    end
     final, cerr = self.replay:turn(self, turns, emit) -- answered from the journal: no request
     if cerr then
       err, stop = cerr, "error"
@@ -438,7 +552,9 @@ function Agent:run_turns(emit, deliver)
       for ev in retry.stream(self.rt, { model = self.provider, system = self.system, messages = self.messages,
                                tools = box.specs, policy = self.policy, max_tokens = self.max_tokens,
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
-                               max_cost = self.max_cost, before_publish = record }) do
+                               max_cost = self.max_cost, cache = self.cache, thinking = self.thinking,
+                               reasoning = self.reasoning, extra_body = self.extra_body,
+                               before_publish = record }) do
         deliver(ev)
         local t = ev.type
         if t == "context_compacted" then
@@ -469,6 +585,14 @@ function Agent:run_turns(emit, deliver)
       break
     end
     local msg = final.message
+    if self.guards then
+      local verdict, why = self:check_guards("output", msg, turns)
+      if verdict then
+        end_empty_turn()
+        if verdict == "error" then err, stop = why, "error" else stop, reason, guarded = "guardrail", why, "output" end
+        break
+      end
+    end
     self.messages[#self.messages + 1] = msg
     local calls = msg.tool_calls or {}
     if #calls == 0 then
@@ -498,7 +622,7 @@ function Agent:run_turns(emit, deliver)
     if unknown then stop, err = "error", unknown break end
   end
   if stop == "aborted" then reason = reason or ("aborted: " .. tostring(self.aborted)) end
-  emit { type = "agent_end", messages = self.messages, stop_reason = stop, reason = reason,
+  emit { type = "agent_end", messages = self.messages, stop_reason = stop, reason = reason, guard = guarded,
          error = err, usage = usage, turns = turns }
 end
 
@@ -566,11 +690,18 @@ end
 -- agent:prompt(text) -> iterator of events: adds a user message, runs.
 ---Adds a user message and runs: returns an iterator over the run's events
 ---(the run goes on as they are read; leaving the loop early aborts it).
----One prompt at a time: a second while it runs raises.
----@param text string
+---One prompt at a time: a second while it runs raises. The content is text
+---or a list of parts (`{type = "text", text =}`, `{type = "image", url = | data =, mime =}`,
+---`{type = "file", url = | data =, mime =, name =}`), which every wire format renders its way.
+---@param text string|luagent.Part[]
 ---@return fun(): luagent.Event? iterator
 function Agent:prompt(text)
-  if type(text) ~= "string" then error("agent:prompt: expects a string", 2) end
+  if type(text) == "table" then
+    local ok, err = parts.check_parts(text, "content")
+    if not ok then error("agent:prompt: " .. err, 2) end
+  elseif type(text) ~= "string" then
+    error("agent:prompt: expects a string or a list of content parts", 2)
+  end
   if self.running then error("agent: already running (one prompt at a time)", 2) end
   self.messages[#self.messages + 1] = { role = "user", content = text }
   return self:start()
@@ -600,7 +731,7 @@ end
 -- agent:run(text) -> the agent_end event of a whole run (draining events).
 ---Runs a prompt to its end (or, without text, continues) and returns its
 ---last event.
----@param text? string
+---@param text? string|luagent.Part[]
 ---@return luagent.AgentEnd
 function Agent:run(text)
   local last

@@ -52,6 +52,7 @@ M.kinds = {
   divergence = true,     -- a durable run's script no longer matches its journal; `step`
   cost_limit = true,     -- a max_cost cap refused a call before its request; `limit`, `spent`, `scope`
   fs = true,             -- a file operation failed (luagent.fs); `path`, `op`, `reason`, `code`
+  guardrail = true,      -- an agent's guard raised, passed its sandbox bound or tried to wait; `guard`, `name`
 }
 
 -- One metatable for records made in C and in Lua, owned by the core

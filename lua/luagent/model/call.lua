@@ -142,6 +142,7 @@ function Call.new(rt, opts, provider, policy_src)
     request = {
       system = opts.system, messages = opts.messages or {}, tools = opts.tools,
       max_tokens = opts.max_tokens, temperature = opts.temperature,
+      cache = opts.cache, thinking = opts.thinking, reasoning = opts.reasoning, extra_body = opts.extra_body,
     },
     started = luagent_core.now(),
     out = queue.new(),
@@ -611,7 +612,7 @@ end
 -- last four are the agent layer's (agent/loop.lua): its journal's hook,
 -- its name and id on every event, and its cost cap (observe/cost.lua).
 M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "max_tokens", "temperature",
-  "seed", "before_publish", "agent", "agent_id", "max_cost" }
+  "seed", "cache", "thinking", "reasoning", "extra_body", "before_publish", "agent", "agent_id", "max_cost" }
 
 ---What `luagent.stream{...}` and `luagent.complete{...}` take.
 ---@class luagent.StreamOptions
@@ -623,11 +624,15 @@ M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "m
 ---@field max_tokens integer? the answer's token limit
 ---@field temperature number? the sampling temperature
 ---@field seed integer? the seed of this call's retry jitter
+---@field cache boolean|{ttl: string}? Anthropic: cache_control on the system prompt, the tool list and the last user turn (`ttl = "1h"`: the hour-long cache)
+---@field thinking {budget_tokens: integer?, type: string?}? Anthropic: extended thinking with this budget (or `type = "adaptive"`); OpenRouter: reasoning.max_tokens
+---@field reasoning {effort: string, summary: string?}? OpenAI: reasoning_effort (chat), reasoning.effort and .summary (responses); OpenRouter: reasoning.effort
+---@field extra_body table? merged into the request body, over what luagent built (objects deep, anything else replaced; `luagent.json.null` removes a key)
 
 ---A message of a conversation, provider-neutral: any adapter sends it.
 ---@class luagent.Message
 ---@field role "user"|"assistant"|"tool"|"system" who says it
----@field content string the text ("" when there was none)
+---@field content string|luagent.Part[] the text ("" when there was none); a user message may hold content parts (`agent:prompt`)
 ---@field thinking string? an assistant's reasoning, when the model showed it
 ---@field tool_calls {id: string, name: string, arguments: table?, raw_arguments: string, error: string?}[]? an assistant's tool calls
 ---@field tool_call_id string? a tool result's call
@@ -638,6 +643,48 @@ M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "m
 ---@field usage table? (`complete`'s message) the final attempt's tokens
 ---@field total_usage table? (`complete`'s message) every attempt's tokens, failed ones included
 ---@field attempts integer? (`complete`'s message) attempts made
+
+-- Checks the provider knobs of `opts` (an agent's or a call's options;
+-- `who` names it in messages, `level` is error's): cache, thinking,
+-- reasoning, extra_body. Raises on misuse. What each wire format makes of
+-- them is its adapter's (EVENTS.md, "Conversation history and request").
+function M.check_knobs(opts, who, level)
+  level = (level or 1) + 1
+  local function bad(msg) error(who .. ": " .. msg, level + 1) end
+  local cache = opts.cache
+  if cache ~= nil and type(cache) ~= "boolean" then
+    if type(cache) ~= "table" then bad("cache must be true, false or {ttl = \"5m\" | \"1h\"}") end
+    for k in pairs(cache) do if k ~= "ttl" then bad("cache has no field '" .. tostring(k) .. "' (known: ttl)") end end
+    if cache.ttl ~= nil and type(cache.ttl) ~= "string" then bad("cache.ttl must be a string (\"5m\" or \"1h\")") end
+  end
+  local th = opts.thinking
+  if th ~= nil then
+    if type(th) ~= "table" then bad("thinking must be a table {budget_tokens = N}") end
+    for k in pairs(th) do
+      if k ~= "budget_tokens" and k ~= "type" then
+        bad("thinking has no field '" .. tostring(k) .. "' (known: budget_tokens, type)")
+      end
+    end
+    local b = th.budget_tokens
+    if b ~= nil and (math.type(b) ~= "integer" or b < 1) then bad("thinking.budget_tokens must be an integer >= 1") end
+    if th.type ~= nil and type(th.type) ~= "string" then bad("thinking.type must be a string (\"enabled\", \"adaptive\")") end
+    if b == nil and th.type == nil then bad("thinking needs budget_tokens (or type = \"adaptive\")") end
+    local max = opts.max_tokens
+    if b and math.type(max) == "integer" and max <= b then
+      bad(string.format("thinking.budget_tokens (%d) must be less than max_tokens (%d)", b, max))
+    end
+  end
+  local r = opts.reasoning
+  if r ~= nil then
+    if type(r) ~= "table" then bad("reasoning must be a table {effort = \"low\" | \"medium\" | \"high\" | ...}") end
+    for k in pairs(r) do
+      if k ~= "effort" and k ~= "summary" then bad("reasoning has no field '" .. tostring(k) .. "' (known: effort, summary)") end
+    end
+    if r.effort ~= nil and (type(r.effort) ~= "string" or r.effort == "") then bad("reasoning.effort must be a string") end
+    if r.summary ~= nil and type(r.summary) ~= "string" then bad("reasoning.summary must be a string") end
+  end
+  if opts.extra_body ~= nil and type(opts.extra_body) ~= "table" then bad("extra_body must be a table") end
+end
 
 -- stream(rt, {model=, messages=, system=, tools=, policy=, max_tokens=,
 -- temperature=, seed=, before_publish=}) -> iterator of events of a call of runtime rt (and, as the generic for's
@@ -657,6 +704,7 @@ function M.stream(rt, opts, filters, api)
   end
   local provider = opts.model
   if provider == nil then error(api .. ": model is required", 2) end
+  M.check_knobs(opts, api, 2)
   local policy = rt.policies:resolve(opts.policy, 2, api) -- a bad one raises before a missing key
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
   local call = Call.new(rt, opts, provider, policy)

@@ -582,7 +582,8 @@ function Provider:stream(request, opts)
   local req = {}
   for k, v in pairs(request) do req[k] = v end
   req.model = req.model or self.model
-  local ok, built = pcall(self.adapter.build, req, { base_url = self.base_url, api_key = key, headers = self.headers })
+  local ok, built = pcall(self.adapter.build, req, { base_url = self.base_url, api_key = key, headers = self.headers,
+    extra_body = req.extra_body })
   if not ok then error(secrets.text(tostring(built)), 2) end
   for name, value in pairs(opts and opts.headers or {}) do built.headers[name] = value end -- traceparent
   local resp, err = http.request {

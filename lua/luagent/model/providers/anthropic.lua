@@ -48,6 +48,25 @@ local function assistant_blocks(m)
   return blocks
 end
 
+-- A content part as an Anthropic block (common.check_parts checked it):
+-- an image, a document (a file), by URL or base64 data.
+local function part(p)
+  if p.type == "text" then return { type = "text", text = p.text } end
+  local source
+  if p.url then
+    source = { type = "url", url = p.url }
+  else
+    source = { type = "base64", media_type = p.mime, data = p.data }
+  end
+  if p.type == "image" then return { type = "image", source = source } end
+  return { type = "document", source = source, title = p.name }
+end
+
+-- A user message's content: text, or its parts as blocks.
+local function user_content(content)
+  return common.render_parts(content, part)
+end
+
 -- Translates the history. Tool results become tool_result blocks of one user
 -- message (consecutive results share it, and user text that follows joins it
 -- as a text block, as the API wants one user turn after a tool_use turn).
@@ -62,11 +81,15 @@ local function messages(history)
       results[#results + 1] = { type = "tool_result", tool_use_id = m.tool_call_id,
         content = common.result_text(m.content), is_error = m.is_error == true }
     elseif m.role == "user" and results ~= nil then
-      results[#results + 1] = { type = "text", text = m.content or "" }
+      if type(m.content) == "table" then
+        for _, p in ipairs(m.content) do results[#results + 1] = part(p) end
+      else
+        results[#results + 1] = { type = "text", text = m.content or "" }
+      end
     else
       results = nil
       if m.role == "user" then
-        out[#out + 1] = { role = "user", content = m.content or "" }
+        out[#out + 1] = { role = "user", content = user_content(m.content) }
       else
         local blocks = assistant_blocks(m)
         out[#out + 1] = { role = "assistant", content = blocks[1] and blocks or (m.content or "") }
@@ -76,22 +99,65 @@ local function messages(history)
   return out
 end
 
+-- cache = true: the cache_control of a breakpoint (ephemeral; a ttl when
+-- given as {ttl =}), or nil when the request does not ask for caching.
+local function cache_control(cache)
+  if not cache then return nil end
+  return { type = "ephemeral", ttl = type(cache) == "table" and cache.ttl or nil }
+end
+
+-- Marks the last block of the last user turn of `msgs` with `cc` (a
+-- string content becomes one text block).
+local function mark_last_user(msgs, cc)
+  for i = #msgs, 1, -1 do
+    local m = msgs[i]
+    if m.role == "user" then
+      if type(m.content) == "string" then
+        if m.content ~= "" then m.content = { { type = "text", text = m.content, cache_control = cc } } end
+      elseif type(m.content) == "table" and #m.content > 0 then
+        local last = {}
+        for k, v in pairs(m.content[#m.content]) do last[k] = v end
+        last.cache_control = cc
+        m.content[#m.content] = last
+      end
+      return
+    end
+  end
+end
+
 -- Builds the HTTP request for `req` (its shape: EVENTS.md, "Conversation
--- history and request").
+-- history and request"). cache: cache_control on the system prompt, the
+-- last tool and the last user turn (three of the API's four breakpoints);
+-- thinking: extended thinking with its budget, max_tokens above it.
 function M.build(req, opts)
   common.check_request(M.name, req)
   opts = opts or {}
   local stream = req.stream ~= false
-  local body = { model = req.model, messages = common.array(messages(req.messages)),
-    max_tokens = req.max_tokens or M.default_max_tokens, stream = stream,
+  local cc = cache_control(req.cache)
+  local msgs = messages(req.messages)
+  if cc then mark_last_user(msgs, cc) end
+  local thinking = req.thinking
+  local max_tokens = req.max_tokens
+  if thinking and thinking.budget_tokens and max_tokens == nil then
+    max_tokens = thinking.budget_tokens + M.default_max_tokens
+  end
+  local body = { model = req.model, messages = common.array(msgs),
+    max_tokens = max_tokens or M.default_max_tokens, stream = stream,
     temperature = req.temperature }
-  if req.system ~= nil and req.system ~= "" then body.system = req.system end
+  if thinking then
+    local kind = thinking.type or "enabled"
+    body.thinking = { type = kind, budget_tokens = kind == "enabled" and thinking.budget_tokens or nil }
+  end
+  if req.system ~= nil and req.system ~= "" then
+    body.system = cc and { { type = "text", text = req.system, cache_control = cc } } or req.system
+  end
   if common.has_tools(req.tools) then
     body.tools = {}
     for i, t in ipairs(req.tools) do
       body.tools[i] = { name = t.name, description = t.description,
         input_schema = common.schema(t.parameters) }
     end
+    if cc then body.tools[#body.tools].cache_control = cc end
   end
   local headers = { ["content-type"] = "application/json", ["anthropic-version"] = M.version }
   if opts.api_key then headers["x-api-key"] = opts.api_key end

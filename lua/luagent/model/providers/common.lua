@@ -37,7 +37,97 @@ function M.check_request(name, req)
     if type(m) ~= "table" or (m.role ~= "user" and m.role ~= "assistant" and m.role ~= "tool") then
       error(name .. ".build: messages[" .. i .. "] has no valid role (user, assistant, tool)", 3)
     end
+    if m.role == "user" and type(m.content) == "table" then
+      local ok, err = M.check_parts(m.content, "messages[" .. i .. "].content")
+      if not ok then error(name .. ".build: " .. err, 3) end
+    end
   end
+end
+
+------------------------------------------------------------------------------
+-- Content parts (EVENTS.md, "Conversation history and request"): a user
+-- message's content may be a list of provider-neutral parts, which each
+-- adapter renders in its format:
+--   {type = "text", text =}
+--   {type = "image", url = | data = <base64>, mime =, detail =}
+--   {type = "file", url = | data = <base64>, mime =, name =}
+------------------------------------------------------------------------------
+
+local PART_TYPES = { text = true, image = true, file = true }
+
+-- check_parts(parts, where) -> true, or nil and a message naming the part.
+function M.check_parts(parts, where)
+  if type(parts) ~= "table" then return nil, where .. " must be a string or a list of parts" end
+  for j, p in ipairs(parts) do
+    local at = where .. "[" .. j .. "]"
+    if type(p) ~= "table" then return nil, at .. ": a part must be a table {type =, ...}" end
+    if not PART_TYPES[p.type] then
+      return nil, at .. ": unknown part type '" .. tostring(p.type) .. "' (text, image, file)"
+    end
+    if p.type == "text" then
+      if type(p.text) ~= "string" then return nil, at .. ": a text part needs text (a string)" end
+    else
+      if (p.url == nil) == (p.data == nil) then return nil, at .. ": an " .. (p.type == "image" and "image" or "file part")
+        .. " needs url or data (one of them)" end
+      if p.url ~= nil and type(p.url) ~= "string" then return nil, at .. ": url must be a string" end
+      if p.data ~= nil then
+        if type(p.data) ~= "string" then return nil, at .. ": data must be a string (base64)" end
+        if type(p.mime) ~= "string" or p.mime == "" then return nil, at .. ": data needs mime (\"image/png\", \"application/pdf\", ...)" end
+      end
+      if p.name ~= nil and type(p.name) ~= "string" then return nil, at .. ": name must be a string" end
+    end
+  end
+  return true
+end
+
+-- The data: URL of a part given by data.
+function M.data_url(p)
+  return "data:" .. p.mime .. ";base64," .. p.data
+end
+
+-- A file part's name: its own, else the last segment of its URL's path.
+function M.part_name(p)
+  if p.name then return p.name end
+  if p.url then
+    local name = p.url:match("^[^?#]*/([^/?#]+)")
+    return name
+  end
+end
+
+-- Renders content (a string, or parts) as `render(part, index)` makes each
+-- part; a string stays a string.
+function M.render_parts(content, render)
+  if type(content) ~= "table" then return content or "" end
+  local out = M.array()
+  for j, p in ipairs(content) do out[#out + 1] = render(p, j) end
+  return out
+end
+
+------------------------------------------------------------------------------
+-- extra_body: merged over the body an adapter built
+------------------------------------------------------------------------------
+
+local function is_object(v)
+  return type(v) == "table" and getmetatable(v) == nil and v[1] == nil
+end
+
+-- merge(base, extra) -> a new table: base's fields with extra's laid over
+-- them; where both are objects they are merged the same way (deep), any
+-- other value of extra replaces (lists too); json.null removes the field.
+-- Neither table is changed.
+function M.merge(base, extra)
+  local out = {}
+  for k, v in pairs(base) do out[k] = v end
+  for k, v in pairs(extra) do
+    if v == json.null then
+      out[k] = nil
+    elseif is_object(v) and is_object(out[k]) then
+      out[k] = M.merge(out[k], v)
+    else
+      out[k] = v
+    end
+  end
+  return out
 end
 
 -- Joins a base URL (trailing slashes dropped) and a path; a query the base
@@ -50,8 +140,11 @@ end
 -- The HTTP request every adapter builds: POST {base}{path} with the JSON
 -- `body`, the adapter's `headers` (plus Accept: text/event-stream when
 -- `stream`) merged with the caller's `opts.headers`.
+-- `opts.extra_body` (the request's extra_body) is merged over `body`
+-- (M.merge): what the caller gives wins.
 function M.post(adapter, opts, path, headers, body, stream)
   if stream then headers.accept = "text/event-stream" end
+  if type(opts.extra_body) == "table" then body = M.merge(body, opts.extra_body) end
   return {
     method = "POST",
     url = M.url(opts.base_url or adapter.default_base_url, path),

@@ -32,10 +32,24 @@ local M = {
 -- Request
 ------------------------------------------------------------------------------
 
+-- A content part in Chat Completions form (common.check_parts checked it).
+-- `dialect` is "openrouter" when OpenRouter sends it: it takes a file by
+-- URL in file_data, which OpenAI's own endpoint does not.
+local function part(p, dialect)
+  if p.type == "text" then return { type = "text", text = p.text } end
+  if p.type == "image" then
+    return { type = "image_url", image_url = { url = p.url or common.data_url(p), detail = p.detail } }
+  end
+  if p.url and dialect ~= "openrouter" then
+    error("a file part by url is not sent by Chat Completions (give data = and mime =, or use openai_responses)", 0)
+  end
+  return { type = "file", file = { filename = common.part_name(p), file_data = p.url or common.data_url(p) } }
+end
+
 -- One history message in Chat Completions form.
-local function message(m)
+local function message(m, dialect)
   if m.role == "user" then
-    return { role = "user", content = m.content or "" }
+    return { role = "user", content = common.render_parts(m.content, function(p) return part(p, dialect) end) }
   elseif m.role == "tool" then
     return { role = "tool", tool_call_id = m.tool_call_id, content = common.result_text(m.content) }
   end
@@ -55,18 +69,34 @@ local function message(m)
 end
 
 -- Builds the HTTP request for `req` (its shape: EVENTS.md, "Conversation
--- history and request").
-function M.build(req, opts)
-  common.check_request(M.name, req)
+-- history and request") for `dialect` ("openai", or "openrouter": its
+-- reasoning object, files by URL).
+function M.build_dialect(dialect, req, opts)
+  common.check_request(dialect, req)
   opts = opts or {}
   local stream = req.stream ~= false
   local messages = {}
   if req.system ~= nil and req.system ~= "" then
     messages[1] = { role = "system", content = req.system }
   end
-  for _, m in ipairs(req.messages) do messages[#messages + 1] = message(m) end
+  for i, m in ipairs(req.messages) do
+    local ok, out = pcall(message, m, dialect)
+    if not ok then error(dialect .. ".build: messages[" .. i .. "]: " .. tostring(out), 2) end
+    messages[#messages + 1] = out
+  end
   local body = { model = req.model, messages = common.array(messages), stream = stream,
     max_completion_tokens = req.max_tokens, temperature = req.temperature }
+  local reasoning, thinking = req.reasoning, req.thinking
+  if dialect == "openrouter" then
+    -- one of effort (OpenAI-style) or max_tokens (Anthropic-style)
+    if reasoning and reasoning.effort then
+      body.reasoning = { effort = reasoning.effort }
+    elseif thinking and thinking.budget_tokens then
+      body.reasoning = { max_tokens = thinking.budget_tokens }
+    end
+  elseif reasoning and reasoning.effort then
+    body.reasoning_effort = reasoning.effort
+  end
   if stream then body.stream_options = { include_usage = true } end
   if common.has_tools(req.tools) then
     body.tools = {}
@@ -79,6 +109,8 @@ function M.build(req, opts)
   if opts.api_key then headers.authorization = "Bearer " .. opts.api_key end
   return common.post(M, opts, M.path, headers, body, stream)
 end
+
+function M.build(req, opts) return M.build_dialect(M.name, req, opts) end
 
 ------------------------------------------------------------------------------
 -- Stream

@@ -30,9 +30,19 @@ local M = {
 -- Appends the input items for one history message to `items`: a message,
 -- and for an assistant its function_call items; a tool result becomes a
 -- function_call_output item.
+-- A content part in Responses form (common.check_parts checked it).
+local function part(p)
+  if p.type == "text" then return { type = "input_text", text = p.text } end
+  if p.type == "image" then
+    return { type = "input_image", image_url = p.url or common.data_url(p), detail = p.detail }
+  end
+  if p.url then return { type = "input_file", file_url = p.url, filename = p.name } end
+  return { type = "input_file", filename = common.part_name(p), file_data = common.data_url(p) }
+end
+
 local function add_items(items, m)
   if m.role == "user" then
-    items[#items + 1] = { role = "user", content = m.content or "" }
+    items[#items + 1] = { role = "user", content = common.render_parts(m.content, part) }
   elseif m.role == "tool" then
     items[#items + 1] = { type = "function_call_output", call_id = m.tool_call_id,
       output = common.result_text(m.content) }
@@ -59,6 +69,8 @@ function M.build(req, opts)
   local body = { model = req.model, input = input, stream = stream,
     max_output_tokens = req.max_tokens, temperature = req.temperature }
   if req.system ~= nil and req.system ~= "" then body.instructions = req.system end
+  local r = req.reasoning
+  if r and (r.effort or r.summary) then body.reasoning = { effort = r.effort, summary = r.summary } end
   if common.has_tools(req.tools) then
     body.tools = {}
     for i, t in ipairs(req.tools) do

@@ -13,7 +13,8 @@ local M = {
   -- as the OpenAI SDK takes it, or https://openrouter.ai/api as the Anthropic SDK does
   version_path = "/v1", base_form = "root",
   path = openai.path,
-  build = openai.build,
+  -- its own reasoning object and files by URL (openai.build_dialect)
+  build = function(req, opts) return openai.build_dialect("openrouter", req, opts) end,
   decoder = openai.decoder,
   stream_errors = openai.stream_errors,
   -- it relays its upstreams' words too
