@@ -454,6 +454,13 @@ local function run_script(rt, opts, file, chunk, script_args)
       .. "then resume", run.id, unknown)
     return unknown
   end
+  if run and run.last_status == "waiting" and run.waiting then
+    for _, w in ipairs(run.waiting) do
+      say("luagent: run %s waits for approval of %s (call %s): 'luagent runs approve %s %s' or 'luagent runs deny "
+        .. "%s %s --reason TEXT', then 'luagent resume %s'", run.id, w.name, tostring(w.call_id), run.id,
+        tostring(w.call_id), run.id, tostring(w.call_id), run.id)
+    end
+  end
   return outputs_written and 0 or EXIT_OUTPUT
 end
 
