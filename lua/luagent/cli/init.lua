@@ -107,6 +107,10 @@ invocation's own). Steps memoized by position:
     read_only or idempotent; else the tool's check(args, ctx) decides (a
     result: it happened; nil: it runs); else the run stops again with
     outcome_unknown until 'luagent runs resolve' settles it;
+  - a tool call that waits for approval (its tool's needs_approval) runs
+    once 'luagent runs approve' approved it; denied ('luagent runs deny'),
+    the model gets its error result "denied: REASON"; undecided, the run
+    stops again with approval_required (status waiting);
   - a script that no longer matches its journal (other messages, another
     tool or other arguments at the same position) stops with a divergence
     error naming the step.
