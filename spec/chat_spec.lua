@@ -52,6 +52,27 @@ local function count(text, plain)
 end
 
 describe("luagent chat (from a pipe)", function()
+  it("asks for a tool's approval: y runs it, another line denies it with that reason", function()
+    local dir = h.tempdir()
+    local f = assert(io.open(dir .. "/pay.lua", "w"))
+    f:write([[
+return {
+  name = "pay", description = "Pays.", needs_approval = true,
+  params = { type = "object", properties = { text = { type = "string" } }, required = { "text" } },
+  run = function(args) return "paid for " .. args.text end,
+}
+]])
+    f:close()
+    local r = chat_pipe("pay the rent\ny\npay the yacht\nnot this one\n", "--mock", "--tools", dir)
+    assert.equal(0, r.code, r.stderr)
+    assert.matches("%[approve%?%] pay", r.stdout .. r.stderr)
+    assert.matches("y approves, any other line denies", r.stdout .. r.stderr)
+    assert.equal(1, count(r.stdout .. r.stderr, "-> paid for rent"))
+    assert.equal(0, count(r.stdout .. r.stderr, "paid for yacht"))
+    assert.matches("denied: not this one", r.stdout .. r.stderr)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
   it("answers one prompt per line on the mock and exits 0 at the end of input", function()
     local r = chat_pipe("hello there\nsecond question\n", "--mock")
     assert.equal(0, r.code, r.stderr)

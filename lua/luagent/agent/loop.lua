@@ -84,14 +84,24 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 
 ---The last event of a run (`agent:run` returns it).
 ---@class luagent.AgentEnd: luagent.Event
----@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"guardrail"|"aborted"|"error" why the run ended (docs/guide/agent.md, "How a run ends")
----@field reason string? why, in words (max_turns, loop_guard, guardrail)
+---@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"guardrail"|"aborted"|"error"|"approval_required" why the run ended (docs/guide/agent.md, "How a run ends")
+---@field reason string? why, in words (max_turns, loop_guard, guardrail, approval_required)
 ---@field guard "input"|"output"? which guard stopped the run (guardrail)
+---@field approvals luagent.ApprovalRequest[]? the calls that wait for a decision, when stop_reason is "approval_required"
 ---@field error luagent.Error? what failed, when stop_reason is "error"
 ---@field messages luagent.Message[] the history
 ---@field usage {input_tokens: integer, output_tokens: integer, cache_read_tokens: integer, cache_write_tokens: integer}? every model call's tokens, failed attempts included
 ---@field turns integer turns run
 ---@field cost {total: number?, calls: integer, attempts: integer, unpriced_calls: integer, currency: string}? when the cost meter is on
+
+---A tool call that waits for a human's decision (`approval_requested`,
+---`agent_end.approvals`, `agent:pending_approvals()`).
+---@class luagent.ApprovalRequest
+---@field call_id string the model's id of the call: what `agent:approve` and `agent:deny` take
+---@field approval_id string stable across resumes (the call's idempotency key)
+---@field name string the tool
+---@field arguments table? the call's arguments
+---@field index integer the call's place in its message, from 1
 
 ---An agent: a model, a system prompt, tools and a conversation.
 ---@class luagent.Agent
@@ -351,7 +361,7 @@ end
 -- outcome. The replay answers first: a durable agent's finished call is
 -- replayed (events marked replayed), an unfinished one is re-run, checked
 -- or reported as outcome_unknown (agent/replay.lua).
-function Agent:run_call(box, call, i, emit, policy, turn)
+function Agent:run_call(box, call, i, emit, policy, turn, decision)
   local tool = box.tools[call.name]
   local ctx = { agent = self.name, policy = policy, emit = emit, rng = self.rng,
     idempotency_key = self.replay:idempotency_key(self, call, turn, i), aborted = function() return self.aborted end }
@@ -362,6 +372,21 @@ function Agent:run_call(box, call, i, emit, policy, turn)
                 attempts = outcome.attempts, duration = outcome.duration }
     if mark then e[mark] = true end
     return e
+  end
+  if decision then -- a human's decision, told (and journaled) before the tool starts
+    emit { type = "approval_decided", call_id = call.id, approval_id = decision.approval_id, name = call.name,
+           index = i, approved = decision.approved, reason = decision.reason, replayed = decision.replayed }
+    if not decision.approved then -- the tool does not run: the model is told why
+      local why = "denied: " .. (decision.reason or "no reason given")
+      emit { type = "tool_execution_start", call_id = call.id, name = call.name, arguments = call.arguments,
+             raw_arguments = call.raw_arguments, index = i, denied = true }
+      local outcome = { is_error = true, content = why, attempts = 0, duration = 0,
+        error = errors.new("tool_error", why, { denied = true }) }
+      local e = ev_end(outcome)
+      e.denied = true
+      emit(e)
+      return outcome
+    end
   end
   local known, jerr = self.replay:call(turn, i, call, tool, ctx)
   if jerr then return unknown_outcome(jerr) end
@@ -393,7 +418,8 @@ end
 
 -- Runs the tool calls of one message: at most max_parallel_tools at once,
 -- results in the calls' order. Returns the outcomes.
-function Agent:run_tools(box, calls, emit, policy, turn)
+function Agent:run_tools(box, calls, emit, policy, turn, preset, decisions)
+  preset, decisions = preset or {}, decisions or {}
   local n, results, next_i = #calls, {}, 0
   local halted -- an unknown outcome stops the run: calls not started stay so
   local function worker()
@@ -402,12 +428,14 @@ function Agent:run_tools(box, calls, emit, policy, turn)
       local i = next_i
       if i > n then return end
       local call = calls[i]
-      if self.aborted then
+      if preset[i] then
+        results[i] = preset[i] -- known already, or waiting for a decision
+      elseif self.aborted then
         results[i] = not_run(call, "not run: the agent was aborted")
       elseif halted then
         results[i] = not_run(call, "not run: the run stops because the outcome of " .. halted .. " is unknown")
       else
-        local outcome = self:run_call(box, call, i, emit, policy, turn)
+        local outcome = self:run_call(box, call, i, emit, policy, turn, decisions[i])
         results[i] = outcome
         if outcome.unknown then halted = halted or (call.name .. " (call " .. tostring(call.id) .. ")") end
       end
@@ -430,6 +458,80 @@ function Agent:run_tools(box, calls, emit, policy, turn)
     results[i] = results[i] or not_run(calls[i], "not run: the agent was aborted")
   end
   return results
+end
+
+-- What run_tools is given for a call that waits for a human's decision.
+local WAIT = setmetatable({}, { __name = "waiting for approval" })
+
+-- The tool calls of a turn, approvals first: each call whose tool's
+-- needs_approval says so (evaluated once per call; a durable run's journal
+-- answers first, so a resume never asks a changed policy again) and that
+-- has no decision gets an approval_requested and does not run; the
+-- others run (a decided one after its approval_decided). `pending` is the
+-- stopped turn a continue finishes (its results so far, the decisions
+-- made). Returns the outcomes and the list of calls still waiting (nil
+-- when none: the turn is done).
+function Agent:tool_phase(box, calls, emit, turn, pending)
+  local policy = self:current_tool_policy()
+  local preset, decisions, waiting = {}, {}, nil
+  local decided = pending and pending.decided or {}
+  for i, call in ipairs(calls) do
+    local done = pending and pending.results[i]
+    if done and done ~= WAIT then
+      preset[i] = done
+    else
+      local key = self.replay:idempotency_key(self, call, turn, i)
+      local a, aerr = self.replay:approval(turn, i, call)
+      local d = decided[call.id]
+      if aerr then
+        preset[i] = unknown_outcome(aerr)
+      elseif a and a.settled then -- it went past its approval already: the replay answers
+        preset[i] = nil
+      elseif d then
+        decisions[i] = { approved = d.approved, reason = d.reason, approval_id = key }
+      elseif a and a.decision then -- decided from another process (`luagent runs approve`)
+        decisions[i] = { approved = a.decision.approved, reason = a.decision.reason, approval_id = key,
+          replayed = a.decision.replayed }
+      else
+        local need, nerr = true, nil
+        if not (a and a.waiting) then
+          need, nerr = tools.needs_approval(box.tools[call.name], call,
+            { agent = self.name, policy = policy, idempotency_key = key })
+        end
+        if nerr then -- fails closed: the call does not run
+          decisions[i] = { approved = false, approval_id = key,
+            reason = "needs_approval failed: " .. tostring(nerr.message or nerr) }
+        elseif need then
+          local w = { call_id = call.id, approval_id = key, name = call.name, arguments = call.arguments, index = i }
+          waiting = waiting or {}
+          waiting[#waiting + 1] = w
+          emit { type = "approval_requested", call_id = w.call_id, approval_id = key, name = w.name,
+                 arguments = w.arguments, raw_arguments = call.raw_arguments, index = i,
+                 replayed = a and a.waiting and true or nil }
+          preset[i] = WAIT
+        end
+      end
+    end
+  end
+  local results = self:run_tools(box, calls, emit, policy, turn, preset, decisions)
+  if waiting then
+    -- a run that stops for another reason (an unknown outcome, an abort)
+    -- does not wait: its waiting calls did not run
+    local halted
+    for i = 1, #calls do
+      if results[i] ~= WAIT and results[i].unknown then halted = calls[i] break end
+    end
+    if halted or self.aborted then
+      for i = 1, #calls do
+        if results[i] == WAIT then
+          results[i] = not_run(calls[i], halted and ("not run: the run stops because the outcome of " .. halted.name
+            .. " (call " .. tostring(halted.id) .. ") is unknown") or "not run: the agent was aborted")
+        end
+      end
+      waiting = nil
+    end
+  end
+  return results, waiting
 end
 
 -- Makes `list` the history, in place (agent.messages stays the table its
@@ -505,6 +607,46 @@ function Agent:run_turns(emit, deliver)
   if jerr then
     emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, usage = usage, turns = 0 }
     return
+  end
+  -- the tool calls of a turn's message (msg), then its end: true when the
+  -- run stops there (stop, reason, err set)
+  local function tools_of_turn(box, msg, calls, pending)
+    local guard = not pending and self:check_loop(calls)
+    local results, waiting
+    if guard then
+      results = {}
+      for i, c in ipairs(calls) do results[i] = not_run(c, "not run: " .. guard) end
+    else
+      results, waiting = self:tool_phase(box, calls, emit, turns, pending)
+    end
+    if waiting then -- the turn stops here; agent:continue() finishes it
+      self.approvals = { turn = turns, message = msg, calls = calls, results = results, waiting = waiting }
+      local names = {}
+      for k, w in ipairs(waiting) do names[k] = w.name .. " (call " .. tostring(w.call_id) .. ")" end
+      stop, reason = "approval_required", "waiting for approval: " .. table.concat(names, ", ")
+      return true
+    end
+    self.approvals = nil
+    local tool_msgs, unknown = {}, nil
+    for i, c in ipairs(calls) do
+      local o = results[i]
+      tool_msgs[i] = { role = "tool", tool_call_id = c.id, name = c.name, content = o.content or "",
+                       is_error = o.is_error or false }
+      self.messages[#self.messages + 1] = tool_msgs[i]
+      if o.unknown and not unknown then unknown = o.error end
+    end
+    emit { type = "turn_end", turn = turns, message = msg, tool_results = tool_msgs }
+    if guard then stop, reason = "loop_guard", guard return true end
+    if self.aborted then stop = "aborted" return true end
+    if unknown then stop, err = "error", unknown return true end
+    return false
+  end
+  local pending = self.approvals
+  if pending then -- a continue after approvals: the stopped turn's calls first
+    turns = pending.turn
+    if tools_of_turn(self:toolbox(emit), pending.message, pending.calls, pending) then
+      return self:end_run(emit, stop, reason, err, usage, turns)
+    end
   end
   while true do
     if self.aborted then stop = "aborted" break end
@@ -600,30 +742,19 @@ function Agent:run_turns(emit, deliver)
       stop = final.stop_reason == "length" and "length" or "stop"
       break
     end
-    local guard = self:check_loop(calls)
-    local results
-    if guard then
-      results = {}
-      for i, c in ipairs(calls) do results[i] = not_run(c, "not run: " .. guard) end
-    else
-      results = self:run_tools(box, calls, emit, self:current_tool_policy(), turns)
-    end
-    local tool_msgs, unknown = {}, nil
-    for i, c in ipairs(calls) do
-      local o = results[i]
-      tool_msgs[i] = { role = "tool", tool_call_id = c.id, name = c.name, content = o.content or "",
-                       is_error = o.is_error or false }
-      self.messages[#self.messages + 1] = tool_msgs[i]
-      if o.unknown and not unknown then unknown = o.error end
-    end
-    emit { type = "turn_end", turn = turns, message = msg, tool_results = tool_msgs }
-    if guard then stop, reason = "loop_guard", guard break end
-    if self.aborted then stop = "aborted" break end
-    if unknown then stop, err = "error", unknown break end
+    if tools_of_turn(box, msg, calls) then break end
   end
+  self:end_run(emit, stop, reason, err, usage, turns, guarded)
+end
+
+-- The run's agent_end (`guarded`: "input" or "output", the guard that
+-- stopped a guardrail run).
+function Agent:end_run(emit, stop, reason, err, usage, turns, guarded)
   if stop == "aborted" then reason = reason or ("aborted: " .. tostring(self.aborted)) end
+  local approvals
+  if stop == "approval_required" then approvals = self:pending_approvals() end
   emit { type = "agent_end", messages = self.messages, stop_reason = stop, reason = reason, guard = guarded,
-         error = err, usage = usage, turns = turns }
+         error = err, usage = usage, turns = turns, approvals = approvals }
 end
 
 -- Starts a run; returns the iterator of its events (and a closing value
@@ -703,16 +834,83 @@ function Agent:prompt(text)
     error("agent:prompt: expects a string or a list of content parts", 2)
   end
   if self.running then error("agent: already running (one prompt at a time)", 2) end
+  if self.approvals then
+    error(string.format("agent:prompt: %d tool call(s) wait for approval: agent:approve(call_id) or "
+      .. "agent:deny(call_id, reason) each, then agent:continue()", #self.approvals.waiting), 2)
+  end
   self.messages[#self.messages + 1] = { role = "user", content = text }
   return self:start()
 end
 
 -- agent:continue() -> iterator of events: another run on the history as it is.
----Runs again on the history as it is (after an abort or a failure).
+---Runs again on the history as it is (after an abort or a failure); after
+---`approval_required`, once every waiting call is approved or denied: the
+---stopped turn's calls run (a denied one's result is the error
+---`denied: <reason>`), then the run goes on.
 ---@return fun(): luagent.Event? iterator
 function Agent:continue()
+  if self.running then error("agent: already running (one prompt at a time)", 2) end
+  local left = self:pending_approvals()
+  if #left > 0 then
+    local names = {}
+    for k, w in ipairs(left) do names[k] = tostring(w.call_id) .. " (" .. w.name .. ")" end
+    error("agent:continue: tool call(s) still wait for approval: " .. table.concat(names, ", ")
+      .. " (agent:approve(call_id) or agent:deny(call_id, reason) first)", 2)
+  end
   return self:start()
 end
+
+---The tool calls that wait for a decision (none unless the last run
+---stopped with `approval_required`), in call order, but for those already
+---approved or denied.
+---@return luagent.ApprovalRequest[]
+function Agent:pending_approvals()
+  local p, out = self.approvals, {}
+  if not p then return out end
+  local decided = p.decided or {}
+  for _, w in ipairs(p.waiting) do
+    if not decided[w.call_id] then
+      out[#out + 1] = { call_id = w.call_id, approval_id = w.approval_id, name = w.name, arguments = w.arguments,
+                        index = w.index }
+    end
+  end
+  return out
+end
+
+-- Records a decision on a waiting call (approve, deny).
+function Agent:decide(what, call_id, approved, reason)
+  if self.running then error("agent:" .. what .. ": the agent is running (decide once it stopped with "
+    .. "approval_required)", 3) end
+  if reason ~= nil and type(reason) ~= "string" then error("agent:" .. what .. ": reason must be a string", 3) end
+  local p = self.approvals
+  local found
+  for _, w in ipairs(p and p.waiting or {}) do
+    if w.call_id == call_id then found = w end
+  end
+  if not found then
+    local ids = {}
+    for k, w in ipairs(p and p.waiting or {}) do ids[k] = tostring(w.call_id) end
+    error(string.format("agent:%s: no tool call '%s' waits for approval (%s)", what, tostring(call_id),
+      #ids > 0 and ("waiting: " .. table.concat(ids, ", ")) or "none waits"), 3)
+  end
+  p.decided = p.decided or {}
+  p.decided[call_id] = { approved = approved, reason = reason }
+  return true
+end
+
+---Approves a call that waits (`approval_requested`); `agent:continue()`
+---then runs it. Raises for a call that does not wait, or while running.
+---@param call_id string
+---@param reason? string kept in `approval_decided`
+---@return true
+function Agent:approve(call_id, reason) return self:decide("approve", call_id, true, reason) end
+
+---Denies a call that waits: it does not run, and the model gets its error
+---result `denied: <reason>` when `agent:continue()` goes on.
+---@param call_id string
+---@param reason? string what the model is told (default "no reason given")
+---@return true
+function Agent:deny(call_id, reason) return self:decide("deny", call_id, false, reason) end
 
 -- agent:abort([reason]): stops the run: the model call in flight or the
 -- backoff ends, running tools are cancelled (children killed), calls not

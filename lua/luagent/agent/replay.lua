@@ -24,6 +24,7 @@ Live.__index = Live
 
 function Live.turn() return nil end
 function Live.call() return nil end
+function Live.approval() return nil end
 function Live.record() end
 function Live.failed() return nil end
 
@@ -54,7 +55,8 @@ function M.begin(agent)
     agent.binder = b
   end
   local binder = agent.binder
-  binder:begin()
+  -- a continue after approvals finishes the stopped turn: same positions
+  binder:begin(agent.approvals ~= nil)
   return setmetatable({ binder = binder, run_id = binder.run.id, resumed = binder.run.resumed or nil }, Durable)
 end
 
@@ -89,6 +91,13 @@ function Durable:turn(agent, turn, emit)
   emit(final)
   return final
 end
+
+-- replay:approval(turn, i, call) -> nil (nothing journaled: ask the
+-- tool's needs_approval) | {waiting = true} (requested, not decided) |
+-- {decision = {approved =, reason =, replayed = true}} (decided: `luagent
+-- runs approve`/`deny`, or this run before it stopped) | {settled = true}
+-- (past its approval: replay:call answers) | nil, err (a divergence).
+function Durable:approval(turn, i, call) return self.binder:approval(turn, i, call) end
 
 -- replay:call(turn, i, call, tool, ctx) -> nil (run it) | answer | nil, err
 -- (a divergence, a journal failure: the call does not run). answer:

@@ -188,10 +188,23 @@ function Chat:make_agent(model)
 end
 
 -- One prompt: the agent's run, shown as it goes. Returns the agent_end.
+-- While tool calls wait for approval (the last run stopped with
+-- approval_required), the line is the decision: y or yes approves them,
+-- anything else denies them with the line as the reason; the run goes on.
 function Chat:answer(text)
   local view = new_view(self.live_out)
   self.answering = true
-  local iter, _, _, closer = self.agent:prompt(text)
+  local iter, _, _, closer
+  local waiting = self.agent:pending_approvals()
+  if #waiting > 0 then
+    local yes = text:lower():match("^%s*y[es]*%s*$") ~= nil
+    for _, w in ipairs(waiting) do
+      if yes then self.agent:approve(w.call_id) else self.agent:deny(w.call_id, text) end
+    end
+    iter, _, _, closer = self.agent:continue()
+  else
+    iter, _, _, closer = self.agent:prompt(text)
+  end
   local events = iter
   if not self.live_out then events = retry_safe.retry_safe(iter, self.rt.diag) end
   local last
@@ -207,6 +220,8 @@ function Chat:answer(text)
           ev.max_attempts, short(ev.error_message, 120), ev.delay))
       elseif t == "stream_reset" then
         view.rewind()
+      elseif t == "approval_requested" then
+        view.note(string.format("  [approve?] %s %s", ev.name, short(ev.raw_arguments or "", 100)))
       elseif t == "tool_execution_start" then
         view.note(string.format("  [tool] %s %s", ev.name, short(ev.raw_arguments or "", 100)))
       elseif t == "tool_execution_end" then
@@ -223,6 +238,9 @@ function Chat:answer(text)
   if not ok then error(err, 0) end
   if last and last.stop_reason == "aborted" then
     view.note("  [interrupted]")
+  elseif last and last.stop_reason == "approval_required" then
+    view.note("  [" .. short(last.reason or "waiting for approval", 300) .. ": y approves, any other line "
+      .. "denies with it as the reason]")
   elseif last and last.stop_reason ~= "stop" then
     local why = last.error and tostring(last.error.message or last.error) or last.reason or last.stop_reason
     view.note("  [" .. last.stop_reason .. ": " .. short(why, 300) .. "]")

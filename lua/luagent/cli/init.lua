@@ -107,6 +107,10 @@ invocation's own). Steps memoized by position:
     read_only or idempotent; else the tool's check(args, ctx) decides (a
     result: it happened; nil: it runs); else the run stops again with
     outcome_unknown until 'luagent runs resolve' settles it;
+  - a tool call that waits for approval (its tool's needs_approval) runs
+    once 'luagent runs approve' approved it; denied ('luagent runs deny'),
+    the model gets its error result "denied: REASON"; undecided, the run
+    stops again with approval_required (status waiting);
   - a script that no longer matches its journal (other messages, another
     tool or other arguments at the same position) stops with a divergence
     error naming the step.
@@ -453,6 +457,13 @@ local function run_script(rt, opts, file, chunk, script_args)
     say("luagent: run %s stopped on outcome_unknown (exit %d): settle the call with 'luagent runs resolve', "
       .. "then resume", run.id, unknown)
     return unknown
+  end
+  if run and run.last_status == "waiting" and run.waiting then
+    for _, w in ipairs(run.waiting) do
+      say("luagent: run %s waits for approval of %s (call %s): 'luagent runs approve %s %s' or 'luagent runs deny "
+        .. "%s %s --reason TEXT', then 'luagent resume %s'", run.id, w.name, tostring(w.call_id), run.id,
+        tostring(w.call_id), run.id, tostring(w.call_id), run.id)
+    end
   end
   return outputs_written and 0 or EXIT_OUTPUT
 end

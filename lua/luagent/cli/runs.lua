@@ -8,6 +8,8 @@ M.HELP = [[
 usage: luagent runs [--journal FILE]
        luagent runs show [--journal FILE] RUN_ID
        luagent runs resolve [--journal FILE] RUN_ID CALL_ID (--result JSON | --not-done)
+       luagent runs approve [--journal FILE] RUN_ID CALL_ID [--reason TEXT]
+       luagent runs deny [--journal FILE] RUN_ID CALL_ID [--reason TEXT]
        luagent runs gc [--journal FILE] --older-than DAYS
 
 Durable runs, from the run journal (default $LUAGENT_HOME/runs.db, else
@@ -17,7 +19,8 @@ Durable runs, from the run journal (default $LUAGENT_HOME/runs.db, else
                  turns journaled, tokens in/out (failed attempts included),
                  cost when known, start time (UTC), last step written.
                  Status: running, done, failed (resumable), outcome_unknown
-                 (resolve, then resume), diverged, aborted; interrupted is
+                 (resolve, then resume), waiting (a call waits for approval:
+                 approve or deny it, then resume), diverged, aborted; interrupted is
                  a run marked running whose process is gone (killed, crashed)
   runs show      the run's timeline: each step with its time, position
                  (agent#n/prompt/turn/call), status and a summary
@@ -29,6 +32,16 @@ Durable runs, from the run journal (default $LUAGENT_HOME/runs.db, else
                  as its text, anything else as JSON); --not-done: it did not
                  happen, and the next resume runs it. Refused (exit 2,
                  naming it) while another process runs the run
+  runs approve   a call that waits for approval (its tool's needs_approval)
+                 may run: the next 'luagent resume RUN_ID' runs it (once; an
+                 approval never re-runs a call whose outcome is unknown).
+                 CALL_ID is the call id 'luagent runs show' prints, or the
+                 step's position; --reason TEXT is kept with the decision
+  runs deny      it may not: the next resume gives the model the call's
+                 error result "denied: TEXT" (--reason TEXT; default "no
+                 reason given") and goes on. Both refused (exit 2, naming
+                 it) for a call that does not wait, or while another
+                 process runs the run
   runs gc        deletes the runs last written more than DAYS ago (a number,
                  fractions allowed), but for a run a process is running
 
@@ -37,8 +50,8 @@ read-only folder); no command creates one where there is none.
 
 Exit codes: 0 done (also a listing with no journal yet); 1 the journal cannot
 be read (a damaged file is reported and left as it is); 2 usage error,
-unknown run or call, no journal file (show, resolve, gc), or a run another
-process is running (resolve).
+unknown run or call, no journal file (show, resolve, approve, deny, gc), or a
+run another process is running (resolve, approve, deny).
 ]]
 
 -- Splits --journal out of args: opts, positional, or nil, message.
@@ -134,11 +147,19 @@ local function describe(s)
   local text = s.name .. " " .. shorten(d.arguments, 50)
   if s.status == "finished" then
     local how = d.resolved and " (resolved by hand)" or d.checked and " (its check found it happened)" or ""
+    if d.approval then how = how .. (d.approval.approved and " (approved)" or " (denied)") end
     return text .. (d.is_error and " failed: " or " -> ") .. shorten(d.content, 60) .. how
   elseif s.status == "unknown" then
     return text .. ": outcome unknown (call " .. tostring(s.call_id) .. ")"
   elseif s.status == "not_done" then
     return text .. ": resolved as not done; runs at the next resume"
+  elseif s.status == "waiting" then
+    return text .. ": waits for approval (call " .. tostring(s.call_id) .. ")"
+  elseif s.status == "approved" then
+    return text .. ": approved; runs at the next resume"
+  elseif s.status == "denied" then
+    return text .. ": denied: " .. shorten(d.approval and d.approval.reason or "no reason given", 60)
+      .. "; the model is told at the next resume"
   end
   return text .. ": started, never finished (call " .. tostring(s.call_id) .. ")"
 end
@@ -161,14 +182,14 @@ end
 function M.main(args, say, usage_error)
   local sub = args[1]
   local rest = {}
-  if sub == "show" or sub == "resolve" or sub == "gc" or sub == "list" then
+  if sub == "show" or sub == "resolve" or sub == "approve" or sub == "deny" or sub == "gc" or sub == "list" then
     for j = 2, #args do rest[#rest + 1] = args[j] end
   else
     sub = "list"
     for j = 1, #args do rest[#rest + 1] = args[j] end
   end
   local opts, pos = parse(rest, { journal = true, help = false, result = true, ["not-done"] = false,
-    ["older-than"] = true })
+    ["older-than"] = true, reason = true })
   if not opts then return usage_error("runs: %s", pos) end
   if opts.help then
     io.write(M.HELP)
@@ -195,10 +216,37 @@ function M.main(args, say, usage_error)
     say("luagent: %s%s", err.missing and ("runs " .. sub .. ": ") or "", err.missing and err.message or tostring(err))
     return nil, err.missing and 2 or 1
   end
-  local want = { list = 0, show = 1, resolve = 2, gc = 0 }
+  local want = { list = 0, show = 1, resolve = 2, approve = 2, deny = 2, gc = 0 }
   if #pos ~= want[sub] then
-    return usage_error("runs %s: expects %s", sub, sub == "show" and "RUN_ID" or sub == "resolve"
+    return usage_error("runs %s: expects %s", sub, want[sub] == 1 and "RUN_ID" or want[sub] == 2
       and "RUN_ID CALL_ID" or "no arguments")
+  end
+  for name, subs in pairs { result = "resolve", ["not-done"] = "resolve", reason = "approve deny",
+    ["older-than"] = "gc" } do
+    if opts[name] ~= nil and not (" " .. subs .. " "):find(" " .. sub .. " ", 1, true) then
+      return usage_error("runs %s: --%s is for 'runs %s'", sub, name, subs:gsub(" ", "' and 'runs "))
+    end
+  end
+  if sub == "approve" or sub == "deny" then
+    local store, failed = open()
+    if not store then return failed end
+    local how = { approved = sub == "approve", reason = opts.reason }
+    local step, err = journal.decide(store, pos[1], pos[2], how)
+    store:close()
+    if not step then
+      if err and err.holder then
+        say("luagent: runs %s: %s", sub, err.message)
+        return 2
+      end
+      if err and err.kind == "usage" then
+        return usage_error("runs %s: %s", sub, (err.message:gsub("^deciding [^:]*: ", "")))
+      end
+      say("luagent: %s", tostring(err))
+      return 1
+    end
+    io.write(string.format("%s %s (%s, call %s) of run %s; 'luagent resume %s' continues it\n",
+      sub == "approve" and "approved" or "denied", step.pos, step.name, tostring(step.call_id), pos[1], pos[1]))
+    return 0
   end
   if sub == "gc" then
     local days = tonumber(opts["older-than"])

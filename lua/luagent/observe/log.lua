@@ -378,6 +378,15 @@ local EVENTS = {
     return "info", "tool call started"
   end,
   tool_execution_update = function(_, _) return "debug", "tool progress" end,
+  approval_requested = function(ev, r, log)
+    r.approval_id = ev.approval_id
+    if log.content and ev.arguments then r.content = log:content_text(json.encode(ev.arguments)) end
+    return "info", "tool call waits for approval"
+  end,
+  approval_decided = function(ev, r)
+    r.approval_id, r.approved, r.reason = ev.approval_id, ev.approved, ev.reason
+    return "info", ev.approved and "tool call approved" or "tool call denied"
+  end,
   tool_retry = function(ev, r)
     r.attempt, r.max_attempts, r.delay_ms = ev.attempt, ev.max_attempts, ev.delay_ms
     return "info", string.format("tool failed (attempt %d/%d), retrying in %.2fs: %s", ev.attempt,
@@ -413,6 +422,7 @@ local MOST = {
   circuit_half_open = "info", circuit_close = "info", retry_budget_exhausted = "warn", cooldown = "info", call_waiting = "info",
   tool_execution_start = "info", tool_execution_update = "debug", tool_retry = "info",
   tool_execution_end = "info", tools_changed = "info", tools_reload_failed = "warn",
+  approval_requested = "info", approval_decided = "info",
 }
 
 -- The event types the consumer logs (events.subscribe's `types`).

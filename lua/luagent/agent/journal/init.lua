@@ -30,6 +30,8 @@
 --   store:read(run_id) -> run{..., steps = {...}, by_pos = {[pos] = step}} | nil
 --   store:list() -> runs (with turns, input_tokens, output_tokens, cost)
 --   store:resolve(run_id, call_id_or_pos, {result = text} | {not_done = true})
+--   store:decide(run_id, call_id_or_pos, {approved = bool, reason = text})
+--        a call that waits for approval becomes approved or denied
 --   store:gc(seconds, live) -> number of runs deleted (not one whose claim
 --        had a heartbeat in the last `live` seconds)
 --   store:claim(run_id, me, stale_after) -> claim | nil, err (err.holder)
@@ -255,6 +257,19 @@ function M.resolve(store, run_id, call_id, how)
   return step, rerr
 end
 
+-- decide(store, run_id, call_id, {approved =, reason =}) -> step | nil,
+-- err: approves or denies a call that waits for approval (`luagent runs
+-- approve`/`deny`), holding the run's claim as resolve does; the next
+-- resume runs it (approved) or gives the model `denied: <reason>`.
+function M.decide(store, run_id, call_id, how)
+  local me = owner.this()
+  local c, err = store:claim(run_id, me, M.STALE_AFTER)
+  if not c then return nil, err end
+  local step, derr = store:decide(run_id, call_id, how)
+  store:release(run_id, me)
+  return step, derr
+end
+
 -- run:hand_on(): stops this run's heartbeat, keeping its claim (another
 -- run object of this process continues the same run).
 function Run:hand_on()
@@ -313,6 +328,9 @@ local Binder = {}
 Binder.__index = Binder
 M.Binder = Binder
 
+-- A call's step while it waits for a decision or has one, before it starts.
+local APPROVAL = { waiting = true, approved = true, denied = true }
+
 -- bind(agent) -> binder | nil, err: the agent's place in the durable run
 -- of its runtime (agent.rt). Agents of one name are numbered in the order
 -- they first run (name#1, name#2, ...), so positions are stable when the
@@ -329,8 +347,14 @@ function M.bind(agent)
   return setmetatable({ run = run, key = agent.name .. "#" .. n, prompts = 0, agent = agent.name }, Binder)
 end
 
--- binder:begin(): a new prompt (agent:prompt or :continue) of the agent.
-function Binder:begin()
+-- binder:begin([same]): a new prompt (agent:prompt or :continue) of the
+-- agent; same: a continue that finishes the turn the last one stopped in
+-- for approvals (its positions stay).
+function Binder:begin(same)
+  if same and self.prefix then
+    self.failed = nil
+    return
+  end
   self.prompts = self.prompts + 1
   self.prefix = self.key .. "/" .. self.prompts
   self.cur_turn, self.covered, self.failed = 0, 0, nil
@@ -440,6 +464,36 @@ function Binder:turn(turn, messages, system)
            stop_reason = d.stop_reason, compacted = compacted }
 end
 
+-- The divergence of a journaled call step from the call the script makes
+-- now (another tool, other arguments), or nil.
+local function call_diverged(pos, step, call)
+  local d = step.data or {}
+  local args_now = call.raw_arguments or json.encode(call.arguments or {})
+  if step.name ~= call.name or (d.arguments ~= nil and d.arguments ~= args_now) then
+    return diverged(pos, string.format("the journal has %s %s, the script calls %s %s", tostring(step.name),
+      shorten(d.arguments or "", 80), tostring(call.name), shorten(args_now, 80)))
+  end
+end
+
+-- binder:approval(turn, i, call) -> nil | {waiting} | {decision} |
+-- {settled} | nil, err: what the journal says of call i's approval
+-- (agent/replay.lua, replay:approval).
+function Binder:approval(turn, i, call)
+  if self:broken() then return nil, self.failed end
+  local pos = self:call_pos(turn, i)
+  local step = self.run.resumed and self.run.by_pos[pos]
+  if not step then return nil end
+  local derr = call_diverged(pos, step, call)
+  if derr then return nil, derr end
+  if step.status == "waiting" then return { waiting = true } end
+  local a = step.data and step.data.approval
+  if step.status == "approved" or step.status == "denied" then
+    return { decision = { approved = step.status == "approved", reason = a and a.reason, replayed = true } }
+  end
+  if step.status == "not_done" then return nil end
+  return { settled = true }
+end
+
 -- binder:call(turn, i, call, tool, check) -> nil (run it) |
 -- {outcome=} (answered: journal, resolution or check) |
 -- {unknown=<outcome_unknown record>} | nil, err (divergence, journal).
@@ -448,7 +502,7 @@ function Binder:call(turn, i, call, tool, check)
   if self:broken() then return nil, self.failed end
   local pos = self:call_pos(turn, i)
   local step = self.run.resumed and self.run.by_pos[pos]
-  if not step or step.status == "not_done" then return nil end
+  if not step or step.status == "not_done" or APPROVAL[step.status] then return nil end
   local d = step.data or {}
   local args_now = call.raw_arguments or json.encode(call.arguments or {})
   if step.name ~= call.name or (d.arguments ~= nil and d.arguments ~= args_now) then
@@ -489,6 +543,7 @@ end
 -- The run's status for an agent_end.
 local function end_status(ev)
   if ev.stop_reason == "aborted" then return "aborted" end
+  if ev.stop_reason == "approval_required" then return "waiting" end
   if ev.stop_reason ~= "error" then return "done" end
   local kind = ev.error and ev.error.kind
   if kind == "outcome_unknown" then return "outcome_unknown" end
@@ -526,17 +581,34 @@ function Binder:observe(ev)
         data = { error = ev.error and tostring(ev.error), attempts = ev.attempts, generation_ids = gen,
                  endpoint = endpoint } }
     end
-  elseif t == "tool_execution_start" then
+  elseif t == "approval_requested" or t == "approval_decided" then
+    -- the request, then the decision: both before the tool starts
     local i = ev.index
     if not i then return end
-    self:write { pos = self:call_pos(self.cur_turn, i), kind = "call", status = "started", name = ev.name,
-      call_id = ev.call_id, data = { arguments = ev.raw_arguments or json.encode(ev.arguments or {}) } }
+    local pos = self:call_pos(self.cur_turn, i)
+    local was = self.run.by_pos[pos]
+    local data = { arguments = ev.raw_arguments or (was and was.data and was.data.arguments)
+      or json.encode(ev.arguments or {}), needs_approval = true, approval_id = ev.approval_id }
+    local status = "waiting"
+    if t == "approval_decided" then
+      status = ev.approved and "approved" or "denied"
+      data.approval = { approved = ev.approved, reason = ev.reason }
+    end
+    self:write { pos = pos, kind = "call", status = status, name = ev.name, call_id = ev.call_id, data = data }
+  elseif t == "tool_execution_start" then
+    local i = ev.index
+    if not i or ev.denied then return end -- a denied call does not run: its step stays denied until its end
+    local pos = self:call_pos(self.cur_turn, i)
+    local was = self.run.by_pos[pos]
+    self:write { pos = pos, kind = "call", status = "started", name = ev.name,
+      call_id = ev.call_id, data = { arguments = ev.raw_arguments or json.encode(ev.arguments or {}),
+        approval = was and was.data and was.data.approval } }
   elseif t == "tool_execution_end" then
     local pos = ev.index and self:call_pos(self.cur_turn, ev.index)
     local step = pos and self.run.by_pos[pos]
     if not step then return end
     local e = ev.error
-    local data = { arguments = step.data and step.data.arguments }
+    local data = { arguments = step.data and step.data.arguments, approval = step.data and step.data.approval }
     local status
     if e and e.kind == "cancelled" then
       return -- the agent was aborted while it ran: it stays started
@@ -552,6 +624,7 @@ function Binder:observe(ev)
     end
     self:write { pos = pos, kind = "call", status = status, name = ev.name, call_id = ev.call_id, data = data }
   elseif t == "agent_end" then
+    self.run.waiting = ev.stop_reason == "approval_required" and ev.approvals or nil
     self.run:status(end_status(ev), ev.error or self.failed)
   end
 end

@@ -100,6 +100,7 @@ local SQL = {
     .. "(SELECT sum(input_tokens) FROM steps s WHERE s.run_id = r.id) AS input_tokens, "
     .. "(SELECT sum(output_tokens) FROM steps s WHERE s.run_id = r.id) AS output_tokens, "
     .. "(SELECT sum(cost) FROM steps s WHERE s.run_id = r.id) AS cost FROM runs r ORDER BY r.started, r.id",
+  waiting_calls = "SELECT * FROM steps WHERE run_id = ? AND kind = 'call' AND status = 'waiting' ORDER BY seq",
   open_calls = "SELECT * FROM steps WHERE run_id = ? AND kind = 'call' AND status IN ('started', 'unknown') "
     .. "AND (call_id = ?2 OR pos = ?2) ORDER BY seq",
   -- runs whose last write (a step, or the run itself) is that old, and
@@ -471,6 +472,37 @@ function Store:resolve(run_id, call, how)
       step.status = "finished"
       data.content, data.is_error, data.resolved = how.result, false, true
     end
+    step.data = data
+    self:must("upsert", run_id, step.pos, step.kind, step.status, step.name, step.call_id,
+      step.input_tokens, step.output_tokens, step.cost, json.encode(data))
+    return step
+  end)
+end
+
+-- store:decide(run_id, call, {approved =, reason =}) -> step | nil, err:
+-- `call` (a call id or a step position) waits for approval; its step
+-- becomes approved or denied, the decision in its data (approval).
+function Store:decide(run_id, call, how)
+  return self:tx("deciding " .. call, function()
+    local rows = self:must("waiting_calls", run_id)
+    local hits, ids = {}, {}
+    for _, r in ipairs(rows) do
+      ids[#ids + 1] = r.call_id .. " (" .. r.name .. ")"
+      if r.call_id == call or r.pos == call then hits[#hits + 1] = r end
+    end
+    if #hits == 0 then
+      error(errors.new("usage", string.format("run %s has no call '%s' waiting for approval (%s)", run_id, call,
+        #ids > 0 and ("waiting: " .. table.concat(ids, ", ")) or "none waits")), 0)
+    elseif #hits > 1 then
+      local where = {}
+      for i, r in ipairs(hits) do where[i] = r.pos end
+      error(errors.new("usage", string.format("call id '%s' names %d waiting calls (%s): give the step",
+        call, #hits, table.concat(where, ", "))), 0)
+    end
+    local step = decode_step(hits[1])
+    local data = step.data or {}
+    step.status = how.approved and "approved" or "denied"
+    data.approval = { approved = how.approved, reason = how.reason, by = "luagent runs" }
     step.data = data
     self:must("upsert", run_id, step.pos, step.kind, step.status, step.name, step.call_id,
       step.input_tokens, step.output_tokens, step.cost, json.encode(data))

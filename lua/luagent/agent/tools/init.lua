@@ -27,6 +27,7 @@ local M = {
   bound = tool.bound,             -- bound(text, cap [, total]) -> text cut to cap bytes
   execute = tool.execute,         -- execute(tool, call, opts) -> outcome
   check_outcome = tool.check_outcome,
+  needs_approval = tool.needs_approval, -- (tool, call, opts) -> whether the call waits for a decision | nil, err
   section_in_force = tool.section_in_force, -- (tool_policy, policy, cache) -> the tool section
   unflagged_note = tool.unflagged_note, -- (tool, timeout) -> what a timeout of an unflagged tool does, or nil
   first_note = tool.first_note,   -- (rt.noted, tool) -> whether that note is due for its definition (marks it)

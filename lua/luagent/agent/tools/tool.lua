@@ -53,6 +53,7 @@ M.MAX_NAME = 64
 ---@field env table<string, string|false>? a command tool's environment over the reduced one (`false` leaves a variable out)
 ---@field cwd string? the folder a command tool runs in (default: ours)
 ---@field check (fun(args: table, ctx: luagent.ToolContext): any)? durable runs: after a crash while it ran, whether the call happened (its result) or not (nil)
+---@field needs_approval (boolean|fun(args: table, ctx: luagent.ToolContext): boolean)? a human approves each call before it runs (a function decides per call, once; its answer is journaled): the run stops with `approval_required` until `agent:approve`/`agent:deny` (or `luagent runs approve`/`deny`)
 
 ---What a Lua tool's `run(args, ctx)` gets beside its arguments.
 ---@class luagent.ToolContext
@@ -77,10 +78,10 @@ M.Tool = Tool
 -- above documents them): any other raises, naming the nearest. A new field
 -- is added here.
 M.FIELDS = options.known { "name", "description", "params", "read_only", "idempotent", "timeout", "run",
-  "command", "env", "cwd", "check" }
+  "command", "env", "cwd", "check", "needs_approval" }
 local FIELDS = M.FIELDS.set
-local FIELD_LIST = "(a tool has name, description, params, read_only, idempotent, timeout, check and run or "
-  .. "command (with env and cwd))"
+local FIELD_LIST = "(a tool has name, description, params, read_only, idempotent, timeout, check, "
+  .. "needs_approval and run or command (with env and cwd))"
 
 ------------------------------------------------------------------------------
 -- Definitions
@@ -166,6 +167,10 @@ function M.check(t, source)
   if f.check ~= nil and type(f.check) ~= "function" then
     return bad("check", "check must be a function(args, ctx) returning the result if the call happened, else nil")
   end
+  local na = f.needs_approval
+  if na ~= nil and type(na) ~= "boolean" and type(na) ~= "function" then
+    return bad("needs_approval", "needs_approval must be true, false or a function(args, ctx) returning true or false")
+  end
   local command
   if f.run ~= nil and type(f.run) ~= "function" then return bad("run", "run must be a function") end
   if f.command ~= nil then
@@ -194,7 +199,7 @@ function M.check(t, source)
     name = name, description = f.description, params = params,
     read_only = f.read_only or false, idempotent = f.idempotent or false,
     timeout = f.timeout, run = f.run, command = command, env = env, cwd = f.cwd, source = source,
-    check = f.check,
+    check = f.check, needs_approval = na or nil,
   }, Tool)
 end
 
@@ -489,6 +494,30 @@ function M.check_outcome(tool, call, opts)
   local cap = opts.policy and opts.policy.max_result_bytes
   if text then text = M.bound(text, cap) end
   return text, err
+end
+
+-- needs_approval(tool, call, opts) -> boolean | nil, err: whether this
+-- call waits for a human's decision before it runs: the tool's
+-- needs_approval, a function evaluated once per call in the sandbox (as a
+-- check is; opts as for execute). A call whose arguments are not valid
+-- needs none: it fails without running. A function that fails or answers
+-- something other than true or false is an error (the call does not run).
+function M.needs_approval(tool, call, opts)
+  local na = tool and tool.needs_approval
+  if not na then return false end
+  if call.arguments == nil or call.error or not schema.check(tool.params, call.arguments) then return false end
+  if na == true then return true end
+  local policy = opts.policy or {}
+  local ctx = { call_id = call.id, agent = opts.agent, tool = tool.name, attempt = 0,
+    idempotency_key = opts.idempotency_key, raw_arguments = call.raw_arguments,
+    progress = function() end, cancelled = function() return false end }
+  local text, err = run_bounded(tool.name .. " needs_approval", na, call.arguments, ctx,
+    tool.timeout or policy.timeout or 30, policy)
+  if err then return nil, secrets.scrub(err) end
+  if text == "true" then return true end
+  if text == "false" or text == nil then return false end
+  return nil, errors.new("tool_error", tool.name .. " needs_approval must return true or false (got "
+    .. secrets.scrub(text):sub(1, 40) .. ")")
 end
 
 -- The record that stops a run when an unflagged tool may have acted.
