@@ -49,6 +49,7 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 ---@field messages luagent.Message[]? the conversation to start from
 ---@field durable boolean? journal its runs so `luagent resume` continues them
 ---@field max_cost number? refuse model calls once the agent has cost this many dollars
+---@field fallback (string|luagent.ProviderSpec|luagent.Provider)[]? models each call goes on with, in order, when it fails for good on the one before (docs/guide/agent.md, "Fallback models")
 
 ---The last event of a run (`agent:run` returns it).
 ---@class luagent.AgentEnd: luagent.Event
@@ -65,6 +66,7 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 ---@field name string its name (the `name` option)
 ---@field id string its own id, `name-xxxxxxxx`
 ---@field provider luagent.Provider the model it calls
+---@field fallback luagent.Provider[]? the models a call falls back to, in order
 ---@field system string? its system prompt
 ---@field messages luagent.Message[] the conversation, provider-neutral
 ---@field running boolean true while a run goes on
@@ -102,7 +104,8 @@ end
 
 -- new(rt, {name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
--- durable=, max_cost=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider.
+-- durable=, max_cost=, fallback=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider;
+-- `fallback`, the models its calls go on with (lua/luagent/model/call.lua).
 -- durable = true journals its runs (agent/journal, agent/replay.lua); nil
 -- follows `luagent run --durable`. Raises on misuse.
 function M.new(rt, opts)
@@ -126,12 +129,14 @@ function M.new(rt, opts)
   -- after the checks of the options: a provider without a key raises too
   local provider = opts.model
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
+  local fallback = retry.fallback_models(rt, opts.fallback, "agent", 2)
   if max_cost then rt:meter("cost") end -- the meter that holds the cap
   local self = setmetatable({
     rt = rt,
     name = name,
     id = string.format("%s-%08x", name, math.random(0, 0x7fffffff)),
     provider = provider,
+    fallback = fallback,
     system = opts.system,
     policy = opts.policy,
     tool_policy = tool_policy,
@@ -428,7 +433,8 @@ function Agent:run_turns(emit, deliver)
       for ev in retry.stream(self.rt, { model = self.provider, system = self.system, messages = self.messages,
                                tools = box.specs, policy = self.policy, max_tokens = self.max_tokens,
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
-                               max_cost = self.max_cost, before_publish = record }) do
+                               max_cost = self.max_cost, fallback = self.fallback,
+                               before_publish = record }) do
         deliver(ev)
         local t = ev.type
         if t == "context_compacted" then
