@@ -184,6 +184,72 @@ describe("fallback models of a call", function()
     assert.same({ "openai/model-a" }, final.fallback_from)
   end)
 
+  it("falls back when the server asks for a longer wait than the policy makes", function()
+    local a = serve { faults = "429:retry-after=600", seed = 1 }
+    local b = serve { seed = 2 }
+    local ma, mb = models(a, b)
+    local evs = collect { model = ma, fallback = { mb }, messages = hi, policy = policy() }
+    assert.equal(1, #a:requests())
+    assert.equal(1, #b:requests())
+    local fb = of_type(evs, "model_fallback")[1]
+    assert.equal("rate_limited", fb.class)
+    assert.equal("server asked for 600 s; policy waits at most 60 s", fb.reason)
+    assert.equal("stop", evs[#evs].stop_reason)
+  end)
+
+  it("does not fall back when the cost cap refuses the call", function()
+    local a = serve { seed = 1 }
+    local b = serve { seed = 2 }
+    local ma, mb = models(a, b)
+    local meter = luagent.default_runtime():meter("cost")
+    assert(meter:set_prices { ["model-a"] = { input = 1, output = 2 }, ["model-b"] = { input = 1, output = 2 } })
+    local agent = luagent.agent { model = ma, fallback = { mb }, max_cost = 0, policy = policy() }
+    local last = agent:run("hi")
+    assert.equal("error", last.stop_reason)
+    assert.equal("cost_limit", last.error.kind)
+    assert.equal(0, #a:requests())
+    assert.equal(0, #b:requests())
+  end)
+
+  it("says so in the log, once, at warn", function()
+    local lines = {}
+    luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "warn" }
+    local a = serve { faults = "503", seed = 1 }
+    local b = serve { seed = 2 }
+    local ma, mb = models(a, b)
+    collect { model = ma, fallback = { mb }, messages = hi, policy = policy() }
+    local said = {}
+    for _, l in ipairs(lines) do if l:find("falling back to", 1, true) then said[#said + 1] = l end end
+    assert.equal(1, #said)
+    assert.matches("model openai/model%-a failed for good %(no attempts left %(3%)%), falling back to "
+      .. "anthropic/model%-b: http: HTTP 503", said[1])
+  end)
+
+  it("leaves the first model's attempts out of a retry-safe stream", function()
+    -- each attempt of the first model streams text, then an in-stream overload
+    local a = serve { faults = "stream-error:overloaded_error", seed = 1 }
+    local b = serve { seed = 2 }
+    local ma, mb = models(a, b)
+    local raw, safe = {}, {}
+    for ev in luagent.stream { model = ma, fallback = { mb }, messages = hi, policy = policy() } do
+      raw[#raw + 1] = ev
+    end
+    local i = 0
+    for ev in events.retry_safe(function() i = i + 1 return raw[i] end) do safe[#safe + 1] = ev end
+    assert.equal(3, #a:requests())
+    -- the raw stream: each failed attempt's own end, then a reset before the second model's answer
+    local ends = of_type(raw, "message_end")
+    assert.equal(4, #ends)
+    assert.matches("^attempt 3 failed for good on openai/model%-a, which falls back to anthropic/model%-b",
+      ends[3].error_message)
+    assert.is_nil(ends[3].final)
+    local resets = of_type(raw, "stream_reset")
+    assert.equal(3, #resets) -- before attempts 2 and 3, and before the second model's
+    assert.equal(4, resets[3].attempt)
+    assert.equal("provider_retry provider_retry model_fallback message_start message_end", types(safe))
+    assert.equal("model-b", safe[#safe].request_model)
+  end)
+
   it("raises for a fallback that is not a list of models", function()
     local m = { kind = "openai", model = "x", base_url = "http://127.0.0.1:9/v1", api_key = "k" }
     local want = 'fallback must be a list of models ("kind/model" or providers)'
@@ -281,5 +347,37 @@ describe("fallback models of an agent", function()
     assert.equal("attempt 3", fell.name)
     assert.equal("anthropic/model-b", attrs(fell)["luagent.fallback.to"])
     assert.equal("model-a", attrs(fell)["gen_ai.request.model"])
+  end)
+end)
+
+describe("the policy's fallback_on_permanent", function()
+  local policies = require "luagent.model.policy"
+  local classify = require "luagent.model.classify"
+
+  it("names the classifier's permanent classes, but cancelled, unusable and deadline", function()
+    local permanent = {}
+    for class, retried in pairs(classify.classes) do
+      if not retried and class ~= "cancelled" and class ~= "unusable" and class ~= "deadline" then
+        permanent[#permanent + 1] = class
+      end
+    end
+    table.sort(permanent)
+    assert.same(permanent, policies.permanent_classes)
+  end)
+
+  it("is false by default, a set of classes when given", function()
+    assert.is_false(assert(policies.new {}).fallback_on_permanent)
+    assert.same({ auth = true }, assert(policies.new { fallback_on_permanent = { "auth" } }).fallback_on_permanent)
+    local all = assert(policies.new { fallback_on_permanent = true }).fallback_on_permanent
+    for _, c in ipairs(policies.permanent_classes) do assert.is_true(all[c]) end
+  end)
+
+  it("refuses what is not a list of permanent classes", function()
+    for _, bad in ipairs({ { "rate_limited" }, {}, "auth", 1 }) do
+      local p, err = policies.new { fallback_on_permanent = bad }
+      assert.is_nil(p)
+      assert.matches("fallback_on_permanent must be true, false, or a list of permanent classes "
+        .. "%(auth, client, context_overflow, payment, permanent%)", err.message)
+    end
   end)
 end)

@@ -305,7 +305,7 @@ function Call:fall_back(err, reason, own, nxt)
     response_ids = self.response_ids[1] and self.response_ids or nil }
   out:push(ev)
   self.rt.diag:write("warn", string.format("model %s failed for good (%s), falling back to %s: %s",
-    model_name(from), tostring(reason), model_name(nxt), text), nil, "model_fallback")
+    model_name(from), tostring(reason), model_name(nxt), tostring(err.cause or err)), nil, "model_fallback")
   local given_up = self.fallback_from or {}
   given_up[#given_up + 1] = model_name(from)
   self.fallback_from = given_up

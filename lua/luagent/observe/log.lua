@@ -358,7 +358,7 @@ local EVENTS = {
     r.error = err_text(ev.error)
     usage_fields(r, ev.usage, "")
     return "warn", string.format("model %s failed for good (%s), falling back to %s: %s",
-      tostring(ev.from), tostring(ev.reason), tostring(ev.to), tostring(ev.error))
+      tostring(ev.from), tostring(ev.reason), tostring(ev.to), tostring(ev.error and ev.error.cause or ev.error))
   end,
   context_compacted = function(ev, r)
     r.attempt, r.before, r.after = ev.attempt, ev.before, ev.after
