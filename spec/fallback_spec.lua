@@ -250,6 +250,21 @@ describe("fallback models of a call", function()
     assert.equal("model-b", safe[#safe].request_model)
   end)
 
+  it("shows the fallback in the --trace tree", function()
+    local tracer = assert(luagent.default_runtime():trace { tree = true })
+    local a = serve { faults = "503", seed = 1 }
+    local b = serve { seed = 2 }
+    local ma, mb = models(a, b)
+    collect { model = ma, fallback = { mb }, messages = hi, policy = policy() }
+    local out = {}
+    tracer:stop { write = function(_, ...) for _, x in ipairs({ ... }) do out[#out + 1] = x end end }
+    local text = table.concat(out)
+    assert.matches("chat model%-b [^\n]*  after openai/model%-a\n", text)
+    assert.matches("attempt 2 [^\n]*HTTP 503, retried after 1%.000s\n", text)
+    assert.matches("attempt 3 [^\n]*HTTP 503, fell back to anthropic/model%-b\n", text)
+    assert.matches("attempt 4 [^\n]*\n", text)
+  end)
+
   it("raises for a fallback that is not a list of models", function()
     local m = { kind = "openai", model = "x", base_url = "http://127.0.0.1:9/v1", api_key = "k" }
     local want = 'fallback must be a list of models ("kind/model" or providers)'

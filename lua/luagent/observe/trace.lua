@@ -359,7 +359,8 @@ local function builder(sinks)
     set4(a, "http.response.status_code", ev.status, "gen_ai.request.model", ev.request_model,
       "luagent.fallback.to", ev.to)
     usage_attrs(a, ev.usage)
-    fail(a, ev.class or "error", ev.error and ev.error.message)
+    -- the attempt's own error, as a retried attempt's (provider_retry)
+    fail(a, ev.class or "error", ev.error and (ev.error.cause or ev.error))
     a.cut = cut_bytes(ev.error and ev.error.cause or ev.error, ev.status)
     a.fallback_to = ev.to
     finish(a, now)
