@@ -12,7 +12,7 @@ local events = require("luagent").events
 local cjson = require "cjson"
 local slurp = require("spec.support.helpers").slurp
 
-local saved_log, servers
+local saved_log, servers, tracer_left -- (a tracer a failed spec left running)
 -- a mock server closed after the spec, whatever happened in it
 local function serve(opts)
   local srv = assert(mock.start(opts))
@@ -28,6 +28,7 @@ before_each(function()
 end)
 after_each(function()
   for _, srv in ipairs(servers) do srv:close() end
+  if tracer_left then tracer_left:stop() tracer_left = nil end
   luagent.configure(saved_log)
   luagent.clock.real()
 end)
@@ -252,6 +253,7 @@ describe("fallback models of a call", function()
 
   it("shows the fallback in the --trace tree", function()
     local tracer = assert(luagent.default_runtime():trace { tree = true })
+    tracer_left = tracer
     local a = serve { faults = "503", seed = 1 }
     local b = serve { seed = 2 }
     local ma, mb = models(a, b)
@@ -291,6 +293,7 @@ describe("fallback models of an agent", function()
     local file = os.tmpname()
     local rt = luagent.default_runtime()
     local tracer = assert(rt:trace { file = file })
+    tracer_left = tracer
     local meter = rt:meter("cost")
     meter:reset()
     assert(meter:set_prices { ["model-a"] = { input = 1, output = 2 }, ["model-b"] = { input = 10, output = 20 } })
