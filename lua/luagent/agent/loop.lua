@@ -41,7 +41,7 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 -- option is added here.
 M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_policy", "max_turns",
   "max_parallel_tools", "loop_guard", "max_tokens", "temperature", "messages", "durable", "max_cost", "guard",
-  "cache", "thinking", "reasoning", "extra_body" }
+  "cache", "thinking", "reasoning", "extra_body", "fallback" }
 
 ---What `luagent.agent{...}` takes. Only `model` is required.
 ---@class luagent.AgentOptions
@@ -64,6 +64,7 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 ---@field thinking {budget_tokens: integer?, type: string?}? Anthropic: extended thinking with this budget (or `type = "adaptive"`); OpenRouter: reasoning.max_tokens
 ---@field reasoning {effort: string, summary: string?}? OpenAI: reasoning_effort (chat), reasoning.effort (responses); OpenRouter: reasoning.effort
 ---@field extra_body table? merged into every request body, over what luagent built (objects deep, anything else replaced; `luagent.json.null` removes a key)
+---@field fallback (string|luagent.ProviderSpec|luagent.Provider)[]? models each call goes on with, in order, when it fails for good on the one before (docs/guide/agent.md, "Fallback models")
 
 ---A content part of a user message (a provider-neutral shape each wire format renders).
 ---@class luagent.Part
@@ -108,6 +109,7 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 ---@field name string its name (the `name` option)
 ---@field id string its own id, `name-xxxxxxxx`
 ---@field provider luagent.Provider the model it calls
+---@field fallback luagent.Provider[]? the models a call falls back to, in order
 ---@field system string? its system prompt
 ---@field messages luagent.Message[] the conversation, provider-neutral
 ---@field running boolean true while a run goes on
@@ -172,7 +174,8 @@ end
 
 -- new(rt, {name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
--- durable=, max_cost=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider.
+-- durable=, max_cost=, fallback=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider;
+-- `fallback`, the models its calls go on with (lua/luagent/model/call.lua).
 -- durable = true journals its runs (agent/journal, agent/replay.lua); nil
 -- follows `luagent run --durable`. Raises on misuse.
 function M.new(rt, opts)
@@ -201,12 +204,14 @@ function M.new(rt, opts)
   -- after the checks of the options: a provider without a key raises too
   local provider = opts.model
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
+  local fallback = retry.fallback_models(rt, opts.fallback, "agent", 2)
   if max_cost then rt:meter("cost") end -- the meter that holds the cap
   local self = setmetatable({
     rt = rt,
     name = name,
     id = string.format("%s-%08x", name, math.random(0, 0x7fffffff)),
     provider = provider,
+    fallback = fallback,
     system = opts.system,
     policy = opts.policy,
     tool_policy = tool_policy,
@@ -695,7 +700,7 @@ function Agent:run_turns(emit, deliver)
                                tools = box.specs, policy = self.policy, max_tokens = self.max_tokens,
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
                                max_cost = self.max_cost, cache = self.cache, thinking = self.thinking,
-                               reasoning = self.reasoning, extra_body = self.extra_body,
+                               reasoning = self.reasoning, extra_body = self.extra_body, fallback = self.fallback,
                                before_publish = record }) do
         deliver(ev)
         local t = ev.type

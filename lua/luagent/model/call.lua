@@ -20,6 +20,18 @@
 -- on_context_overflow hook returns a shorter message list is resent once:
 -- context_compacted{before, after, messages}, then provider_retry with no
 -- wait.
+-- A call given fallback models (`fallback`) that fails for good on one
+-- model with a failure the next may not share (a transient class after
+-- its retries, an endpoint's refusal: M.falls_back) goes on with the next
+-- model instead of ending: the failed attempt's own message_end (if it had
+-- opened a message, never final), the endpoint's events, then
+-- model_fallback{from, to, reason, error, class, attempt?, usage?}, and the
+-- next model's attempts, with its own endpoint (breaker, budget,
+-- cooldown), its own wire format (the request is provider-neutral), its
+-- own attempts (max_retries + 1 more) and its own total deadline.
+-- Attempts are numbered through the call (provider_retry's attempt and
+-- max_attempts continue); the final event names the model that answered
+-- (or the last one tried) and lists those given up on (fallback_from).
 -- Cancellation (connecting, streaming or backing off) ends the call at once
 -- with one final event and then raises `cancelled` (cancellation always
 -- raises): message_end{stop_reason="aborted"} when no message of the call
@@ -103,6 +115,36 @@ local function obeyed_server_wait(p, retry_after)
   return nil
 end
 
+-- "kind/model" of a provider: how fallback events name a model.
+local function model_name(p) return p.kind .. "/" .. p.model end
+M.model_name = model_name
+
+-- Classes that fall back to the next model although they are not retried
+-- on the same one: an empty reply after its retries, and the model's own
+-- total deadline (each model of a call has one).
+local FALLS_BACK = { unusable = true, deadline = true }
+
+-- Error kinds of an endpoint's refusal, which fall back.
+local REFUSALS = { circuit_open = true, retry_budget_exhausted = true }
+
+-- falls_back(err, policy [, admitted]) -> whether a call that failed for
+-- good with `err` goes on with its next model: the endpoint refused it
+-- (breaker open, retry budget spent, a cooldown past the deadline), its
+-- class is a transient one (after its retries: rate_limited, overloaded,
+-- server, transport, timeout, transient) or unusable or deadline, or the
+-- policy's fallback_on_permanent names its class. `admitted` false: an
+-- admission check (the cost cap) refused it, which no model changes.
+function M.falls_back(err, policy, admitted)
+  if admitted == false or errors.is_cancel(err) then return false end
+  if REFUSALS[err.kind] then return true end
+  if err.kind == "timeout" and err.which == "total_deadline" then return true end
+  local class = err.class
+  if class == nil or class == "cancelled" then return false end
+  if classify.classes[class] or FALLS_BACK[class] then return true end
+  local permanent = policy.fallback_on_permanent
+  return permanent and permanent[class] or false
+end
+
 ------------------------------------------------------------------------------
 -- The loop: one Call object per call, one method per state
 ------------------------------------------------------------------------------
@@ -126,9 +168,12 @@ local Call = {}
 Call.__index = Call
 
 -- A call of runtime rt from stream's options (checked by M.stream).
-function Call.new(rt, opts, provider, policy_src)
+function Call.new(rt, opts, provider, policy_src, fallback)
   rt.calls = rt.calls + 1 -- the runtime numbers its calls: events carry `call`
   local call_id = rt.calls
+  local chain = { provider }
+  for i, p in ipairs(fallback or {}) do chain[i + 1] = p end
+  local t0 = luagent_core.now()
   -- a run-wide seed still gives each call its own jitter sequence
   local run_seed = rt.settings:get("seed")
   local seed = opts.seed or (run_seed and run_seed + call_id) or math.random(0, 2 ^ 31)
@@ -137,6 +182,11 @@ function Call.new(rt, opts, provider, policy_src)
     bus = rt.bus,           -- where every event is published as it is delivered
     before_publish = opts.before_publish, -- the caller's hook, before the bus (the journal)
     id = call_id, provider = provider, policy_src = policy_src, policy = policy_src:get(),
+    chain = chain, link = 1, -- the models to try, and which of them this is
+    base = 0,               -- the attempts made on the models before this one
+    model_started = t0,     -- when this model's first attempt began (its total deadline)
+    fallback_from = nil,    -- "kind/model" of each model given up on, in order
+    admit_opts = opts,      -- what the admission checks see (the model in use)
     opts = opts,            -- the caller's (agent, agent_id; the gates see them)
     rng = luagent_core.backoff_rng(seed),
     request = {
@@ -144,7 +194,7 @@ function Call.new(rt, opts, provider, policy_src)
       max_tokens = opts.max_tokens, temperature = opts.temperature,
       cache = opts.cache, thinking = opts.thinking, reasoning = opts.reasoning, extra_body = opts.extra_body,
     },
-    started = luagent_core.now(),
+    started = t0,
     out = queue.new(),
     state = "start",        -- start | streaming | waiting | raise | done
     attempt = 0,
@@ -180,15 +230,23 @@ function Call:describe(ev)
   ev.request_model, ev.provider_kind, ev.endpoint = provider.model, provider.kind, provider.base_url
   ev.provider_name = provider_mod.otel_name(provider.kind)
   if ev.final and self.response_ids[1] then ev.response_ids = self.response_ids end
+  if ev.final then ev.fallback_from = self.fallback_from end
   return ev
 end
 
 local function now() return luagent_core.now() end
 
--- Seconds left before the policy's total deadline (nil: no deadline).
+-- Seconds left before the policy's total deadline of the model in use
+-- (nil: no deadline).
 function Call:time_left()
   local deadline = seconds(self.policy.total_deadline)
-  return deadline and deadline - (now() - self.started)
+  return deadline and deadline - (now() - self.model_started)
+end
+
+-- The number of the last attempt the model in use may make: attempts are
+-- numbered through the call, each model gets max_retries + 1.
+function Call:max_attempts()
+  return self.base + self.policy.max_retries + 1
 end
 
 -- Tells the endpoint how the attempt went (`counted` failures only);
@@ -212,14 +270,58 @@ function Call:partial_message(stop_reason)
   return msg
 end
 
--- Ends the call with its final failure.
-function Call:final_failure(err, reason)
+-- Ends the call with its final failure, or goes on with the next model
+-- when the call has one and the failure falls back (M.falls_back). `own`:
+-- the failure is the last attempt's own (not a refusal before an
+-- attempt); `admitted` false: an admission check refused the call.
+function Call:final_failure(err, reason, own, admitted)
+  local nxt = self.chain[self.link + 1]
+  if nxt and M.falls_back(err, self.policy, admitted) then return self:fall_back(err, reason, own, nxt) end
   err = final_error(err, reason, self.attempt, self.last_err)
   self.out:push(self:describe { type = "message_end", stop_reason = "error", error = err,
     message = self:partial_message("error"),
     usage = self.attempt_usage, total_usage = self.usage_total, attempts = self.attempt, reason = reason,
     final = true })
   self.state = "done"
+end
+
+-- The model in use failed for good (`err`, `reason`) and the call goes on
+-- with `nxt`: the attempt's own message_end (if it had opened a message),
+-- model_fallback, then the next model's first attempt, from a fresh start
+-- (its endpoint, its attempts, its deadline, its backoff).
+function Call:fall_back(err, reason, own, nxt)
+  local from, out = self.provider, self.out
+  err = final_error(err, reason, self.attempt, self.last_err)
+  local text = tostring(err)
+  if own and self.opened and not self.open_end then
+    out:push { type = "message_end", stop_reason = "error", error = err, usage = self.attempt_usage,
+               message = self:partial_message("error"), error_message = string.format(
+                 "attempt %d failed for good on %s, which falls back to %s: %s",
+                 self.attempt, model_name(from), model_name(nxt), text) }
+    self.open_end = true
+  end
+  local ev = self:describe { type = "model_fallback", from = model_name(from), to = model_name(nxt),
+    reason = reason, error = err, error_message = text, class = err.class,
+    attempt = own and self.attempt or nil, attempts = self.attempt - self.base,
+    usage = own and self.attempt_usage or nil,
+    response_ids = self.response_ids[1] and self.response_ids or nil }
+  out:push(ev)
+  self.rt.diag:write("warn", string.format("model %s failed for good (%s), falling back to %s: %s",
+    model_name(from), tostring(reason), model_name(nxt), tostring(err.cause or err)), nil, "model_fallback")
+  local given_up = self.fallback_from or {}
+  given_up[#given_up + 1] = model_name(from)
+  self.fallback_from = given_up
+  self.link, self.provider, self.base, self.model_started = self.link + 1, nxt, self.attempt, now()
+  self.prev_delay, self.compacted, self.last_err, self.status = nil, false, nil, nil
+  self.ep, self.was_probe, self.probe_wait, self.announced = nil, false, false, nil
+  self.response_ids = {}
+  if self.opts.model ~= nxt then
+    local o = {}
+    for k, v in pairs(self.opts) do o[k] = v end
+    o.model = nxt
+    self.admit_opts = o
+  end
+  self.state = "start"
 end
 
 -- The one exit for cancellation, wherever it lands (connecting, streaming,
@@ -285,14 +387,14 @@ end
 -- the error to end with.
 function Call:decide(err, d, shorter, left)
   local policy, ep, attempt = self.policy, self.ep, self.attempt
-  local max_attempts = policy.max_retries + 1
+  local max_attempts = self:max_attempts()
   if shorter and attempt < max_attempts and not (left and left <= 0) then return 0, "compaction" end
   if not d.retryable then return nil, d.reason, err end
-  if attempt >= max_attempts then return nil, "no attempts left (" .. max_attempts .. ")", err end
+  if attempt >= max_attempts then return nil, "no attempts left (" .. (policy.max_retries + 1) .. ")", err end
   local may, refusal = true, nil
   if ep then may, refusal = ep:may_retry(err) end
   if not may then return nil, "retry budget exhausted", refusal end
-  local wait, why = policies.delay(policy, attempt, d.retry_after, self.rng, self.prev_delay)
+  local wait, why = policies.delay(policy, attempt - self.base, d.retry_after, self.rng, self.prev_delay)
   -- a cooldown another call set may hold this one longer: announce it
   local held = wait and ep and policy.cooldown and ep:cooldown_wait(now() + wait, self.rng) or 0
   if held > 0 then wait, why = wait + held, "cooldown" end
@@ -309,7 +411,7 @@ end
 -- provider_retry; the log line and the on_retry hook.
 function Call:announce_retry(err, d, side, shorter, wait, why)
   local out, policy, attempt = self.out, self.policy, self.attempt
-  local max_attempts = policy.max_retries + 1
+  local max_attempts = self:max_attempts()
   local text = tostring(err)
   if self.opened then
     out:push { type = "message_end", stop_reason = "error", error = err, usage = self.attempt_usage,
@@ -358,7 +460,7 @@ function Call:failed(err)
   self.usage_total = add_usage(self.usage_total, self.attempt_usage)
   local left = self:time_left()
   local d = classify.classify(err, {
-    attempt = self.attempt,
+    attempt = self.attempt - self.base, -- this model's (unusable_retries counts them)
     deadline_expired = left ~= nil and left <= 0,
     diag = self.rt.diag,
   }, policy)
@@ -379,7 +481,7 @@ function Call:failed(err)
   local wait, why, final_err = self:decide(err, d, shorter, left)
   if not wait then
     self.out:push_all(side)
-    return self:final_failure(final_err, why)
+    return self:final_failure(final_err, why, true)
   end
   self:announce_retry(err, d, side, shorter, wait, why)
 end
@@ -447,7 +549,7 @@ function Call:begin_attempt()
     -- with jitter; then the breaker and the retry budget must agree
     local hold = policy.cooldown and ep:cooldown_wait(now(), self.rng) or 0
     if hold > 0 then return self:hold_for_cooldown(hold, left) end
-    local ok, probe_or_err, evs = ep:admit(self.attempt > 0, now())
+    local ok, probe_or_err, evs = ep:admit(self.attempt > self.base, now())
     self.out:push_all(evs)
     if not ok and probe_or_err.kind == "circuit_open" and policy.wait_for_probe then
       return self:wait_for_probe(probe_or_err, left)
@@ -466,10 +568,10 @@ function Call:begin_attempt()
     end
   end
   for _, admit in ipairs(self.rt.admission) do
-    local refusal = admit(self.opts)
+    local refusal = admit(self.admit_opts)
     if refusal then
       self:record(false, false) -- frees the breaker's probe slot if this was the probe
-      return self:final_failure(refusal, refusal.reason or refusal.message)
+      return self:final_failure(refusal, refusal.reason or refusal.message, false, false)
     end
   end
   self.attempt = self.attempt + 1
@@ -612,7 +714,7 @@ end
 -- last four are the agent layer's (agent/loop.lua): its journal's hook,
 -- its name and id on every event, and its cost cap (observe/cost.lua).
 M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "max_tokens", "temperature",
-  "seed", "cache", "thinking", "reasoning", "extra_body", "before_publish", "agent", "agent_id", "max_cost" }
+  "seed", "cache", "thinking", "reasoning", "extra_body", "fallback", "before_publish", "agent", "agent_id", "max_cost" }
 
 ---What `luagent.stream{...}` and `luagent.complete{...}` take.
 ---@class luagent.StreamOptions
@@ -628,6 +730,7 @@ M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "m
 ---@field thinking {budget_tokens: integer?, type: string?}? Anthropic: extended thinking with this budget (or `type = "adaptive"`); OpenRouter: reasoning.max_tokens
 ---@field reasoning {effort: string, summary: string?}? OpenAI: reasoning_effort (chat), reasoning.effort and .summary (responses); OpenRouter: reasoning.effort
 ---@field extra_body table? merged into the request body, over what luagent built (objects deep, anything else replaced; `luagent.json.null` removes a key)
+---@field fallback (string|luagent.ProviderSpec|luagent.Provider)[]? models tried in order when the call fails for good on the one before (docs/guide/agent.md, "Fallback models")
 
 ---A message of a conversation, provider-neutral: any adapter sends it.
 ---@class luagent.Message
@@ -643,6 +746,35 @@ M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "m
 ---@field usage table? (`complete`'s message) the final attempt's tokens
 ---@field total_usage table? (`complete`'s message) every attempt's tokens, failed ones included
 ---@field attempts integer? (`complete`'s message) attempts made
+---@field model string? (`complete`'s message) the model that answered, "kind/model" (a fallback's, when the call fell back)
+
+-- fallback_models(rt, list, api [, level]) -> the providers of a
+-- `fallback` option (nil: none): a list of "kind/model", provider specs
+-- or providers, each made now (a model without its key raises here, not
+-- when the call falls back to it). `api` prefixes the error of a list
+-- that is not one.
+function M.fallback_models(rt, list, api, level)
+  if list == nil then return nil end
+  level = (level or 1) + 1
+  local bad = api .. ': fallback must be a list of models ("kind/model" or providers)'
+  if type(list) ~= "table" or getmetatable(list) == provider_mod.Provider or list.kind ~= nil then
+    error(bad, level)
+  end
+  local n = 0
+  for _ in pairs(list) do n = n + 1 end
+  if n ~= #list then error(bad, level) end
+  local out = {}
+  for i, spec in ipairs(list) do
+    if getmetatable(spec) == provider_mod.Provider then
+      out[i] = spec
+    elseif type(spec) == "string" or type(spec) == "table" then
+      out[i] = provider_mod.new(rt, spec)
+    else
+      error(bad .. "; item " .. i .. " is a " .. type(spec), level)
+    end
+  end
+  return out
+end
 
 -- Checks the provider knobs of `opts` (an agent's or a call's options;
 -- `who` names it in messages, `level` is error's): cache, thinking,
@@ -687,9 +819,10 @@ function M.check_knobs(opts, who, level)
 end
 
 -- stream(rt, {model=, messages=, system=, tools=, policy=, max_tokens=,
--- temperature=, seed=, before_publish=}) -> iterator of events of a call of runtime rt (and, as the generic for's
+-- temperature=, seed=, fallback=, before_publish=}) -> iterator of events of a call of runtime rt (and, as the generic for's
 -- closing value, an object that aborts the attempt in flight when the loop
--- is left early). `model` is "kind/model" or a provider. The iterator
+-- is left early). `model` is "kind/model" or a provider; `fallback`, the
+-- models tried after it (M.fallback_models). The iterator
 -- returns nil after the final message_end. before_publish(ev) sees each
 -- event before the bus does (an agent's journal writes its steps there).
 -- `filters`, a list of function(iter) -> iter (rt.event_filters, for
@@ -707,15 +840,17 @@ function M.stream(rt, opts, filters, api)
   M.check_knobs(opts, api, 2)
   local policy = rt.policies:resolve(opts.policy, 2, api) -- a bad one raises before a missing key
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
-  local call = Call.new(rt, opts, provider, policy)
+  local fallback = M.fallback_models(rt, opts.fallback, "stream", 2)
+  local call = Call.new(rt, opts, provider, policy, fallback)
   local closer = setmetatable({}, { __close = function() call:close() end })
   local iter = function() return call:pull() end
   for _, f in ipairs(filters or {}) do iter = f(iter) end
   return iter, nil, nil, closer
 end
 
--- complete(rt, {...}) -> the final assistant message (with .usage, .total_usage
--- and .attempts), or nil and the error record of the final failure.
+-- complete(rt, {...}) -> the final assistant message (with .usage, .total_usage,
+-- .attempts and .model, the "kind/model" that answered), or nil and the
+-- error record of the final failure.
 function M.complete(rt, opts)
   -- misuse names the caller's line (stream's own checks would name this one)
   if type(opts) ~= "table" then error("complete: expects a table", 2) end
@@ -729,6 +864,7 @@ function M.complete(rt, opts)
   if final.stop_reason == "error" then return nil, final.error end
   local msg = final.message or {}
   msg.stop_reason, msg.usage, msg.total_usage, msg.attempts = final.stop_reason, final.usage, final.total_usage, final.attempts
+  msg.model = final.provider_kind .. "/" .. final.request_model
   return msg
 end
 

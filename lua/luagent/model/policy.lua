@@ -53,6 +53,7 @@ M.path = "policies/?.lua;" .. lib .. "/../../policies/?.lua;" .. lib .. "/polici
 ---@field on_retry fun(info: table)? called before each wait (metrics)
 ---@field redact fun(text: string): string? what the log may show of message content
 ---@field on_context_overflow string|fun(ctx: table): luagent.Message[]? shorten the conversation after a context overflow ("drop_oldest" ships)
+---@field fallback_on_permanent boolean|string[]? a call with fallback models falls back after these permanent classes too ("auth", "client", "context_overflow", "payment", "permanent"), or every one (true); default false
 
 -- What a field is when a policy leaves it out. These are the values of
 -- policies/default.lua, which says why each was chosen.
@@ -86,6 +87,15 @@ M.defaults = {
     trust_hints = false,
   },
 }
+
+-- The permanent classes of the classifier (lua/luagent/model/classify.lua,
+-- M.classes: those not retried, but cancelled, which never falls back, and
+-- unusable and deadline, which do) that the policy's fallback_on_permanent
+-- may name: a call with fallback models then goes on with the next one
+-- after such a failure too (lua/luagent/model/call.lua, falls_back).
+M.permanent_classes = { "auth", "client", "context_overflow", "payment", "permanent" }
+local PERMANENT = {}
+for _, c in ipairs(M.permanent_classes) do PERMANENT[c] = true end
 
 -- Per-strategy parameters used when a policy names a strategy but leaves a
 -- parameter out; each is the reading of the system the strategy comes from.
@@ -229,6 +239,18 @@ local check = {
     end
     return ok, "a table {tool_name = {read_only = true|false, idempotent = true|false}}"
   end,
+  fallback_classes = function(v)
+    local ok = type(v) == "boolean"
+    if type(v) == "table" then
+      local n = 0
+      for _ in next, v do n = n + 1 end
+      ok = n > 0
+      for i = 1, n do
+        if not PERMANENT[rawget(v, i)] then ok = false end
+      end
+    end
+    return ok, "true, false, or a list of permanent classes (" .. table.concat(M.permanent_classes, ", ") .. ")"
+  end,
   over_max = function(v)
     return v == "give_up" or v == "cap" or v == "backoff", '"give_up", "cap" or "backoff"'
   end,
@@ -248,6 +270,7 @@ local FIELDS = {
   tool = check.table,
   shared = check.table_or_false,
   redact = check.fn, traceparent = check.boolean,
+  fallback_on_permanent = check.fallback_classes,
 }
 -- shared = {redis = "redis://HOST:PORT/DB", prefix = "luagent:", timeout = 0.25}
 local SHARED_FIELDS = {
@@ -470,6 +493,15 @@ local function check_protection(t, source, text)
   return true
 end
 
+-- The set of classes fallback_on_permanent names (true: every one), or
+-- false when it names none.
+local function fallback_set(v)
+  if not v then return false end
+  local set = {}
+  for _, c in ipairs(v == true and M.permanent_classes or v) do set[c] = true end
+  return set
+end
+
 -- Checks a policy table and returns a new, complete one (every field set;
 -- `classify` always a list). `source` names it in errors (a file path, or
 -- "policy table"); `text` is the file's text, used to find line numbers.
@@ -534,6 +566,8 @@ function M.new(t, source, text)
       or t.shared, -- nil: LUAGENT_REDIS_URL decides; false: local state only
     redact = t.redact,
     traceparent = t.traceparent or false,
+    -- the permanent classes that fall back (a set), or false for none
+    fallback_on_permanent = fallback_set(t.fallback_on_permanent),
   }, Policy)
 end
 

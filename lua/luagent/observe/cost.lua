@@ -200,10 +200,13 @@ local function charge_meters(state, ev, u, c)
   if c then a.cost, run.cost = a.cost + c, run.cost + c end
 end
 
--- Charges one attempt's usage to the call's record, its agent and the run.
+-- Charges one attempt's usage to the call's record, its agent and the run,
+-- at the price of the model the attempt asked (a call that fell back to
+-- another model pays each model's attempts at its own price); the record
+-- names the last model charged, the one that answered at the end.
 local function charge(self, r, ev, u)
-  r.model = r.model or ev.request_model
-  r.provider_kind = r.provider_kind or ev.provider_kind
+  r.model = ev.request_model or r.model
+  r.provider_kind = ev.provider_kind or r.provider_kind
   r.attempts = r.attempts + 1
   local c = cost_of(u, self:price(r.model))
   r.attempt_costs[#r.attempt_costs + 1] = c or false
@@ -224,8 +227,11 @@ local function finish_call(self, r, ev)
   local state = self.state
   state.calls[ev.call] = nil
   -- a call refused before any attempt (an open circuit, a cost cap) was
-  -- never charged: its model and why come from its final event
-  r.model = r.model or ev.request_model
+  -- never charged: its model and why come from its final event (which
+  -- names the model that answered, or the last one tried)
+  r.model = ev.request_model or r.model
+  r.provider_kind = ev.provider_kind or r.provider_kind
+  r.fallback_from = ev.fallback_from
   if r.attempts == 0 and ev.error then r.refused = ev.error.kind or "error" end
   local ids = ev.response_ids -- every attempt's message id (the final event's)
   r.message_id = ids and ids[#ids]
@@ -253,7 +259,8 @@ local function consume(self, ev)
   local t, state = ev.type, self.state
   if t == "turn_start" then
     state.turns[ev.agent_id or ""] = ev.turn
-  elseif t == "provider_retry" and ev.call ~= nil then
+  elseif (t == "provider_retry" or (t == "model_fallback" and ev.attempt)) and ev.call ~= nil then
+    -- a retried attempt, or the last attempt of a model the call falls back from
     charge(self, call_record(state, ev), ev, ev.usage)
   elseif ((t == "message_end" and ev.final) or t == "call_aborted") and ev.call ~= nil then
     -- (an answer a resumed run replays from its journal has no call
@@ -378,7 +385,7 @@ function Meter:start()
   if self.unsubscribe then return end
   local rt = self.rt
   self.unsubscribe = rt.bus:subscribe(function(ev) consume(self, ev) end, { annotate = "first",
-    types = { "turn_start", "provider_retry", "message_end", "call_aborted", "agent_end" } })
+    types = { "turn_start", "provider_retry", "model_fallback", "message_end", "call_aborted", "agent_end" } })
   self.admit = function(opts) return gate(self, opts, rt.settings:get("max_cost")) end
   rt.admission[#rt.admission + 1] = self.admit
 end
@@ -437,7 +444,8 @@ function Meter:report(top)
         or string.format("%d attempt%s", r.attempts, r.attempts == 1 and "" or "s")
       lines[#lines + 1] = string.format("  %s%s call %d  %s  %s%s  in %d out %d  %s%s",
         r.agent and (r.agent .. " ") or "", r.turn and ("turn " .. r.turn .. ",") or "", r.call,
-        r.model or "(model unknown)", attempts,
+        (r.model or "(model unknown)") .. (r.fallback_from and " (after " .. table.concat(r.fallback_from, ", ") .. ")" or ""),
+        attempts,
         failed > 0 and string.format(" (%d failed: %s)", failed, money(failed_cost or nil)) or "",
         r.usage.input_tokens, r.usage.output_tokens, money(r.cost),
         generations_text(r))

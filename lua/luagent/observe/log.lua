@@ -353,6 +353,13 @@ local EVENTS = {
     return "info", string.format("provider error (attempt %d/%d), retrying in %.2fs: %s",
       ev.attempt, ev.max_attempts, (ev.delay_ms or 0) / 1000, tostring(ev.error))
   end,
+  model_fallback = function(ev, r)
+    r.attempt, r.class, r.status, r.from, r.to, r.reason = ev.attempt, ev.class, ev.status, ev.from, ev.to, ev.reason
+    r.error = err_text(ev.error)
+    usage_fields(r, ev.usage, "")
+    return "warn", string.format("model %s failed for good (%s), falling back to %s: %s",
+      tostring(ev.from), tostring(ev.reason), tostring(ev.to), tostring(ev.error and ev.error.cause or ev.error))
+  end,
   context_compacted = function(ev, r)
     r.attempt, r.before, r.after = ev.attempt, ev.before, ev.after
     return "info", "context compacted"
@@ -418,7 +425,8 @@ local EVENTS = {
 local MOST = {
   agent_start = "info", agent_end = "error", turn_start = "debug", turn_end = "debug",
   message_start = "debug", usage = "debug", stream_reset = "debug", message_end = "warn",
-  call_aborted = "info", provider_retry = "info", context_compacted = "info", circuit_open = "warn",
+  call_aborted = "info", provider_retry = "info", model_fallback = "warn", context_compacted = "info",
+  circuit_open = "warn",
   circuit_half_open = "info", circuit_close = "info", retry_budget_exhausted = "warn", cooldown = "info", call_waiting = "info",
   tool_execution_start = "info", tool_execution_update = "debug", tool_retry = "info",
   tool_execution_end = "info", tools_changed = "info", tools_reload_failed = "warn",
@@ -468,6 +476,8 @@ function Logger:consumer()
       elseif t == "message_start" and ev.model and not models[ev.call] then models[ev.call] = ev.model end
       r.model, r.call = models[ev.call], ev.call
       if ev.final then models[ev.call] = nil end
+      -- the call's next events are the next model's
+      if t == "model_fallback" and ev.to then models[ev.call] = ev.to:match("^[^/]+/(.+)$") or ev.to end
     elseif ev.call_id then
       r.tool, r.call_id = ev.name, ev.call_id
     end

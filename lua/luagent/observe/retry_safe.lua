@@ -17,7 +17,9 @@ RetrySafe.__index = RetrySafe
 -- RetrySafe.new(sink) -> filter. filter:push(ev) for each event of ONE
 -- call's stream, filter:finish() at its end (which also resets it):
 -- - a successful attempt reaches sink whole, when it ends;
--- - a retried attempt disappears, leaving only its provider_retry;
+-- - a retried attempt disappears, leaving only its provider_retry (or the
+--   model_fallback after a model's last attempt: the call goes on with the
+--   next model, as after a retry);
 -- - an attempt that fails for good (or is aborted) arrives as its
 --   message_start and its error (or aborted) message_end, without its
 --   deltas (the end event keeps the content);
@@ -53,6 +55,10 @@ end
 
 function RetrySafe:push(ev)
   local t = ev.type
+  if t == "model_fallback" then
+    -- a retry on the next model: a refusal before any attempt ended none
+    if ev.attempt then t = "provider_retry" else self.sink(ev) return end
+  end
   if t == "provider_retry" then
     self.next_attempt[ev.call or 0] = (ev.attempt or 0) + 1
   elseif ev.final then

@@ -59,7 +59,9 @@ M.hex_id = hex_id
 -- attempt), cut (the body bytes an attempt whose stream was cut had
 -- received: cut_bytes below), children (nil until one is made), attempt (an attempt's
 -- number), response_model and response_id (a chat span's, from its
--- answer's start), and its attributes as one
+-- answer's start), fallback_from (a chat span's: the models its call fell
+-- back from) and fallback_to (an attempt's: the model its call fell back
+-- to after it), and its attributes as one
 -- list of names and values, attrs = {k1, v1, k2, v2, ...}, with nattrs the
 -- slots in use; a pair whose value is nil is no attribute (host/jsonw.c
 -- leaves it out). A list, not a map: a call sets some twenty attributes,
@@ -86,6 +88,7 @@ local function new_span(name, kind, parent, start, many)
     trace_id = parent and parent.trace_id or hex_id(32), span_id = hex_id(16),
     attrs = attrs, nattrs = 0, children = nil, status = M.STATUS.UNSET, stop = nil, status_message = nil,
     delay = nil, attempt = nil, response_model = nil, response_id = nil, cut = nil,
+    fallback_from = nil, fallback_to = nil,
   }
   if parent then
     local kids = parent.children
@@ -214,7 +217,8 @@ end
 local function tool_key(ev) return tostring(ev.agent_id or ev.agent) .. "\0" .. tostring(ev.call_id) end
 
 -- The event types spans are built from.
-local TYPES = { "agent_start", "agent_end", "message_start", "provider_retry", "message_end", "call_aborted",
+local TYPES = { "agent_start", "agent_end", "message_start", "provider_retry", "model_fallback", "message_end",
+  "call_aborted",
   "tool_execution_start", "tool_retry", "tool_execution_end" }
 
 -- builder(sinks) -> consume(ev), context(ev), headers(call, attempt,
@@ -340,6 +344,28 @@ local function builder(sinks)
     finish(a, now)
   end
 
+  -- The call gave a model up for the next (EVENTS.md, model_fallback): the
+  -- model's last attempt ends here when it failed (a refusal before any
+  -- attempt has none), naming its model and the next; the chat span keeps
+  -- what it fell back from, for its luagent.fallback.from.
+  function H.model_fallback(ev, now)
+    if ev.call == nil then return end
+    local c = call_of(ev.call, ev.agent_id, ev.started or now)
+    local from = c.fallback_from
+    if from then from[#from + 1] = ev.from else c.fallback_from = json.array { ev.from } end
+    if not ev.attempt then return end
+    local a = attempt_of(c, ev.attempt, ev.attempt_started or now)
+    a.start = ev.attempt_started or a.start
+    set4(a, "http.response.status_code", ev.status, "gen_ai.request.model", ev.request_model,
+      "luagent.fallback.to", ev.to)
+    usage_attrs(a, ev.usage)
+    -- the attempt's own error, as a retried attempt's (provider_retry)
+    fail(a, ev.class or "error", ev.error and (ev.error.cause or ev.error))
+    a.cut = cut_bytes(ev.error and ev.error.cause or ev.error, ev.status)
+    a.fallback_to = ev.to
+    finish(a, now)
+  end
+
   -- The call's final event (message_end final, or call_aborted).
   local function call_end(ev, now)
     if ev.call == nil then return end
@@ -377,6 +403,7 @@ local function builder(sinks)
     set4(s, "gen_ai.response.finish_reasons", finish_reasons(ev.raw_stop_reason or ev.stop_reason),
       "server.address", hp and hp[1], "server.port", hp and hp[2], "luagent.call", ev.call)
     set(s, "luagent.attempts", n)
+    if s.fallback_from then set(s, "luagent.fallback.from", s.fallback_from) end
     if ev.stop_reason == "error" then
       fail(s, error_type(ev.error), ev.error and ev.error.message)
     elseif ev.stop_reason == "aborted" then
@@ -522,13 +549,15 @@ local function tree_lines(root, emit, depth, http_note)
         -- an answer that failed otherwise (an error event in the stream)
         first = note .. " " .. tostring(get(root, "error.type") or "error")
       end
-      local more = root.delay and ("retried after " .. M.duration(root.delay)) or "failed"
+      local more = root.delay and ("retried after " .. M.duration(root.delay))
+        or root.fallback_to and ("fell back to " .. root.fallback_to) or "failed"
       note = first and (first .. ", " .. more) or more
     end
     emit(note and (head .. "  " .. note) or head)
   else
     tool = get(root, "gen_ai.operation.name") == "execute_tool"
     if root.status == M.STATUS.ERROR then head = head .. "  error: " .. tostring(get(root, "error.type")) end
+    if root.fallback_from then head = head .. "  after " .. table.concat(root.fallback_from, ", ") end
     emit(head)
   end
   local kids = root.children or NO_CHILDREN
