@@ -26,6 +26,7 @@ local policies = require "luagent.model.policy"
 local provider_mod = require "luagent.model.provider"
 local tools = require "luagent.agent.tools"
 local replay = require "luagent.agent.replay"
+local output = require "luagent.agent.output"
 local add_usage = require("luagent.base.usage").add
 local zero_usage = require("luagent.base.usage").zero
 
@@ -49,10 +50,12 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 ---@field messages luagent.Message[]? the conversation to start from
 ---@field durable boolean? journal its runs so `luagent resume` continues them
 ---@field max_cost number? refuse model calls once the agent has cost this many dollars
+---@field output luagent.OutputOptions? structured output: the final answer is a JSON value of `output.schema`, checked and asked again (naming the wrong fields) at most `output.retries` times; the value is `agent_end.output`
 
 ---The last event of a run (`agent:run` returns it).
 ---@class luagent.AgentEnd: luagent.Event
 ---@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"aborted"|"error" why the run ended (docs/guide/agent.md, "How a run ends")
+---@field output any? with an `output` option: the final answer decoded, matching its schema
 ---@field reason string? why, in words (max_turns, loop_guard)
 ---@field error luagent.Error? what failed, when stop_reason is "error"
 ---@field messages luagent.Message[] the history
@@ -68,6 +71,7 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 ---@field system string? its system prompt
 ---@field messages luagent.Message[] the conversation, provider-neutral
 ---@field running boolean true while a run goes on
+---@field output luagent.OutputOptions? its structured output, completed with the defaults
 local Agent = {}
 Agent.__index = Agent
 Agent.__name = "luagent.Agent"
@@ -102,7 +106,7 @@ end
 
 -- new(rt, {name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
--- durable=, max_cost=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider.
+-- durable=, max_cost=, output=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider.
 -- durable = true journals its runs (agent/journal, agent/replay.lua); nil
 -- follows `luagent run --durable`. Raises on misuse.
 function M.new(rt, opts)
@@ -123,6 +127,7 @@ function M.new(rt, opts)
   if max_cost ~= nil and not (type(max_cost) == "number" and max_cost >= 0 and max_cost < math.huge) then
     error("agent: max_cost must be a number >= 0 (a cost in the price table's currency)", 2)
   end
+  local out = opts.output ~= nil and output.check(opts.output, "agent", 2) or nil
   -- after the checks of the options: a provider without a key raises too
   local provider = opts.model
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
@@ -148,6 +153,7 @@ function M.new(rt, opts)
     rng = core.backoff_rng(math.random(0, 2 ^ 31)),
     running = false,
     durable = opts.durable,
+    output = out,
   }, Agent)
   -- the runtime's own tool set (`luagent run --tools DIR`) comes after the
   -- agent's, unless the agent was given it
@@ -380,6 +386,7 @@ function Agent:run_turns(emit, deliver)
   -- zeros until a call reports usage: a run whose first call failed has
   -- used nothing, which is not "unknown"
   local usage, turns, stop, err, reason = zero_usage(), 0, nil, nil, nil
+  local value, retried = nil, 0 -- structured output: the decoded answer; answers sent back
   self.run_usage = usage -- (summed in place: a run cancelled mid-turn still reports it)
   local r, jerr = replay.begin(self)
   self.replay = r or replay.live
@@ -428,7 +435,7 @@ function Agent:run_turns(emit, deliver)
       for ev in retry.stream(self.rt, { model = self.provider, system = self.system, messages = self.messages,
                                tools = box.specs, policy = self.policy, max_tokens = self.max_tokens,
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
-                               max_cost = self.max_cost, before_publish = record }) do
+                               max_cost = self.max_cost, output = self.output, before_publish = record }) do
         deliver(ev)
         local t = ev.type
         if t == "context_compacted" then
@@ -464,32 +471,47 @@ function Agent:run_turns(emit, deliver)
     if #calls == 0 then
       emit { type = "turn_end", turn = turns, message = msg, tool_results = json.array() }
       stop = final.stop_reason == "length" and "length" or "stop"
-      break
-    end
-    local guard = self:check_loop(calls)
-    local results
-    if guard then
-      results = {}
-      for i, c in ipairs(calls) do results[i] = not_run(c, "not run: " .. guard) end
+      if not self.output then break end
+      -- structured output: the answer decoded and checked; one that does
+      -- not match is sent back naming what is wrong, at most `retries`
+      -- times (an answer cut at its token limit is not: stop_reason says so)
+      local errs
+      value, errs = output.read(self.output, msg)
+      if value ~= nil or stop == "length" then break end
+      if retried >= self.output.retries then
+        stop, err = "error", output.failure(errs, msg.content, retried + 1)
+        break
+      end
+      retried = retried + 1
+      local text = output.retry_text(errs)
+      emit(output.retry_event(self.output, retried, errs, text))
+      self.messages[#self.messages + 1] = { role = "user", content = text }
     else
-      results = self:run_tools(box, calls, emit, self:current_tool_policy(), turns)
+      local guard = self:check_loop(calls)
+      local results
+      if guard then
+        results = {}
+        for i, c in ipairs(calls) do results[i] = not_run(c, "not run: " .. guard) end
+      else
+        results = self:run_tools(box, calls, emit, self:current_tool_policy(), turns)
+      end
+      local tool_msgs, unknown = {}, nil
+      for i, c in ipairs(calls) do
+        local o = results[i]
+        tool_msgs[i] = { role = "tool", tool_call_id = c.id, name = c.name, content = o.content or "",
+                         is_error = o.is_error or false }
+        self.messages[#self.messages + 1] = tool_msgs[i]
+        if o.unknown and not unknown then unknown = o.error end
+      end
+      emit { type = "turn_end", turn = turns, message = msg, tool_results = tool_msgs }
+      if guard then stop, reason = "loop_guard", guard break end
+      if self.aborted then stop = "aborted" break end
+      if unknown then stop, err = "error", unknown break end
     end
-    local tool_msgs, unknown = {}, nil
-    for i, c in ipairs(calls) do
-      local o = results[i]
-      tool_msgs[i] = { role = "tool", tool_call_id = c.id, name = c.name, content = o.content or "",
-                       is_error = o.is_error or false }
-      self.messages[#self.messages + 1] = tool_msgs[i]
-      if o.unknown and not unknown then unknown = o.error end
-    end
-    emit { type = "turn_end", turn = turns, message = msg, tool_results = tool_msgs }
-    if guard then stop, reason = "loop_guard", guard break end
-    if self.aborted then stop = "aborted" break end
-    if unknown then stop, err = "error", unknown break end
   end
   if stop == "aborted" then reason = reason or ("aborted: " .. tostring(self.aborted)) end
   emit { type = "agent_end", messages = self.messages, stop_reason = stop, reason = reason,
-         error = err, usage = usage, turns = turns }
+         error = err, usage = usage, turns = turns, output = value }
 end
 
 -- Starts a run; returns the iterator of its events (and a closing value
@@ -587,15 +609,17 @@ function Agent:abort(reason)
   return true
 end
 
--- agent:run(text) -> the agent_end event of a whole run (draining events).
+-- agent:run(text) -> the agent_end event of a whole run (draining events),
+-- and its structured output (agent_end.output).
 ---Runs a prompt to its end (or, without text, continues) and returns its
----last event.
+---last event and, with an `output` option, the decoded answer.
 ---@param text? string
 ---@return luagent.AgentEnd
+---@return any output `agent_end.output`: the answer matching the output schema, or nil
 function Agent:run(text)
   local last
   for ev in (text and self:prompt(text) or self:continue()) do last = ev end
-  return last
+  return last, last and last.output
 end
 
 return M

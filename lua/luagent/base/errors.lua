@@ -52,6 +52,7 @@ M.kinds = {
   divergence = true,     -- a durable run's script no longer matches its journal; `step`
   cost_limit = true,     -- a max_cost cap refused a call before its request; `limit`, `spent`, `scope`
   fs = true,             -- a file operation failed (luagent.fs); `path`, `op`, `reason`, `code`
+  output_invalid = true, -- structured output: no answer matched the schema within its retries; `errors`, `text`, `answers`
 }
 
 -- One metatable for records made in C and in Lua, owned by the core

@@ -141,6 +141,9 @@ function Call.new(rt, opts, provider, policy_src)
     request = {
       system = opts.system, messages = opts.messages or {}, tools = opts.tools,
       max_tokens = opts.max_tokens, temperature = opts.temperature,
+      -- structured output, in each adapter's native shape
+      output = opts.output and { name = opts.output.name or "output", schema = opts.output.schema,
+        strict = opts.output.strict },
     },
     started = luagent_core.now(),
     out = queue.new(),
@@ -614,6 +617,7 @@ end
 ---@field max_tokens integer? the answer's token limit
 ---@field temperature number? the sampling temperature
 ---@field seed integer? the seed of this call's retry jitter
+---@field output luagent.OutputOptions? structured output: sent the provider's native way; `complete` decodes and checks the answer (`message.output`), asking again at most `retries` times
 
 ---A message of a conversation, provider-neutral: any adapter sends it.
 ---@class luagent.Message
@@ -629,6 +633,7 @@ end
 ---@field usage table? (`complete`'s message) the final attempt's tokens
 ---@field total_usage table? (`complete`'s message) every attempt's tokens, failed ones included
 ---@field attempts integer? (`complete`'s message) attempts made
+---@field output any? (`complete`'s message, with an `output` option) the decoded value, matching the schema
 
 -- stream(rt, {model=, messages=, system=, tools=, policy=, max_tokens=,
 -- temperature=, seed=, before_publish=}) -> iterator of events of a call of runtime rt (and, as the generic for's
@@ -642,6 +647,12 @@ function M.stream(rt, opts, filters)
   if type(opts) ~= "table" then error("stream: expects a table", 2) end
   if opts.before_publish ~= nil and type(opts.before_publish) ~= "function" then
     error("stream: before_publish must be a function", 2)
+  end
+  local output = opts.output
+  if output ~= nil and not (type(output) == "table" and type(output.schema) == "table"
+      and (output.name == nil or type(output.name) == "string")
+      and (output.strict == nil or type(output.strict) == "boolean")) then
+    error("stream: output must be a table {schema = <JSON Schema table>, name = string?, strict = boolean?}", 2)
   end
   local provider = opts.model
   if provider == nil then error("stream: model is required", 2) end
