@@ -52,6 +52,14 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 ---@field max_cost number? refuse model calls once the agent has cost this many dollars
 ---@field output luagent.OutputOptions? structured output: the final answer is a JSON value of `output.schema`, checked and asked again (naming the wrong fields) at most `output.retries` times; the value is `agent_end.output`
 
+---Structured output: the answer is a JSON value of `schema`, checked, and
+---asked again (naming the wrong fields) when it does not match.
+---@class luagent.OutputOptions
+---@field schema table a JSON Schema with an object at its root (docs/guide/agent.md, "Structured output", lists the keywords checked)
+---@field name string? its name in the request (letters, digits, `_`, `-`; default "output")
+---@field retries integer? answers sent back for another try when one does not match (default 2)
+---@field strict boolean? OpenAI's strict mode (default: on when the schema allows it: every object closed, every property required)
+
 ---The last event of a run (`agent:run` returns it).
 ---@class luagent.AgentEnd: luagent.Event
 ---@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"aborted"|"error" why the run ended (docs/guide/agent.md, "How a run ends")

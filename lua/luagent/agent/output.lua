@@ -17,13 +17,7 @@ local M = {}
 
 M.defaults = { name = "output", retries = 2 }
 
----Structured output: the answer is a JSON value of `schema`, checked, and
----asked again (naming the wrong fields) when it does not match.
----@class luagent.OutputOptions
----@field schema table a JSON Schema with an object at its root (docs/guide/agent.md, "Structured output", lists the keywords checked)
----@field name string? its name in the request (letters, digits, `_`, `-`; default "output")
----@field retries integer? answers sent back for another try when one does not match (default 2)
----@field strict boolean? OpenAI's strict mode (default: on when the schema allows it: every object closed, every property required)
+-- The option's fields: luagent.OutputOptions (agent/loop.lua).
 
 -- check(spec, who [, level]) -> the output option completed with its
 -- defaults; raises on misuse, the message starting with `who`.
