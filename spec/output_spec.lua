@@ -142,3 +142,20 @@ describe("an answer that does not match", function()
     end, 'complete: output.schema.type must be "object" (structured output takes an object at the root)')
   end)
 end)
+
+describe("a durable run with structured output", function()
+  local helpers = require "spec.support.helpers"
+  it("resumed after its retried turn failed for good: the first answer replayed, the retry message made again", function()
+    local dir = helpers.tempdir()
+    local env = { LUAGENT_HOME = dir, OUTPUT_FAULTS = "503@2-1000" }
+    local r = helpers.run_env(env, "run", "spec/fixtures/durable/output.lua")
+    -- turn 1 answered (not matching), turn 2 (the retry) failed for good: 2 requests
+    assert.equal("error\tnil\thttp\t2\n", r.stdout, r.stderr)
+    local id = assert(r.stderr:match("luagent: durable run (%S+)"), r.stderr)
+    r = helpers.run_env({ LUAGENT_HOME = dir }, "resume", id)
+    assert.equal(0, r.code, r.stderr)
+    -- one request: turn 1 came from the journal; turn 2 carried the retry message
+    assert.equal("stop\tParis\tnil\t1\n", r.stdout)
+    os.execute("rm -rf " .. helpers.quote(dir))
+  end)
+end)
