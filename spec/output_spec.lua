@@ -85,8 +85,18 @@ describe("an answer that does not match", function()
     local a = luagent.agent { model = model("openai"), output = { schema = PLACE, retries = 2 } }
     local retries = {}
     local sub = luagent.subscribe(function(ev) if ev.type == "output_retry" then retries[#retries + 1] = ev end end)
+    local lines = {}
+    local saved = luagent.configure { log_sink = function(_, line) lines[#lines + 1] = line end, log_level = "info",
+      log_format = "json" }
+    local logger = luagent.default_runtime().log -- (make test runs with --log off: no consumer started)
+    logger:start()
     local last, output = a:run("Where is the Louvre?")
+    logger:stop()
+    luagent.configure(saved)
     sub()
+    local logged = table.concat(lines, "\n")
+    assert.matches('"msg":"the answer does not match the output schema; asking again","attempt":1', logged, 1, true)
+    assert.not_matches("expected string", logged, 1, true) -- the answer's words only with content logging
     assert.equal("stop", last.stop_reason)
     assert.same({ city = "Paris", population = 2100000 }, output)
     assert.same(output, last.output)
@@ -137,6 +147,8 @@ describe("an answer that does not match", function()
       "agent: output.schema must be a table (a JSON Schema)")
     assert.has_error(function() luagent.agent { model = model("openai"), output = { schema = PLACE, retries = -1 } } end,
       "agent: output.retries must be an integer >= 0")
+    assert.has_error(function() luagent.agent { model = model("openai"), output = { schema = PLACE, retry = 1 } } end,
+      "agent: output: unknown option 'retry' (known: name, retries, schema, strict)")
     assert.has_error(function()
       luagent.complete { model = model("openai"), messages = {}, output = { schema = { type = "array" } } }
     end, 'complete: output.schema.type must be "object" (structured output takes an object at the root)')

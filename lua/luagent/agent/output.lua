@@ -17,6 +17,11 @@ local M = {}
 
 M.defaults = { name = "output", retries = 2 }
 
+-- The option's fields, in one place: any other key is refused.
+M.keys = { "name", "retries", "schema", "strict" }
+local KNOWN = {}
+for _, k in ipairs(M.keys) do KNOWN[k] = true end
+
 -- The option's fields: luagent.OutputOptions (agent/loop.lua).
 
 -- check(spec, who [, level]) -> the output option completed with its
@@ -25,6 +30,12 @@ function M.check(spec, who, level)
   level = (level or 1) + 1
   if type(spec) ~= "table" then
     error(who .. ": output must be a table {schema =, name =, retries =, strict =}", level)
+  end
+  for k in pairs(spec) do
+    if not KNOWN[k] then
+      error(string.format("%s: output: unknown option %s (known: %s)", who,
+        type(k) == "string" and "'" .. k .. "'" or tostring(k), table.concat(M.keys, ", ")), level)
+    end
   end
   local ok, why = schema.valid(spec.schema, "output.schema")
   if not ok then error(who .. ": " .. why, level) end
