@@ -171,3 +171,31 @@ describe("a durable run with structured output", function()
     os.execute("rm -rf " .. helpers.quote(dir))
   end)
 end)
+
+describe("structured output in a trace", function()
+  it("each call's chat span says gen_ai.output.type json; the retries are calls of the run", function()
+    local cjson = require "cjson"
+    local file = os.tmpname()
+    local tracer = assert(luagent.default_runtime():trace { file = file })
+    start(twice_wrong)
+    local a = luagent.agent { model = model("openai"), output = { schema = PLACE } }
+    a:run("Louvre?")
+    tracer:stop()
+    local chats = {}
+    local f = assert(io.open(file))
+    for line in f:lines() do -- one TracesData line per run
+      for _, rs in ipairs(cjson.decode(line).resourceSpans) do
+        for _, span in ipairs(rs.scopeSpans[1].spans) do
+          if span.name:match("^chat ") then
+            for _, kv in ipairs(span.attributes or {}) do
+              if kv.key == "gen_ai.output.type" then chats[#chats + 1] = kv.value.stringValue end
+            end
+          end
+        end
+      end
+    end
+    f:close()
+    os.remove(file)
+    assert.same({ "json", "json", "json" }, chats)
+  end)
+end)

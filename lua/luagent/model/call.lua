@@ -180,6 +180,7 @@ function Call:describe(ev)
   local provider = self.provider
   ev.request_model, ev.provider_kind, ev.endpoint = provider.model, provider.kind, provider.base_url
   ev.provider_name = provider_mod.otel_name(provider.kind)
+  if self.request.output then ev.output_type = "json" end -- structured output was asked for
   if ev.final and self.response_ids[1] then ev.response_ids = self.response_ids end
   return ev
 end

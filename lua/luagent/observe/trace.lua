@@ -377,6 +377,7 @@ local function builder(sinks)
     set4(s, "gen_ai.response.finish_reasons", finish_reasons(ev.raw_stop_reason or ev.stop_reason),
       "server.address", hp and hp[1], "server.port", hp and hp[2], "luagent.call", ev.call)
     set(s, "luagent.attempts", n)
+    set(s, "gen_ai.output.type", ev.output_type) -- "json": structured output
     if ev.stop_reason == "error" then
       fail(s, error_type(ev.error), ev.error and ev.error.message)
     elseif ev.stop_reason == "aborted" then
