@@ -199,3 +199,22 @@ describe("structured output in a trace", function()
     assert.same({ "json", "json", "json" }, chats)
   end)
 end)
+
+describe("the mock's answer to structured output", function()
+  it("is an example value that matches the schema asked ($ref, anyOf, const, bounds)", function()
+    local replies = require "luagent.mock.replies"
+    local schema = require "luagent.agent.tools.schema"
+    local s = { type = "object", additionalProperties = false,
+      required = { "kind", "name", "tags", "n", "home", "either", "maybe" },
+      properties = { kind = { const = "place" }, name = { type = "string", minLength = 3, maxLength = 5 },
+        tags = { type = "array", items = { type = "string" }, minItems = 2 },
+        n = { type = "number", exclusiveMinimum = 4 }, home = { ["$ref"] = "#/$defs/home" },
+        either = { anyOf = { { type = "integer", minimum = 7 }, { type = "string" } } },
+        maybe = { type = { "null", "boolean" } } },
+      ["$defs"] = { home = { type = "object", required = { "zip" }, properties = { zip = { type = "integer", maximum = -2 } } } } }
+    local v = replies.example(s, "a long text")
+    assert.is_true(schema.check(s, json.decode(json.encode(v)), "output"))
+    assert.same({ kind = "place", name = "a lon", tags = { "a long text", "a long text" }, n = 5,
+      home = { zip = -2 }, either = 7, maybe = true }, json.decode(json.encode(v)))
+  end)
+end)
