@@ -27,6 +27,7 @@ local retry_safe = require "luagent.observe.retry_safe"
 local function call() return require "luagent.model.call" end
 local function provider() return require "luagent.model.provider" end
 local function agent() return require "luagent.agent.loop" end
+local function output() return require "luagent.agent.output" end
 local function cost() return require "luagent.observe.cost" end
 
 local M = {}
@@ -173,7 +174,11 @@ function Runtime:stream(opts) return call().stream(open(self), opts, self.event_
 ---@param opts luagent.StreamOptions
 ---@return luagent.Message? message
 ---@return luagent.Error? err
-function Runtime:complete(opts) return call().complete(open(self), opts) end
+function Runtime:complete(opts)
+  -- structured output: the answer checked, asked again when it does not match
+  if type(opts) == "table" and opts.output ~= nil then return output().complete(open(self), opts) end
+  return call().complete(open(self), opts)
+end
 
 -- rt:agent{...} -> an agent of this runtime (lua/luagent/agent/loop.lua).
 ---Makes an agent of this runtime.

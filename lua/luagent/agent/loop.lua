@@ -28,6 +28,7 @@ local tools = require "luagent.agent.tools"
 local sandbox = require "luagent.base.sandbox"
 local parts = require "luagent.model.providers.common" -- check_parts: a prompt's content parts
 local replay = require "luagent.agent.replay"
+local output = require "luagent.agent.output"
 local add_usage = require("luagent.base.usage").add
 local zero_usage = require("luagent.base.usage").zero
 local options = require "luagent.base.options"
@@ -41,7 +42,7 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 -- option is added here.
 M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_policy", "max_turns",
   "max_parallel_tools", "loop_guard", "max_tokens", "temperature", "messages", "durable", "max_cost", "guard",
-  "cache", "thinking", "reasoning", "extra_body", "fallback" }
+  "cache", "thinking", "reasoning", "extra_body", "fallback", "output" }
 
 ---What `luagent.agent{...}` takes. Only `model` is required.
 ---@class luagent.AgentOptions
@@ -65,6 +66,7 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 ---@field reasoning {effort: string, summary: string?}? OpenAI: reasoning_effort (chat), reasoning.effort (responses); OpenRouter: reasoning.effort
 ---@field extra_body table? merged into every request body, over what luagent built (objects deep, anything else replaced; `luagent.json.null` removes a key)
 ---@field fallback (string|luagent.ProviderSpec|luagent.Provider)[]? models each call goes on with, in order, when it fails for good on the one before (docs/guide/agent.md, "Fallback models")
+---@field output luagent.OutputOptions? structured output: the final answer is a JSON value of `output.schema`, checked and asked again (naming the wrong fields) at most `output.retries` times; the value is `agent_end.output`
 
 ---A content part of a user message (a provider-neutral shape each wire format renders).
 ---@class luagent.Part
@@ -83,9 +85,18 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 ---@field output (fun(message: luagent.Message, ctx: {agent: string, turn: integer}): boolean?, string?)? sees the model's message before it is accepted (before history and its tool calls)
 ---@field name string? named in the stop's reason and in a failure
 
+---Structured output: the answer is a JSON value of `schema`, checked, and
+---asked again (naming the wrong fields) when it does not match.
+---@class luagent.OutputOptions
+---@field schema table a JSON Schema with an object at its root (docs/guide/agent.md, "Structured output", lists the keywords checked)
+---@field name string? its name in the request (letters, digits, `_`, `-`; default "output")
+---@field retries integer? answers sent back for another try when one does not match (default 2)
+---@field strict boolean? OpenAI's strict mode (default: on when the schema allows it: every object closed, every property required)
+
 ---The last event of a run (`agent:run` returns it).
 ---@class luagent.AgentEnd: luagent.Event
 ---@field stop_reason "stop"|"length"|"max_turns"|"loop_guard"|"guardrail"|"aborted"|"error"|"approval_required" why the run ended (docs/guide/agent.md, "How a run ends")
+---@field output any? with an `output` option: the final answer decoded, matching its schema
 ---@field reason string? why, in words (max_turns, loop_guard, guardrail, approval_required)
 ---@field guard "input"|"output"? which guard stopped the run (guardrail)
 ---@field approvals luagent.ApprovalRequest[]? the calls that wait for a decision, when stop_reason is "approval_required"
@@ -113,6 +124,7 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 ---@field system string? its system prompt
 ---@field messages luagent.Message[] the conversation, provider-neutral
 ---@field running boolean true while a run goes on
+---@field output luagent.OutputOptions? its structured output, completed with the defaults
 local Agent = {}
 Agent.__index = Agent
 Agent.__name = "luagent.Agent"
@@ -174,7 +186,7 @@ end
 
 -- new(rt, {name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
--- durable=, max_cost=, fallback=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider;
+-- durable=, max_cost=, fallback=, output=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider;
 -- `fallback`, the models its calls go on with (lua/luagent/model/call.lua).
 -- durable = true journals its runs (agent/journal, agent/replay.lua); nil
 -- follows `luagent run --durable`. Raises on misuse.
@@ -201,6 +213,7 @@ function M.new(rt, opts)
   if max_cost ~= nil and not (type(max_cost) == "number" and max_cost >= 0 and max_cost < math.huge) then
     error("agent: max_cost must be a number >= 0 (a cost in the price table's currency)", 2)
   end
+  local out = opts.output ~= nil and output.check(opts.output, "agent", 2) or nil
   -- after the checks of the options: a provider without a key raises too
   local provider = opts.model
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
@@ -230,6 +243,7 @@ function M.new(rt, opts)
     rng = core.backoff_rng(math.random(0, 2 ^ 31)),
     running = false,
     durable = opts.durable,
+    output = out,
   }, Agent)
   -- the runtime's own tool set (`luagent run --tools DIR`) comes after the
   -- agent's, unless the agent was given it
@@ -603,6 +617,7 @@ function Agent:run_turns(emit, deliver)
   -- used nothing, which is not "unknown"
   local usage, turns, stop, err, reason = zero_usage(), 0, nil, nil, nil
   local guarded -- which guard stopped the run: "input" or "output"
+  local value, retried = nil, 0 -- structured output: the decoded answer; answers sent back
   self.run_usage = usage -- (summed in place: a run cancelled mid-turn still reports it)
   local r, jerr = replay.begin(self)
   self.replay = r or replay.live
@@ -701,7 +716,7 @@ function Agent:run_turns(emit, deliver)
                                temperature = self.temperature, agent = self.name, agent_id = self.id,
                                max_cost = self.max_cost, cache = self.cache, thinking = self.thinking,
                                reasoning = self.reasoning, extra_body = self.extra_body, fallback = self.fallback,
-                               before_publish = record }) do
+                               output = self.output, before_publish = record }) do
         deliver(ev)
         local t = ev.type
         if t == "context_compacted" then
@@ -745,21 +760,37 @@ function Agent:run_turns(emit, deliver)
     if #calls == 0 then
       emit { type = "turn_end", turn = turns, message = msg, tool_results = json.array() }
       stop = final.stop_reason == "length" and "length" or "stop"
+      if not self.output then break end
+      -- structured output: the answer decoded and checked; one that does
+      -- not match is sent back naming what is wrong, at most `retries`
+      -- times (an answer cut at its token limit is not: stop_reason says so)
+      local errs
+      value, errs = output.read(self.output, msg)
+      if value ~= nil or stop == "length" then break end
+      if retried >= self.output.retries then
+        stop, err = "error", output.failure(errs, msg.content, retried + 1)
+        break
+      end
+      retried = retried + 1
+      local text = output.retry_text(errs)
+      emit(output.retry_event(self.output, retried, errs, text))
+      self.messages[#self.messages + 1] = { role = "user", content = text }
+    elseif tools_of_turn(box, msg, calls) then
       break
     end
-    if tools_of_turn(box, msg, calls) then break end
   end
-  self:end_run(emit, stop, reason, err, usage, turns, guarded)
+  self:end_run(emit, stop, reason, err, usage, turns, guarded, value)
 end
 
 -- The run's agent_end (`guarded`: "input" or "output", the guard that
--- stopped a guardrail run).
-function Agent:end_run(emit, stop, reason, err, usage, turns, guarded)
+-- stopped a guardrail run; `value`: structured output's decoded answer).
+function Agent:end_run(emit, stop, reason, err, usage, turns, guarded, value)
   if stop == "aborted" then reason = reason or ("aborted: " .. tostring(self.aborted)) end
   local approvals
   if stop == "approval_required" then approvals = self:pending_approvals() end
   emit { type = "agent_end", messages = self.messages, stop_reason = stop, reason = reason, guard = guarded,
-         error = err, usage = usage, turns = turns, approvals = approvals }
+         error = err, usage = usage, turns = turns, approvals = approvals,
+         output = value }
 end
 
 -- Starts a run; returns the iterator of its events (and a closing value
@@ -931,15 +962,17 @@ function Agent:abort(reason)
   return true
 end
 
--- agent:run(text) -> the agent_end event of a whole run (draining events).
+-- agent:run(text) -> the agent_end event of a whole run (draining events),
+-- and its structured output (agent_end.output).
 ---Runs a prompt to its end (or, without text, continues) and returns its
----last event.
+---last event and, with an `output` option, the decoded answer.
 ---@param text? string|luagent.Part[]
 ---@return luagent.AgentEnd
+---@return any output `agent_end.output`: the answer matching the output schema, or nil
 function Agent:run(text)
   local last
   for ev in (text and self:prompt(text) or self:continue()) do last = ev end
-  return last
+  return last, last and last.output
 end
 
 return M

@@ -53,6 +53,7 @@ M.kinds = {
   cost_limit = true,     -- a max_cost cap refused a call before its request; `limit`, `spent`, `scope`
   fs = true,             -- a file operation failed (luagent.fs); `path`, `op`, `reason`, `code`
   guardrail = true,      -- an agent's guard raised, passed its sandbox bound or tried to wait; `guard`, `name`
+  output_invalid = true, -- structured output: no answer matched the schema within its retries; `errors`, `text`, `answers`
 }
 
 -- One metatable for records made in C and in Lua, owned by the core

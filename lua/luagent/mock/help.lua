@@ -164,7 +164,10 @@ Serves a mock model provider over HTTP on loopback:
   --help               this text
 
 Without a cassette it echoes the last message, or calls the first tool when
-tools are offered and the last message is not a tool result.
+tools are offered and the last message is not a tool result; a request that
+asks for structured output (response_format, text.format or
+output_config.format with a JSON Schema) gets an example value of the schema
+(its strings the prompt's text).
 
 Limits: a request's headers up to 64 KiB (else 431) and its body up to
 16 MiB (else 413); a connection that takes over 60 s to send its next whole

@@ -17,8 +17,9 @@
 --   request_id_header  the header of the request id (default x-request-id)
 --   read(body, path)   -> {messages={{role=, text=, tool_result=}...},
 --                      tools={{name=, schema=}...}, include_usage=, model=,
---                      stream=}: a request (model and stream default to the
---                      body's fields of those names)
+--                      stream=, output=<the structured output's schema>}: a
+--                      request (model and stream default to the body's
+--                      fields of those names)
 --   stream(view, reply, ctx) -> the SSE events {{event=, data=}...} of a reply
 --   complete(view, reply, ctx) -> the stream:false JSON text of a reply
 --                      (view: M.view; reply: {text=, words=<its pieces>,
@@ -140,7 +141,7 @@ M.decode = json.decode
 
 -- What the replies need from a decoded request body: {model=, stream=,
 -- include_usage=, last_text=, user_text=, last_is_tool_result=, tools=,
--- input_tokens=}. `raw` is the body text (for a token estimate), `path`
+-- output= (the schema of structured output, when asked), input_tokens=}. `raw` is the body text (for a token estimate), `path`
 -- the request's (a format may name the model there).
 function M.view(format, body, raw, path)
   body = type(body) == "table" and body or {}
@@ -153,6 +154,7 @@ function M.view(format, body, raw, path)
     stream = stream == true,
     include_usage = read.include_usage == true,
     tools = read.tools or {},
+    output = type(read.output) == "table" and read.output or nil, -- structured output's schema
     last_is_tool_result = false,
     input_tokens = math.max(1, (#(raw or "") + 3) // 4),
   }
@@ -204,9 +206,75 @@ local function arguments_for(schema, text)
 end
 M.arguments_for = arguments_for
 
+-- An example value of JSON Schema `s` (structured output's canned
+-- answer): a const, the first enum value, the first anyOf/oneOf choice, a
+-- local $ref followed; an object with every property; strings are `text`
+-- cut or padded to their length bounds, numbers the lowest bound (else 0),
+-- arrays as many items as minItems asks (else one). `root` resolves $ref.
+local function example(s, text, root, depth)
+  if type(s) ~= "table" or depth > 16 then return M.null end
+  if type(s["$ref"]) == "string" then
+    local node = root
+    for part in s["$ref"]:sub(2):gmatch("/([^/]*)") do
+      node = type(node) == "table" and node[(part:gsub("~1", "/"):gsub("~0", "~"))] or nil
+    end
+    return example(node, text, root, depth + 1)
+  end
+  if s.const ~= nil then return s.const end
+  if type(s.enum) == "table" and s.enum[1] ~= nil then return s.enum[1] end
+  local choices = type(s.anyOf) == "table" and s.anyOf or type(s.oneOf) == "table" and s.oneOf
+  if choices and choices[1] ~= nil then return example(choices[1], text, root, depth + 1) end
+  if type(s.allOf) == "table" and s.allOf[1] ~= nil then return example(s.allOf[1], text, root, depth + 1) end
+  local ty = s.type
+  if type(ty) == "table" then
+    local first = ty[1]
+    for _, t in ipairs(ty) do if t ~= "null" then first = t break end end
+    ty = first
+  end
+  if ty == nil and type(s.properties) == "table" then ty = "object" end
+  if ty == "object" then
+    local names, props = {}, type(s.properties) == "table" and s.properties or {}
+    for k in pairs(props) do names[#names + 1] = k end
+    table.sort(names)
+    local args = {}
+    for _, k in ipairs(names) do
+      args[#args + 1] = k
+      args[#args + 1] = example(props[k], text, root, depth + 1)
+    end
+    return M.object(table.unpack(args))
+  elseif ty == "array" then
+    local n = math.max(type(s.minItems) == "number" and s.minItems or 1, 0)
+    if type(s.maxItems) == "number" then n = math.min(n, s.maxItems) end
+    local out = M.array()
+    for i = 1, n do out[i] = example(s.items, text, root, depth + 1) end
+    return out
+  elseif ty == "integer" or ty == "number" then
+    local v = type(s.minimum) == "number" and s.minimum
+      or type(s.exclusiveMinimum) == "number" and s.exclusiveMinimum + 1
+      or type(s.maximum) == "number" and math.min(0, s.maximum) or 0
+    return ty == "integer" and (math.tointeger(math.ceil(v)) or 0) or v
+  elseif ty == "boolean" then return true
+  elseif ty == "null" then return M.null
+  end
+  local str = text
+  if type(s.maxLength) == "number" and utf8.len(str) and utf8.len(str) > s.maxLength then
+    str = str:sub(1, (utf8.offset(str, s.maxLength + 1) or #str + 1) - 1)
+  end
+  if type(s.minLength) == "number" then
+    local n = utf8.len(str) or #str
+    if n < s.minLength then str = str .. string.rep("x", s.minLength - n) end
+  end
+  return str
+end
+
+-- example(schema, text) -> an example value of a JSON Schema.
+function M.example(schema, text) return example(schema, text or "", schema, 0) end
+
 -- The content of a canned reply: {text=} or {tool={id=, name=, arguments=}}.
 -- Rules: a tool call of the first tool when tools are offered and the last
--- message is not a tool result; otherwise the last message's text echoed.
+-- message is not a tool result; otherwise, when the request asks for
+-- structured output, an example value of its schema (the user's text for
+-- strings); otherwise the last message's text echoed.
 -- `fault` may be the `empty` or `leak` fault; `n` is the request number.
 function M.content(view, fault, n)
   local kind = fault and fault.kind
@@ -225,6 +293,7 @@ function M.content(view, fault, n)
     return { tool = { id = tostring(n), name = tool.name,
       arguments = arguments_for(tool.schema, view.user_text or echo) } }
   end
+  if view.output then return { output = M.example(view.output, view.user_text or echo) } end
   return { text = echo }
 end
 
@@ -274,8 +343,10 @@ end
 -- output_tokens(content) -> the output token count of a content.
 function M.output_tokens(content) return tokens_of(content) end
 
--- The reply an adapter renders of a content (see the head of this file).
+-- The reply an adapter renders of a content (see the head of this file);
+-- a content's `output` (a value: structured output) is its text as JSON.
 local function reply_of(content)
+  if content.output ~= nil and content.text == nil then content.text = M.encode(content.output) end
   return { text = content.text, words = content.text and M.words(content.text) or {},
     calls = calls_of(content), output_tokens = tokens_of(content) }
 end

@@ -34,7 +34,8 @@ end
 -- function, default os.time>, on_divergence=<function(message)>,
 -- script=<function(view, n, body) -> content or nil: what the model says
 -- to request n (see replies.content for the shape; `tools` may list
--- several calls)>, seek=<the cassette replay may jump to the exchange a
+-- several calls; `output = value` answers it as JSON text: structured
+-- output)>, seek=<the cassette replay may jump to the exchange a
 -- request matches>, generation_delay=<seconds OpenRouter's generation
 -- lookup answers 404 after a generation, default 0>, clock=<the loop's
 -- clock for it, default luagent.now>, chat=<true: with no script, the

@@ -193,6 +193,9 @@ function Call.new(rt, opts, provider, policy_src, fallback)
       system = opts.system, messages = opts.messages or {}, tools = opts.tools,
       max_tokens = opts.max_tokens, temperature = opts.temperature,
       cache = opts.cache, thinking = opts.thinking, reasoning = opts.reasoning, extra_body = opts.extra_body,
+      -- structured output, in each adapter's native shape
+      output = opts.output and { name = opts.output.name or "output", schema = opts.output.schema,
+        strict = opts.output.strict },
     },
     started = t0,
     out = queue.new(),
@@ -229,6 +232,7 @@ function Call:describe(ev)
   local provider = self.provider
   ev.request_model, ev.provider_kind, ev.endpoint = provider.model, provider.kind, provider.base_url
   ev.provider_name = provider_mod.otel_name(provider.kind)
+  if self.request.output then ev.output_type = "json" end -- structured output was asked for
   if ev.final and self.response_ids[1] then ev.response_ids = self.response_ids end
   if ev.final then ev.fallback_from = self.fallback_from end
   return ev
@@ -714,7 +718,7 @@ end
 -- last four are the agent layer's (agent/loop.lua): its journal's hook,
 -- its name and id on every event, and its cost cap (observe/cost.lua).
 M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "max_tokens", "temperature",
-  "seed", "cache", "thinking", "reasoning", "extra_body", "fallback", "before_publish", "agent", "agent_id", "max_cost" }
+  "seed", "cache", "thinking", "reasoning", "extra_body", "fallback", "output", "before_publish", "agent", "agent_id", "max_cost" }
 
 ---What `luagent.stream{...}` and `luagent.complete{...}` take.
 ---@class luagent.StreamOptions
@@ -731,6 +735,7 @@ M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "m
 ---@field reasoning {effort: string, summary: string?}? OpenAI: reasoning_effort (chat), reasoning.effort and .summary (responses); OpenRouter: reasoning.effort
 ---@field extra_body table? merged into the request body, over what luagent built (objects deep, anything else replaced; `luagent.json.null` removes a key)
 ---@field fallback (string|luagent.ProviderSpec|luagent.Provider)[]? models tried in order when the call fails for good on the one before (docs/guide/agent.md, "Fallback models")
+---@field output luagent.OutputOptions? structured output: sent the provider's native way; `complete` decodes and checks the answer (`message.output`), asking again at most `retries` times
 
 ---A message of a conversation, provider-neutral: any adapter sends it.
 ---@class luagent.Message
@@ -747,6 +752,7 @@ M.OPTIONS = options.known { "model", "messages", "system", "tools", "policy", "m
 ---@field total_usage table? (`complete`'s message) every attempt's tokens, failed ones included
 ---@field attempts integer? (`complete`'s message) attempts made
 ---@field model string? (`complete`'s message) the model that answered, "kind/model" (a fallback's, when the call fell back)
+---@field output any? (`complete`'s message, with an `output` option) the decoded value, matching the schema
 
 -- fallback_models(rt, list, api [, level]) -> the providers of a
 -- `fallback` option (nil: none): a list of "kind/model", provider specs
@@ -834,6 +840,12 @@ function M.stream(rt, opts, filters, api)
   options.check(opts, M.OPTIONS, api)
   if opts.before_publish ~= nil and type(opts.before_publish) ~= "function" then
     error(api .. ": before_publish must be a function", 2)
+  end
+  local output = opts.output
+  if output ~= nil and not (type(output) == "table" and type(output.schema) == "table"
+      and (output.name == nil or type(output.name) == "string")
+      and (output.strict == nil or type(output.strict) == "boolean")) then
+    error("stream: output must be a table {schema = <JSON Schema table>, name = string?, strict = boolean?}", 2)
   end
   local provider = opts.model
   if provider == nil then error(api .. ": model is required", 2) end

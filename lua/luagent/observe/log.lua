@@ -415,6 +415,13 @@ local EVENTS = {
     r.added, r.removed, r.changed = ev.added, ev.removed, ev.changed
     return "info", "tools changed"
   end,
+  -- what is wrong may quote the answer: its texts only with content logging
+  output_retry = function(ev, r, log)
+    r.attempt, r.max_retries = ev.attempt, ev.max_retries
+    r.error_count = type(ev.errors) == "table" and #ev.errors or nil
+    if log.content and type(ev.errors) == "table" then r.errors = log:content_text(table.concat(ev.errors, "; ")) end
+    return "info", "the answer does not match the output schema; asking again"
+  end,
   tools_reload_failed = function(ev, r)
     r.file, r.line = ev.file, ev.line
     return "warn", "tool file failed to load: " .. tostring(ev.message)
@@ -429,7 +436,7 @@ local MOST = {
   circuit_open = "warn",
   circuit_half_open = "info", circuit_close = "info", retry_budget_exhausted = "warn", cooldown = "info", call_waiting = "info",
   tool_execution_start = "info", tool_execution_update = "debug", tool_retry = "info",
-  tool_execution_end = "info", tools_changed = "info", tools_reload_failed = "warn",
+  tool_execution_end = "info", tools_changed = "info", tools_reload_failed = "warn", output_retry = "info",
   approval_requested = "info", approval_decided = "info",
 }
 

@@ -404,6 +404,7 @@ local function builder(sinks)
       "server.address", hp and hp[1], "server.port", hp and hp[2], "luagent.call", ev.call)
     set(s, "luagent.attempts", n)
     if s.fallback_from then set(s, "luagent.fallback.from", s.fallback_from) end
+    set(s, "gen_ai.output.type", ev.output_type) -- "json": structured output
     if ev.stop_reason == "error" then
       fail(s, error_type(ev.error), ev.error and ev.error.message)
     elseif ev.stop_reason == "aborted" then

@@ -125,6 +125,48 @@ local function mark_last_user(msgs, cc)
   end
 end
 
+-- Keywords Anthropic's structured outputs do not take (the request is
+-- refused with them): moved into the description, as its SDKs do; the
+-- answer is still checked against the whole schema (agent/output.lua).
+local UNSUPPORTED = { "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+  "minLength", "maxLength", "maxItems" }
+-- Keywords whose value is a schema, and those whose value is a map or a
+-- list of schemas.
+local SUB = { items = true, additionalProperties = true, ["not"] = true }
+local SUBS = { properties = true, ["$defs"] = true, definitions = true, anyOf = true, oneOf = true, allOf = true }
+
+-- The output schema as Anthropic takes it (a copy): every object closed
+-- (additionalProperties = false unless given), the bounds it does not take
+-- said in words in the description ("minimum: 0").
+local function output_schema(s)
+  if type(s) ~= "table" or getmetatable(s) ~= nil then return s end
+  local out, said = {}, {}
+  for k, v in pairs(s) do
+    if SUB[k] then out[k] = output_schema(v)
+    elseif SUBS[k] and type(v) == "table" then
+      local m = {}
+      for name, sub in pairs(v) do m[name] = output_schema(sub) end
+      out[k] = m
+    else out[k] = v end
+  end
+  for _, k in ipairs(UNSUPPORTED) do
+    if out[k] ~= nil then
+      said[#said + 1] = k .. ": " .. tostring(out[k])
+      out[k] = nil
+    end
+  end
+  if type(out.minItems) == "number" and out.minItems > 1 then
+    said[#said + 1] = "minItems: " .. tostring(out.minItems)
+    out.minItems = nil
+  end
+  if said[1] then
+    local words = table.concat(said, ", ")
+    out.description = type(out.description) == "string" and out.description .. " (" .. words .. ")" or words
+  end
+  if (out.type == "object" or out.properties) and out.additionalProperties == nil then out.additionalProperties = false end
+  return out
+end
+
 -- Builds the HTTP request for `req` (its shape: EVENTS.md, "Conversation
 -- history and request"). cache: cache_control on the system prompt, the
 -- last tool and the last user turn (three of the API's four breakpoints);
@@ -158,6 +200,10 @@ function M.build(req, opts)
         input_schema = common.schema(t.parameters) }
     end
     if cc then body.tools[#body.tools].cache_control = cc end
+  end
+  if req.output then -- structured output: output_config.format (no name, always constrained)
+    body.output_config = { format = { type = "json_schema",
+      schema = common.output_schema { schema = output_schema(req.output.schema) } } }
   end
   local headers = { ["content-type"] = "application/json", ["anthropic-version"] = M.version }
   if opts.api_key then headers["x-api-key"] = opts.api_key end
@@ -280,8 +326,11 @@ local mock = { title = "Anthropic messages", request_id_header = "request-id" }
 M.mock = mock
 
 function mock.read(body)
+  local config = type(body.output_config) == "table" and body.output_config
+  local format = config and type(config.format) == "table" and config.format
   return { messages = common.mock_messages(body.messages),
-    tools = common.mock_tools(body.tools, function(t) return t.name, t.input_schema end) }
+    tools = common.mock_tools(body.tools, function(t) return t.name, t.input_schema end),
+    output = format and format.type == "json_schema" and type(format.schema) == "table" and format.schema or nil }
 end
 
 -- An event: the SSE name repeats the data's `type`.

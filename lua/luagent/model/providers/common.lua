@@ -206,6 +206,40 @@ function M.schema(parameters)
   return schema_copy(parameters)
 end
 
+-- Structured output (request.output = {name =, schema =, strict =}: the
+-- call layer's, from an `output` option). Whether `schema` meets OpenAI's
+-- strict mode, which refuses any other: every object lists all its
+-- properties in `required` and sets additionalProperties = false.
+local function strict_ready(s, seen)
+  if type(s) ~= "table" then return true end
+  if seen[s] then return true end
+  seen[s] = true
+  local props = type(s.properties) == "table" and s.properties or nil
+  if s.type == "object" or props then
+    if s.additionalProperties ~= false then return false end
+    local required = {}
+    for _, name in ipairs(type(s.required) == "table" and s.required or {}) do required[name] = true end
+    for name in pairs(props or {}) do if not required[name] then return false end end
+  end
+  for k, v in pairs(s) do
+    if type(v) == "table" and k ~= "enum" and k ~= "const" and k ~= "required" and k ~= "examples" then
+      if not strict_ready(v, seen) then return false end
+    end
+  end
+  return true
+end
+
+-- The output's `strict`: as given, else whether the schema allows it.
+function M.output_strict(output)
+  if output.strict ~= nil then return output.strict end
+  return strict_ready(output.schema, {})
+end
+
+-- The output's schema ready to encode (empty array keywords kept arrays).
+function M.output_schema(output)
+  return schema_copy(output.schema)
+end
+
 -- True when `tools` holds at least one tool (empty lists are omitted).
 function M.has_tools(tools)
   return type(tools) == "table" and tools[1] ~= nil

@@ -105,6 +105,10 @@ function M.build_dialect(dialect, req, opts)
         description = t.description, parameters = common.schema(t.parameters) } }
     end
   end
+  if req.output then -- structured output, strict when the schema allows it
+    body.response_format = { type = "json_schema", json_schema = { name = req.output.name,
+      schema = common.output_schema(req.output), strict = common.output_strict(req.output) } }
+  end
   local headers = { ["content-type"] = "application/json" }
   if opts.api_key then headers.authorization = "Bearer " .. opts.api_key end
   return common.post(M, opts, M.path, headers, body, stream)
@@ -222,8 +226,11 @@ local mock = { title = "OpenAI chat completions" }
 M.mock = mock
 
 function mock.read(body)
+  local rf = type(body.response_format) == "table" and body.response_format
+  local js = rf and type(rf.json_schema) == "table" and rf.json_schema
   return { messages = common.mock_messages(body.messages), tools = common.mock_tools(body.tools, common.openai_tool),
-    include_usage = type(body.stream_options) == "table" and body.stream_options.include_usage == true }
+    include_usage = type(body.stream_options) == "table" and body.stream_options.include_usage == true,
+    output = js and type(js.schema) == "table" and js.schema or nil }
 end
 
 -- The id of a chat completion (an OpenRouter generation's id) for request ctx.n.

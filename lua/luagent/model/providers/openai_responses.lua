@@ -78,6 +78,10 @@ function M.build(req, opts)
         parameters = common.schema(t.parameters) }
     end
   end
+  if req.output then -- structured output: text.format, flat (no json_schema wrapper)
+    body.text = { format = { type = "json_schema", name = req.output.name,
+      schema = common.output_schema(req.output), strict = common.output_strict(req.output) } }
+  end
   local headers = { ["content-type"] = "application/json" }
   if opts.api_key then headers.authorization = "Bearer " .. opts.api_key end
   return common.post(M, opts, M.path, headers, body, stream)
@@ -218,7 +222,9 @@ local mock = { format = "responses", title = "OpenAI responses" }
 M.mock = mock
 
 function mock.read(body)
-  return { messages = common.mock_messages(body.input), tools = common.mock_tools(body.tools, common.openai_tool) }
+  local format = type(body.text) == "table" and type(body.text.format) == "table" and body.text.format
+  return { messages = common.mock_messages(body.input), tools = common.mock_tools(body.tools, common.openai_tool),
+    output = format and format.type == "json_schema" and type(format.schema) == "table" and format.schema or nil }
 end
 
 -- A response object in `status` with `output` items and `usage`.
