@@ -48,7 +48,7 @@ describe("a session", function()
     -- the next process starts from the compacted history, not the 8 of the full one
     assert.equal(string.format("answer: seen %d\nmessages: %d\n", n + 1, n + 2), r2.stdout)
     local l = sh(env, "runs", "threads")
-    assert.matches("thread%-42%s+3%s+" .. (n + 2) .. "%s+.-compacted", l.stdout)
+    assert.matches("thread%-42%s+5%s+" .. (n + 2) .. "%s+.-compacted", l.stdout)
   end)
 
   it("is listed by `luagent runs threads` and deleted by `runs threads rm`", function()
@@ -57,7 +57,7 @@ describe("a session", function()
     chat { SESSION = "other", PROMPT = "hi" }
     local l = sh(env, "runs", "threads")
     assert.equal(0, l.code, l.stderr)
-    assert.matches("NAME%s+TURNS%s+MESSAGES%s+UPDATED%s+MODEL", l.stdout)
+    assert.matches("NAME%s+TURNS%s+MESSAGES%s+UPDATED %(UTC%)%s+MODEL", l.stdout)
     assert.matches("thread%-42%s+2%s+4%s+%d%d%d%d%-%d%d%-%d%d %d%d:%d%d:%d%d%s+openai/m", l.stdout)
     assert.matches("other%s+1%s+2%s+", l.stdout)
     local h = sh(env, "runs", "threads", "--help")
