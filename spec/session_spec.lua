@@ -38,6 +38,17 @@ describe("a session", function()
     assert.equal("answer: seen 1\nmessages: 2\n", r3.stdout)
   end)
 
+  it("keeps its last whole turn when the process is killed in the middle of one", function()
+    chat { PROMPT = "one" }
+    local e = { CRASH = "1", PROMPT = "two" }
+    for k, v in pairs(env) do e[k] = v end
+    local r = sh(e, "run", CHAT)
+    assert.equal(137, r.code, r.stderr)
+    assert.matches("thread%-42%s+1%s+2%s+", sh(env, "runs", "threads").stdout)
+    -- the next process goes on from the whole turn: "two" and its call are not in it
+    assert.equal("answer: seen 3\nmessages: 4\n", chat({ PROMPT = "three" }).stdout)
+  end)
+
   it("is saved compacted when its history was compacted", function()
     for i = 1, 3 do chat { PROMPT = "u" .. i } end -- 6 messages saved
     local r = chat { PROMPT = "u4", OVERFLOW = "1" }
@@ -92,6 +103,37 @@ describe("a session", function()
     -- and a session brings it up to date
     assert.equal("answer: seen 1\nmessages: 2\n", chat({ PROMPT = "hi" }).stdout)
     assert.matches("thread%-42%s+1%s+2", sh(env, "runs", "threads").stdout)
+  end)
+
+  it("used by two at once: the last writer wins, and the one that replaced the other's turns warns", function()
+    local mock = require "luagent.mock"
+    local srv = assert(mock.start { script = function(_, _, body) return { text = "seen " .. #body.messages } end })
+    local logged = {}
+    local function runtime()
+      return luagent.runtime { home = dir, log_sink = function(level, line)
+        logged[#logged + 1] = level .. ": " .. line
+      end }
+    end
+    local rt1, rt2 = runtime(), runtime() -- two journals' connections, as two processes have
+    local model = { kind = "openai", model = "m", base_url = srv.url .. "/v1", api_key = "k" }
+    local a = rt1:agent { session = "shared", model = model }
+    local b = rt2:agent { session = "shared", model = model }
+    assert.equal("seen 1", a:run("a1").messages[2].content)
+    assert.equal("seen 3", b:run("b1").messages[4].content) -- b loaded a's turn
+    assert.same({}, logged)
+    -- a saves over b's turn: a warning names the session and last-writer-wins
+    assert.equal("seen 3", a:run("a2").messages[4].content)
+    assert.equal(1, #logged)
+    assert.matches("^warn: .*luagent: session shared was saved by another process %(pid %d+ on .-%) since this one "
+      .. "loaded it; this save replaces it %(last writer wins", logged[1])
+    rt1:close()
+    rt2:close()
+    srv:close()
+    local store = assert(require("luagent.agent.journal.sqlite").open(dir .. "/runs.db", { readonly = true }))
+    local t = assert(store:thread("shared"))
+    store:close()
+    assert.equal("a2", t.messages[3].content) -- a's history, whole
+    assert.equal(3, t.version)
   end)
 
   it("refuses a bad name, naming it", function()
