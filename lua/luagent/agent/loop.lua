@@ -32,6 +32,7 @@ local output = require "luagent.agent.output"
 local add_usage = require("luagent.base.usage").add
 local zero_usage = require("luagent.base.usage").zero
 local options = require "luagent.base.options"
+local session = require "luagent.agent.session"
 
 local M = {}
 
@@ -42,7 +43,7 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 -- option is added here.
 M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_policy", "max_turns",
   "max_parallel_tools", "loop_guard", "max_tokens", "temperature", "messages", "durable", "max_cost", "guard",
-  "cache", "thinking", "reasoning", "extra_body", "fallback", "output" }
+  "cache", "thinking", "reasoning", "extra_body", "fallback", "output", "session" }
 
 ---What `luagent.agent{...}` takes. Only `model` is required.
 ---@class luagent.AgentOptions
@@ -59,6 +60,7 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 ---@field temperature number? the sampling temperature
 ---@field messages luagent.Message[]? the conversation to start from
 ---@field durable boolean? journal its runs so `luagent resume` continues them
+---@field session string? a thread's name: the conversation is loaded from the journal at the first prompt and saved after every turn, so another process continues it (`luagent runs threads`)
 ---@field max_cost number? refuse model calls once the agent has cost this many dollars
 ---@field guard luagent.Guard|luagent.Guard[]? guardrails: checks of what is sent and what is answered (docs/guide/agent.md, "Guardrails")
 ---@field cache boolean|{ttl: string}? Anthropic: cache_control on the system prompt, the tool list and the last user turn
@@ -209,6 +211,7 @@ function M.new(rt, opts)
   local guards = checked_guards(opts.guard)
   retry.check_knobs(opts, "agent", 2)
   if opts.durable ~= nil and type(opts.durable) ~= "boolean" then error("agent: durable must be true or false", 2) end
+  session.check(opts.session, "agent", 2)
   local max_cost = opts.max_cost
   if max_cost ~= nil and not (type(max_cost) == "number" and max_cost >= 0 and max_cost < math.huge) then
     error("agent: max_cost must be a number >= 0 (a cost in the price table's currency)", 2)
@@ -244,6 +247,7 @@ function M.new(rt, opts)
     running = false,
     durable = opts.durable,
     output = out,
+    session = opts.session,
   }, Agent)
   -- the runtime's own tool set (`luagent run --tools DIR`) comes after the
   -- agent's, unless the agent was given it
@@ -559,6 +563,7 @@ end
 function Agent:adopt_history(list)
   local h = self.messages
   for i = 1, math.max(#h, #list) do h[i] = list[i] end
+  if self.session_state then self.session_state.compacted = true end -- the session is saved compacted
 end
 
 -- A deep copy of v for a guard: tables without metatables (json.null
@@ -624,6 +629,8 @@ function Agent:run_turns(emit, deliver)
   -- the call layer shows each event to the journal before the bus
   local function record(ev) self.replay:record(ev) end
   emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed }
+  jerr = jerr or self.session_error
+  self.session_error = nil
   if jerr then
     emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, usage = usage, turns = 0 }
     return
@@ -811,6 +818,7 @@ function Agent:start()
   local function emit(ev)
     ev.agent, ev.agent_id = self.name, self.id
     self.replay:record(ev)
+    if ev.type == "turn_end" and self.session then session.save(self) end -- a whole turn, before anyone is told
     self.rt.bus:publish(ev)
     deliver(ev)
   end
@@ -854,6 +862,15 @@ function Agent:start()
   return iter, nil, nil, closer
 end
 
+-- The first prompt of an agent with a session: its history becomes the
+-- saved conversation. A journal that cannot be read ends the run that
+-- follows with its error (agent_end, stop_reason "error").
+function Agent:load_session()
+  if not self.session or self.session_state then return end
+  local ok, err = session.load(self)
+  if not ok then self.session_error = err end
+end
+
 -- agent:prompt(text) -> iterator of events: adds a user message, runs.
 ---Adds a user message and runs: returns an iterator over the run's events
 ---(the run goes on as they are read; leaving the loop early aborts it).
@@ -874,6 +891,7 @@ function Agent:prompt(text)
     error(string.format("agent:prompt: %d tool call(s) wait for approval: agent:approve(call_id) or "
       .. "agent:deny(call_id, reason) each, then agent:continue()", #self.approvals.waiting), 2)
   end
+  self:load_session()
   self.messages[#self.messages + 1] = { role = "user", content = text }
   return self:start()
 end
@@ -893,6 +911,7 @@ function Agent:continue()
     error("agent:continue: tool call(s) still wait for approval: " .. table.concat(names, ", ")
       .. " (agent:approve(call_id) or agent:deny(call_id, reason) first)", 2)
   end
+  self:load_session()
   return self:start()
 end
 

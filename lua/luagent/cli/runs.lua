@@ -1,4 +1,5 @@
--- `luagent runs`: list, show, resolve and delete durable runs.
+-- `luagent runs`: list, show, resolve and delete durable runs; list and
+-- delete sessions (`runs threads`).
 local core = require "luagent.core"
 local json = require "luagent.base.json"
 
@@ -11,6 +12,8 @@ usage: luagent runs [--journal FILE]
        luagent runs approve [--journal FILE] RUN_ID CALL_ID [--reason TEXT]
        luagent runs deny [--journal FILE] RUN_ID CALL_ID [--reason TEXT]
        luagent runs gc [--journal FILE] --older-than DAYS
+       luagent runs threads [--journal FILE]
+       luagent runs threads rm [--journal FILE] NAME
 
 Durable runs, from the run journal (default $LUAGENT_HOME/runs.db, else
 .luagent/runs.db in the current folder; --journal FILE picks another).
@@ -44,14 +47,22 @@ Durable runs, from the run journal (default $LUAGENT_HOME/runs.db, else
                  process runs the run
   runs gc        deletes the runs last written more than DAYS ago (a number,
                  fractions allowed), but for a run a process is running
+  runs threads   the sessions (agents made with session = NAME), last saved
+                 first: name, turns saved, messages in its history, last
+                 saved (UTC), model, and "compacted" when a context overflow
+                 compacted its history
+  runs threads rm
+                 deletes the session NAME: the next agent on it starts a new
+                 conversation (exit 2 when there is none)
 
 Listing and showing only read the journal (they work on a full disk or a
 read-only folder); no command creates one where there is none.
 
 Exit codes: 0 done (also a listing with no journal yet); 1 the journal cannot
 be read (a damaged file is reported and left as it is); 2 usage error,
-unknown run or call, no journal file (show, resolve, approve, deny, gc), or a
-run another process is running (resolve, approve, deny).
+unknown run, call or session, no journal file (show, resolve, approve, deny,
+gc, threads rm), or a run another process is running (resolve, approve,
+deny).
 ]]
 
 -- Splits --journal out of args: opts, positional, or nil, message.
@@ -130,6 +141,21 @@ local function list(store, out)
   return 0
 end
 
+local function threads(store, out)
+  local list_, err = store:threads()
+  if not list_ then return nil, err end
+  if #list_ == 0 then
+    out:write("no sessions in ", store.path, "\n")
+    return 0
+  end
+  out:write(string.format("%-24s %5s %8s %-19s %s\n", "NAME", "TURNS", "MESSAGES", "UPDATED (UTC)", "MODEL"))
+  for _, t in ipairs(list_) do
+    out:write(string.format("%-24s %5d %8d %-19s %s%s\n", t.name, t.turns or 0, t.messages or 0, fmt_time(t.updated),
+      t.model or "-", t.compacted and "  compacted" or ""))
+  end
+  return 0
+end
+
 -- One line about a step.
 local function describe(s)
   local d = s.data or {}
@@ -182,8 +208,11 @@ end
 function M.main(args, say, usage_error)
   local sub = args[1]
   local rest = {}
-  if sub == "show" or sub == "resolve" or sub == "approve" or sub == "deny" or sub == "gc" or sub == "list" then
-    for j = 2, #args do rest[#rest + 1] = args[j] end
+  if sub == "show" or sub == "resolve" or sub == "approve" or sub == "deny" or sub == "gc" or sub == "list"
+    or sub == "threads" then
+    local from = 2
+    if sub == "threads" and args[2] == "rm" then sub, from = "threads rm", 3 end
+    for j = from, #args do rest[#rest + 1] = args[j] end
   else
     sub = "list"
     for j = 1, #args do rest[#rest + 1] = args[j] end
@@ -206,19 +235,20 @@ function M.main(args, say, usage_error)
   -- no command creates a journal: the file must be there. nil and the exit
   -- code when it cannot be opened
   local function open()
-    local store, err = journal.open(opts.journal, { readonly = sub == "list" or sub == "show", existing = true,
-      home = home })
+    local store, err = journal.open(opts.journal, { readonly = sub == "list" or sub == "show" or sub == "threads",
+      existing = true, home = home })
     if store then return store end
-    if err.missing and sub == "list" then
-      io.write("no runs: ", err.message, "\n")
+    if err.missing and (sub == "list" or sub == "threads") then
+      io.write(sub == "list" and "no runs: " or "no sessions: ", err.message, "\n")
       return nil, 0
     end
     say("luagent: %s%s", err.missing and ("runs " .. sub .. ": ") or "", err.missing and err.message or tostring(err))
     return nil, err.missing and 2 or 1
   end
-  local want = { list = 0, show = 1, resolve = 2, approve = 2, deny = 2, gc = 0 }
+  local want = { list = 0, show = 1, resolve = 2, approve = 2, deny = 2, gc = 0, threads = 0, ["threads rm"] = 1 }
   if #pos ~= want[sub] then
-    return usage_error("runs %s: expects %s", sub, want[sub] == 1 and "RUN_ID" or want[sub] == 2
+    return usage_error("runs %s: expects %s", sub, sub == "threads rm" and "NAME" or want[sub] == 1 and "RUN_ID"
+      or want[sub] == 2
       and "RUN_ID CALL_ID" or "no arguments")
   end
   for name, subs in pairs { result = "resolve", ["not-done"] = "resolve", reason = "approve deny",
@@ -247,6 +277,28 @@ function M.main(args, say, usage_error)
     io.write(string.format("%s %s (%s, call %s) of run %s; 'luagent resume %s' continues it\n",
       sub == "approve" and "approved" or "denied", step.pos, step.name, tostring(step.call_id), pos[1], pos[1]))
     return 0
+  end
+  if sub == "threads" or sub == "threads rm" then
+    local store, failed = open()
+    if not store then return failed end
+    local code, err
+    if sub == "threads" then
+      code, err = threads(store, terminal)
+    else
+      local found
+      found, err = store:delete_thread(pos[1])
+      if found then
+        io.write("deleted session ", pos[1], "\n")
+        code = 0
+      elseif found == false then
+        store:close()
+        say("luagent: runs threads rm: no session '%s' in %s", pos[1], store.path)
+        return 2
+      end
+    end
+    store:close()
+    if not code then say("luagent: %s", tostring(err)) return 1 end
+    return code
   end
   if sub == "gc" then
     local days = tonumber(opts["older-than"])

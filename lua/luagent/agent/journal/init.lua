@@ -425,6 +425,7 @@ local function restore_message(m)
   end
   return m
 end
+M.restore_message = restore_message -- (sessions rebuild their saved messages by it)
 
 -- binder:turn(turn, messages, system) -> nil (go live) | record | nil, err.
 -- A journaled turn is checked against what the script sends now (the

@@ -20,11 +20,13 @@ Store.__name = "luagent.journal.SqliteStore"
 M.Store = Store
 
 -- The schema's version, in PRAGMA user_version. 1: runs and steps; 2: the
--- claims of runs (who runs each, since when, its last heartbeat). Opening a
+-- claims of runs (who runs each, since when, its last heartbeat); 3: the
+-- threads of sessions (an agent's `session = NAME`: its conversation, saved
+-- whole after every turn). Opening a
 -- journal to write brings an older one up to this version (the tables it
 -- lacks are created); a newer one is refused. Opened to read only, any
 -- version up to this one is read as it is.
-M.SCHEMA_VERSION = 2
+M.SCHEMA_VERSION = 3
 
 local SCHEMA = [[
 CREATE TABLE IF NOT EXISTS runs (
@@ -46,6 +48,11 @@ CREATE TABLE IF NOT EXISTS claims (
   run_id TEXT PRIMARY KEY,
   pid INTEGER NOT NULL, host TEXT NOT NULL, pid_start TEXT,
   since REAL NOT NULL, heartbeat REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS threads (
+  name TEXT PRIMARY KEY,
+  messages TEXT NOT NULL, turns INTEGER NOT NULL, model TEXT, compacted INTEGER NOT NULL DEFAULT 0,
+  version INTEGER NOT NULL, pid INTEGER, host TEXT, updated REAL NOT NULL
 );
 ]]
 
@@ -92,6 +99,18 @@ local SQL = {
   heartbeat = "UPDATE claims SET heartbeat = " .. NOW .. " WHERE " .. claim_of(1, 2, 3, 4),
   release = "DELETE FROM claims WHERE " .. claim_of(1, 2, 3, 4),
   runs_table = "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'runs'",
+  threads_table = "SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'threads'",
+  -- sessions: one row per thread, replaced whole by each save (one statement:
+  -- a crash leaves the last whole save)
+  thread = "SELECT * FROM threads WHERE name = ?",
+  thread_save = "INSERT INTO threads (name, messages, turns, model, compacted, version, pid, host, updated) "
+    .. "VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, " .. NOW .. ") ON CONFLICT (name) DO UPDATE SET "
+    .. "messages = excluded.messages, turns = excluded.turns, model = excluded.model, "
+    .. "compacted = max(threads.compacted, excluded.compacted), version = threads.version + 1, "
+    .. "pid = excluded.pid, host = excluded.host, updated = excluded.updated",
+  threads = "SELECT name, turns, model, compacted, version, updated, json_array_length(messages) AS messages "
+    .. "FROM threads ORDER BY updated DESC, name",
+  thread_rm = "DELETE FROM threads WHERE name = ?",
   run = "SELECT * FROM runs WHERE id = ?",
   steps = "SELECT * FROM steps WHERE run_id = ? ORDER BY seq",
   list = "SELECT r.*, (SELECT count(*) FROM steps s WHERE s.run_id = r.id AND s.kind = 'turn') AS turns, "
@@ -229,6 +248,8 @@ function M.open(path, opts)
     -- a file with no tables yet (an empty database) holds no runs
     local rows = store:q("runs_table")
     store.empty = not (rows and rows[1] and rows[1].n > 0)
+    rows = store:q("threads_table")
+    store.no_threads = not (rows and rows[1] and rows[1].n > 0) -- a journal older than sessions
     return store
   end
   local ok, e = db:exec("BEGIN IMMEDIATE; " .. SCHEMA .. " PRAGMA user_version = " .. M.SCHEMA_VERSION .. "; COMMIT")
@@ -522,6 +543,48 @@ function Store:gc(seconds, live)
     local _, n = self:must("gc_runs")
     return n
   end)
+end
+
+------------------------------------------------------------------------------
+-- Sessions: the saved conversations of agents with `session = NAME`
+------------------------------------------------------------------------------
+
+-- store:thread(name) -> {name=, messages=<list>, turns=, model=, compacted=,
+-- version=, pid=, host=, updated=} | false (none) | nil, err.
+function Store:thread(name)
+  if self.no_threads or self.empty then return false end
+  local rows, err = self:q("thread", name)
+  if not rows then return fail(err, "reading session " .. name) end
+  local row = rows[1]
+  if not row then return false end
+  row.messages = json.integerize(json.decode(row.messages))
+  row.compacted = row.compacted == 1
+  return row
+end
+
+-- store:save_thread(name, {messages=, turns=, model=, compacted=, pid=,
+-- host=}) -> true | nil, err: replaces the session's conversation in one
+-- statement (its version goes up by one).
+function Store:save_thread(name, t)
+  return self:write("saving session " .. name, "thread_save", name, json.encode(json.array(t.messages)), t.turns,
+    t.model, t.compacted and 1 or 0, t.pid, t.host)
+end
+
+-- store:threads() -> the sessions, last saved first: {name=, turns=,
+-- messages=<count>, model=, compacted=, version=, updated=} | nil, err.
+function Store:threads()
+  if self.no_threads or self.empty then return {} end
+  local rows, err = self:q("threads")
+  if not rows then return fail(err, "listing sessions") end
+  for _, r in ipairs(rows) do r.compacted = r.compacted == 1 end
+  return rows
+end
+
+-- store:delete_thread(name) -> true | false (no such session) | nil, err.
+function Store:delete_thread(name)
+  local ok, n = self:write("deleting session " .. name, "thread_rm", name)
+  if not ok then return nil, n end
+  return n > 0
 end
 
 -- store:close(): idempotent.
