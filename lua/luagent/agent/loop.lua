@@ -271,7 +271,7 @@ function Agent:note_unflagged()
     local snap = src:snapshot()
     for _, name in ipairs(snap.names) do
       local t = snap.tools[name]
-      if tools.first_note(noted, t) then
+      if not t.subagent and tools.first_note(noted, t) then
         local r = self:as_run(t, policy)
         if t.mcp and not (r.read_only or r.idempotent) then
           local server = t.mcp.server
@@ -412,6 +412,8 @@ function Agent:run_call(box, call, i, emit, policy, turn, decision)
     local e = errors.new("unknown_tool", string.format("unknown tool '%s' (available: %s)",
       tostring(call.name), #names > 0 and table.concat(names, ", ") or "none"))
     outcome = { is_error = true, error = e, content = e.message, attempts = 0, duration = 0 }
+  elseif tool.subagent then
+    outcome = self:run_subagent(tool, call, i, emit)
   else
     outcome = tools.execute(tool, call, ctx)
   end
@@ -419,6 +421,86 @@ function Agent:run_call(box, call, i, emit, policy, turn, decision)
   if known and known.resolved then e.resolved = true end
   emit(e)
   return outcome
+end
+
+-- The text of the last assistant message of a history (a sub-agent's answer).
+local function last_answer(messages)
+  for k = #(messages or {}), 1, -1 do
+    local m = messages[k]
+    if m.role == "assistant" then
+      if type(m.content) == "string" then return m.content end
+      local out = {}
+      for _, p in ipairs(type(m.content) == "table" and m.content or {}) do
+        if p.type == "text" then out[#out + 1] = p.text end
+      end
+      return table.concat(out)
+    end
+  end
+  return ""
+end
+
+-- Runs call i of a sub-agent tool (luagent.tools.agent): the child's own
+-- run, in this task, on a copy of its history (each call starts from the
+-- child's history as it is; the child keeps it unchanged), its agent_start
+-- naming this call (its spans nest under the call's), its text told as
+-- tool_execution_update, its tokens added to this run's. An abort of this
+-- run aborts it (and waits for its end). A run that does not end with an
+-- answer is an error result saying why. Returns the outcome.
+function Agent:run_subagent(tool, call, i, emit)
+  local child = tool.subagent.agent
+  local t0 = core.now()
+  local function done(o)
+    o.attempts, o.duration = o.attempts or 1, core.now() - t0
+    if o.error and not o.content then o.content = o.error.message end
+    return o
+  end
+  local function failed(kind, msg, extra)
+    return done { is_error = true, error = errors.new(kind, msg, extra) }
+  end
+  if type(call.arguments) ~= "table" or call.error then
+    return failed("invalid_arguments", "invalid arguments for " .. call.name .. ": "
+      .. tostring(call.error or "not a JSON object"), nil)
+  end
+  local prompt = tools.subagent_prompt(tool, call.arguments, json.encode)
+  if child.running then
+    return failed("tool_error", "sub-agent " .. child.name .. " is already running (one call at a time)")
+  end
+  local base = child.messages
+  local history = {}
+  for k, m in ipairs(base) do history[k] = m end
+  child.messages = history
+  child.under = { agent = self.name, agent_id = self.id, call_id = call.id, index = i }
+  local last
+  local ok, err = pcall(function()
+    for ev in child:prompt(prompt) do
+      if ev.type == "text_delta" and ev.text then
+        emit { type = "tool_execution_update", call_id = call.id, name = call.name, index = i,
+               data = { agent = child.name, delta = ev.text } }
+      end
+      last = ev
+    end
+  end)
+  if not ok and errors.is_cancel(err) then
+    -- this run was aborted: so is the child's, and its end is waited for
+    child:abort(self.aborted or err.reason or "aborted")
+    if child.task then pcall(child.task.join, child.task) end
+  end
+  child.under, child.messages = nil, base
+  if last and last.type == "agent_end" and self.run_usage then add_usage(self.run_usage, last.usage) end
+  if not ok then
+    if not errors.is_cancel(err) then error(err, 0) end
+    return done { is_error = true, cancelled = true, error = err,
+      content = "sub-agent " .. child.name .. " was cancelled: " .. tostring(err.message or err) }
+  end
+  local stop = last and last.stop_reason
+  if stop == "stop" or stop == "length" then return done { content = last_answer(last.messages) } end
+  if stop == "error" then
+    local e = last.error or {}
+    return failed("tool_error", string.format("sub-agent %s stopped with an error: %s: %s", child.name,
+      tostring(e.kind or "error"), tostring(e.message or e)), { agent = child.name, cause = last.error })
+  end
+  return failed("tool_error", string.format("sub-agent %s stopped without an answer: %s%s", child.name,
+    tostring(stop), last and last.reason and (" (" .. last.reason .. ")") or ""), { agent = child.name })
 end
 
 -- Runs the tool calls of one message: at most max_parallel_tools at once,
@@ -608,7 +690,10 @@ function Agent:run_turns(emit, deliver)
   self.replay = r or replay.live
   -- the call layer shows each event to the journal before the bus
   local function record(ev) self.replay:record(ev) end
-  emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed }
+  local under = self.under -- the parent's call this run is a sub-agent's run of
+  emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed,
+         parent_agent = under and under.agent, parent_agent_id = under and under.agent_id,
+         parent_call_id = under and under.call_id }
   if jerr then
     emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, usage = usage, turns = 0 }
     return

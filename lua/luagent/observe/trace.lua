@@ -299,7 +299,9 @@ local function builder(sinks)
   local H = {} -- per event type
 
   function H.agent_start(ev, now)
-    local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, nil, now, true)
+    -- a sub-agent's run nests under its parent's execute_tool span
+    local under = ev.parent_call_id ~= nil and tools[tostring(ev.parent_agent_id) .. "\0" .. tostring(ev.parent_call_id)]
+    local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, under and under.span or nil, now, true)
     set(s, "gen_ai.operation.name", "invoke_agent")
     set(s, "gen_ai.agent.name", ev.agent)
     set(s, "gen_ai.agent.id", ev.agent_id)
@@ -318,7 +320,7 @@ local function builder(sinks)
     if ev.cost and ev.cost.total then set(s, "luagent.cost", ev.cost.total) end
     if ev.stop_reason == "error" then fail(s, error_type(ev.error), ev.error and ev.error.message or ev.reason) end
     finish(s, now)
-    root_done(s)
+    if not s.parent then root_done(s) end
   end
 
   -- A model call's events carry its number; an answer a resumed run replays
