@@ -150,3 +150,26 @@ describe("luagent.tools.agent", function()
     assert.is_false(child.running)
   end)
 end)
+
+describe("a durable parent killed during its sub-agent's second turn", function()
+  local helpers = require "spec.support.helpers"
+  it("resumes without re-sending the child's first turn", function()
+    local dir = helpers.tempdir()
+    local env = { LUAGENT_HOME = dir, SUB_LOG = dir .. "/child.log", SUB_KILL = "1" }
+    local r = helpers.run_env(env, "run", "spec/fixtures/durable/subagent.lua")
+    assert.equal(137, r.code, r.stderr)
+    local id = assert(r.stderr:match("luagent: durable run (%S+)"), r.stderr)
+    assert.same({ "child turn 1" }, helpers.lines(env.SUB_LOG))
+    env.SUB_KILL = nil
+    local s = helpers.run_env(env, "resume", id)
+    assert.equal(0, s.code, s.stderr)
+    assert.equal("answer: lead: found 42\n", s.stdout)
+    -- the child's first turn came from the journal: only its second was sent
+    assert.same({ "child turn 1", "child turn 2" }, helpers.lines(env.SUB_LOG))
+    -- its steps are under the parent call's position
+    local show = helpers.run_env({ LUAGENT_HOME = dir }, "runs", "show", id).stdout
+    assert.matches("lead#1/1/t1/c1/researcher/1/t1", show, 1, true)
+    assert.matches("lead#1/1/t1/c1/researcher/1/t1/c1", show, 1, true)
+    os.execute("rm -rf " .. helpers.quote(dir))
+  end)
+end)

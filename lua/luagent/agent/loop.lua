@@ -413,7 +413,7 @@ function Agent:run_call(box, call, i, emit, policy, turn, decision)
       tostring(call.name), #names > 0 and table.concat(names, ", ") or "none"))
     outcome = { is_error = true, error = e, content = e.message, attempts = 0, duration = 0 }
   elseif tool.subagent then
-    outcome = self:run_subagent(tool, call, i, emit)
+    outcome = self:run_subagent(tool, call, i, emit, turn)
   else
     outcome = tools.execute(tool, call, ctx)
   end
@@ -446,7 +446,7 @@ end
 -- tool_execution_update, its tokens added to this run's. An abort of this
 -- run aborts it (and waits for its end). A run that does not end with an
 -- answer is an error result saying why. Returns the outcome.
-function Agent:run_subagent(tool, call, i, emit)
+function Agent:run_subagent(tool, call, i, emit, turn)
   local child = tool.subagent.agent
   local t0 = core.now()
   local function done(o)
@@ -469,7 +469,9 @@ function Agent:run_subagent(tool, call, i, emit)
   local history = {}
   for k, m in ipairs(base) do history[k] = m end
   child.messages = history
-  child.under = { agent = self.name, agent_id = self.id, call_id = call.id, index = i }
+  -- (a durable parent's replay: the child's steps go under this call's position)
+  child.under = { agent = self.name, agent_id = self.id, call_id = call.id, index = i, turn = turn,
+                  replay = self.replay }
   local last
   local ok, err = pcall(function()
     for ev in child:prompt(prompt) do
