@@ -41,7 +41,7 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 -- option is added here.
 M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_policy", "max_turns",
   "max_parallel_tools", "loop_guard", "max_tokens", "temperature", "messages", "durable", "max_cost", "guard",
-  "cache", "thinking", "reasoning", "extra_body", "fallback" }
+  "cache", "thinking", "reasoning", "extra_body", "fallback", "handoffs" }
 
 ---What `luagent.agent{...}` takes. Only `model` is required.
 ---@class luagent.AgentOptions
@@ -65,6 +65,7 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 ---@field reasoning {effort: string, summary: string?}? OpenAI: reasoning_effort (chat), reasoning.effort (responses); OpenRouter: reasoning.effort
 ---@field extra_body table? merged into every request body, over what luagent built (objects deep, anything else replaced; `luagent.json.null` removes a key)
 ---@field fallback (string|luagent.ProviderSpec|luagent.Provider)[]? models each call goes on with, in order, when it fails for good on the one before (docs/guide/agent.md, "Fallback models")
+---@field handoffs luagent.Agent[]? agents it may hand the rest of a run to: a tool `transfer_to_<name>` per target; calling it hands the run over, the history kept, after a `handoff {from, to}` event (docs/guide/agent.md, "Handoffs")
 
 ---A content part of a user message (a provider-neutral shape each wire format renders).
 ---@class luagent.Part
@@ -172,6 +173,27 @@ local function checked_guards(spec)
   return out
 end
 
+-- The transfer tools of `handoffs` (a list of agents): one per target,
+-- `transfer_to_<name>`, marked with its target (the loop hands the run
+-- over when one is called). Raises on misuse.
+local function handoff_tools(list, level)
+  if list == nil then return nil end
+  if type(list) ~= "table" then error("agent: handoffs must be a list of agents", level) end
+  local out, names = {}, {}
+  for i, target in ipairs(list) do
+    if getmetatable(target) ~= Agent then error("agent: handoffs[" .. i .. "] must be an agent (luagent.agent{...})", level) end
+    local name = ("transfer_to_" .. target.name:gsub("[^A-Za-z0-9_-]", "_")):sub(1, 64)
+    if names[name] then error("agent: handoffs[" .. i .. "]: two targets give the tool name '" .. name .. "'", level) end
+    names[name] = true
+    local t = tools.new { name = name, read_only = true, params = { type = "object", properties = {} },
+      description = "Hands the conversation over to the agent " .. target.name .. ", which answers from then on",
+      run = function() return "transferred to " .. target.name end }
+    t.handoff = target
+    out[#out + 1] = t
+  end
+  return #out > 0 and out or nil
+end
+
 -- new(rt, {name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
 -- durable=, max_cost=, fallback=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider;
@@ -195,6 +217,7 @@ function M.new(rt, opts)
   local name = opts.name or "agent"
   if type(name) ~= "string" then error("agent: name must be a string", 2) end
   local guards = checked_guards(opts.guard)
+  local transfers = handoff_tools(opts.handoffs, 3)
   retry.check_knobs(opts, "agent", 2)
   if opts.durable ~= nil and type(opts.durable) ~= "boolean" then error("agent: durable must be true or false", 2) end
   local max_cost = opts.max_cost
@@ -225,6 +248,7 @@ function M.new(rt, opts)
     cache = opts.cache, thinking = opts.thinking, reasoning = opts.reasoning, extra_body = opts.extra_body,
     messages = opts.messages or {},
     sources = tool_sources(opts.tools),
+    transfers = transfers, -- the handoffs' transfer tools
     cursors = {},
     flagged = setmetatable({}, { __mode = "k" }), -- an MCP tool -> its copy with the flags this agent's trust gives
     rng = core.backoff_rng(math.random(0, 2 ^ 31)),
@@ -325,6 +349,12 @@ function Agent:toolbox(emit)
       end
     end
   end
+  for _, t in ipairs(self.transfers or {}) do
+    if not box[t.name] then
+      box[t.name] = t
+      specs[#specs + 1] = tools.spec(t)
+    end
+  end
   return { tools = box, specs = specs }
 end
 
@@ -412,6 +442,14 @@ function Agent:run_call(box, call, i, emit, policy, turn, decision)
     local e = errors.new("unknown_tool", string.format("unknown tool '%s' (available: %s)",
       tostring(call.name), #names > 0 and table.concat(names, ", ") or "none"))
     outcome = { is_error = true, error = e, content = e.message, attempts = 0, duration = 0 }
+  elseif tool.handoff then -- the loop hands the run over once the turn's calls are done
+    local target = tool.handoff
+    if target.running then
+      local e = errors.new("tool_error", "cannot hand over to " .. target.name .. ": it is running (an agent of this run)")
+      outcome = { is_error = true, error = e, content = e.message, attempts = 1, duration = 0 }
+    else
+      outcome = { content = "transferred to " .. target.name, attempts = 1, duration = 0 }
+    end
   elseif tool.subagent then
     outcome = self:run_subagent(tool, call, i, emit, turn)
   else
@@ -446,6 +484,42 @@ end
 -- tool_execution_update, its tokens added to this run's. An abort of this
 -- run aborts it (and waits for its end). A run that does not end with an
 -- answer is an error result saying why. Returns the outcome.
+-- Hands the rest of this run to `target` (a transfer tool of `handoffs`,
+-- call i of turn `turn`, was called): a `handoff` event, then the
+-- target's run on a copy of this history (its events handed to this run's
+-- caller as they come: they are on the bus and in the journal already; a
+-- durable run journals its steps under the transfer call's position),
+-- whose history this agent adopts. Returns the target's agent_end (an
+-- abort of this run aborts it: then an aborted end).
+function Agent:hand_off(target, call, i, turn, emit, deliver)
+  emit { type = "handoff", from = self.name, to = target.name, from_id = self.id, to_id = target.id,
+         call_id = call.id }
+  local history = {}
+  for k, m in ipairs(self.messages) do history[k] = m end
+  target.messages = history
+  target.under = { agent = self.name, agent_id = self.id, call_id = call.id, index = i, turn = turn,
+                   replay = self.replay, handoff = true }
+  local last
+  local ok, err = pcall(function()
+    for ev in target:continue() do
+      deliver(ev)
+      last = ev
+    end
+  end)
+  if not ok and errors.is_cancel(err) then
+    target:abort(self.aborted or err.reason or "aborted")
+    if target.task then pcall(target.task.join, target.task) end
+  end
+  target.under = nil
+  if last and last.type == "agent_end" and type(last.messages) == "table" then self:adopt_history(last.messages) end
+  if not ok then
+    if not errors.is_cancel(err) then error(err, 0) end
+    self.aborted = self.aborted or err.reason or "aborted"
+    return { stop_reason = "aborted", usage = last and last.usage }
+  end
+  return last
+end
+
 function Agent:run_subagent(tool, call, i, emit, turn)
   local child = tool.subagent.agent
   local t0 = core.now()
@@ -695,7 +769,7 @@ function Agent:run_turns(emit, deliver)
   local under = self.under -- the parent's call this run is a sub-agent's run of
   emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed,
          parent_agent = under and under.agent, parent_agent_id = under and under.agent_id,
-         parent_call_id = under and under.call_id }
+         parent_call_id = under and under.call_id, handoff = under and under.handoff or nil }
   if jerr then
     emit { type = "agent_end", messages = self.messages, stop_reason = "error", error = jerr, usage = usage, turns = 0 }
     return
@@ -731,6 +805,18 @@ function Agent:run_turns(emit, deliver)
     if guard then stop, reason = "loop_guard", guard return true end
     if self.aborted then stop = "aborted" return true end
     if unknown then stop, err = "error", unknown return true end
+    -- a transfer tool called (its result no error): the rest of the run is the target's
+    for i, c in ipairs(calls) do
+      local t = box.tools[c.name]
+      if t and t.handoff and not results[i].is_error then
+        local e = self:hand_off(t.handoff, c, i, turns, emit, deliver)
+        if e then
+          usage = add_usage(usage, e.usage)
+          stop, reason, err = e.stop_reason, e.reason, e.error
+          return true
+        end
+      end
+    end
     return false
   end
   local pending = self.approvals

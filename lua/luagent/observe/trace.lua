@@ -301,7 +301,9 @@ local function builder(sinks)
   function H.agent_start(ev, now)
     -- a sub-agent's run nests under its parent's execute_tool span
     local under = ev.parent_call_id ~= nil and tools[tostring(ev.parent_agent_id) .. "\0" .. tostring(ev.parent_call_id)]
-    local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, under and under.span or nil, now, true)
+    -- (a handoff's target: under the run it was handed over from)
+    local parent = under and under.span or (ev.parent_agent_id ~= nil and runs[ev.parent_agent_id]) or nil
+    local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, parent, now, true)
     set(s, "gen_ai.operation.name", "invoke_agent")
     set(s, "gen_ai.agent.name", ev.agent)
     set(s, "gen_ai.agent.id", ev.agent_id)
