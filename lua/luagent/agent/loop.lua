@@ -181,7 +181,8 @@ local function handoff_tools(list, level)
   if type(list) ~= "table" then error("agent: handoffs must be a list of agents", level) end
   local out, names = {}, {}
   for i, target in ipairs(list) do
-    if getmetatable(target) ~= Agent then error("agent: handoffs[" .. i .. "] must be an agent (luagent.agent{...})", level) end
+    local mt = getmetatable(target)
+    if type(mt) ~= "table" or mt.__name ~= Agent.__name then error("agent: handoffs[" .. i .. "] must be an agent (luagent.agent{...})", level) end
     local name = ("transfer_to_" .. target.name:gsub("[^A-Za-z0-9_-]", "_")):sub(1, 64)
     if names[name] then error("agent: handoffs[" .. i .. "]: two targets give the tool name '" .. name .. "'", level) end
     names[name] = true
