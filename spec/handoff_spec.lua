@@ -68,4 +68,38 @@ describe("handoffs", function()
     assert.equal("billing here: refund done", triage.messages[4].content)
     assert.is_true(last.usage.input_tokens > 0)
   end)
+
+  it("nest the target's span under the first agent's, in one trace, and roll its cost up", function()
+    local file = os.tmpname()
+    local rt = luagent.default_runtime()
+    local tracer = assert(rt:trace { file = file })
+    local meter = rt:meter("cost")
+    meter:reset()
+    assert(meter:set_prices { m = { input = 1, output = 2 } })
+    local a_srv = serve { script = function()
+      return { tools = { { id = "h1", name = "transfer_to_billing", arguments = {} } } }
+    end }
+    local b_srv = serve { script = function() return { text = "done" } end }
+    local billing = luagent.agent { name = "billing", model = model(b_srv) }
+    local triage = luagent.agent { name = "triage", model = model(a_srv), handoffs = { billing } }
+    local last = triage:run("hi")
+    tracer:stop()
+    assert.equal(2, last.cost.calls)
+    local total = 0
+    for _, r in ipairs(meter:records()) do total = total + r.cost end
+    assert.near(total, last.cost.total, 1e-12)
+    local spans = {}
+    for line in require("spec.support.helpers").slurp(file):gmatch("[^\n]+") do
+      for _, rs in ipairs(require("cjson").decode(line).resourceSpans) do
+        for _, ss in ipairs(rs.scopeSpans) do
+          for _, sp in ipairs(ss.spans) do spans[sp.name] = sp end
+        end
+      end
+    end
+    os.remove(file)
+    local top, target = spans["invoke_agent triage"], spans["invoke_agent billing"]
+    assert.is_truthy(top and target)
+    assert.equal(top.spanId, target.parentSpanId)
+    assert.equal(top.traceId, target.traceId)
+  end)
 end)

@@ -129,6 +129,20 @@ describe("luagent.tools.agent", function()
     assert.matches("sub%-agent researcher stopped with an error", tool_msg.content)
   end)
 
+  it("gives the parent an error result saying so when the child's outcome is unknown", function()
+    local ps = serve { script = parent_script }
+    local cs = serve { script = function() return { tools = { { id = "p1", name = "pay", arguments = {} } } } end }
+    local pay = { name = "pay", description = "Pays", timeout = 1, run = function() luagent.sleep(60) return "paid" end }
+    local child = luagent.agent { name = "researcher", model = model(cs), tools = { pay } }
+    local parent = luagent.agent { name = "lead", model = model(ps),
+      tools = { luagent.tools.agent(child, { name = "research", description = "Researches" }) } }
+    local last = parent:run("go")
+    assert.equal("stop", last.stop_reason)
+    local tool_msg = last.messages[3]
+    assert.is_true(tool_msg.is_error)
+    assert.matches("sub%-agent researcher stopped with an error: outcome_unknown: pay", tool_msg.content)
+  end)
+
   it("is aborted with the parent", function()
     local ps = serve { script = parent_script }
     local cs = serve { script = function() return { tools = { { id = "h1", name = "hang", arguments = {} } } } end }
