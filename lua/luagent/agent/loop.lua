@@ -43,7 +43,7 @@ M.defaults = { max_turns = 20, max_parallel_tools = 4, loop_guard = 3 }
 -- option is added here.
 M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_policy", "max_turns",
   "max_parallel_tools", "loop_guard", "max_tokens", "temperature", "messages", "durable", "max_cost", "guard",
-  "cache", "thinking", "reasoning", "extra_body", "fallback", "output", "session" }
+  "cache", "thinking", "reasoning", "extra_body", "fallback", "output", "session", "handoffs" }
 
 ---What `luagent.agent{...}` takes. Only `model` is required.
 ---@class luagent.AgentOptions
@@ -69,6 +69,7 @@ M.OPTIONS = options.known { "model", "name", "system", "tools", "policy", "tool_
 ---@field extra_body table? merged into every request body, over what luagent built (objects deep, anything else replaced; `luagent.json.null` removes a key)
 ---@field fallback (string|luagent.ProviderSpec|luagent.Provider)[]? models each call goes on with, in order, when it fails for good on the one before (docs/guide/agent.md, "Fallback models")
 ---@field output luagent.OutputOptions? structured output: the final answer is a JSON value of `output.schema`, checked and asked again (naming the wrong fields) at most `output.retries` times; the value is `agent_end.output`
+---@field handoffs luagent.Agent[]? agents it may hand the rest of a run to: a tool `transfer_to_<name>` per target; calling it hands the run over, the history kept, after a `handoff {from, to}` event (docs/guide/agent.md, "Handoffs")
 
 ---A content part of a user message (a provider-neutral shape each wire format renders).
 ---@class luagent.Part
@@ -186,6 +187,28 @@ local function checked_guards(spec)
   return out
 end
 
+-- The transfer tools of `handoffs` (a list of agents): one per target,
+-- `transfer_to_<name>`, marked with its target (the loop hands the run
+-- over when one is called). Raises on misuse.
+local function handoff_tools(list, level)
+  if list == nil then return nil end
+  if type(list) ~= "table" then error("agent: handoffs must be a list of agents", level) end
+  local out, names = {}, {}
+  for i, target in ipairs(list) do
+    local mt = getmetatable(target)
+    if type(mt) ~= "table" or mt.__name ~= Agent.__name then error("agent: handoffs[" .. i .. "] must be an agent (luagent.agent{...})", level) end
+    local name = ("transfer_to_" .. target.name:gsub("[^A-Za-z0-9_-]", "_")):sub(1, 64)
+    if names[name] then error("agent: handoffs[" .. i .. "]: two targets give the tool name '" .. name .. "'", level) end
+    names[name] = true
+    local t = tools.new { name = name, read_only = true, params = { type = "object", properties = {} },
+      description = "Hands the conversation over to the agent " .. target.name .. ", which answers from then on",
+      run = function() return "transferred to " .. target.name end }
+    t.handoff = target
+    out[#out + 1] = t
+  end
+  return #out > 0 and out or nil
+end
+
 -- new(rt, {name=, model=, system=, tools=, policy=, tool_policy=, max_turns=,
 -- max_parallel_tools=, loop_guard=, max_tokens=, temperature=, messages=,
 -- durable=, max_cost=, fallback=, output=}) -> an agent of runtime rt (lua/luagent/runtime.lua). `model` is "kind/model" or a provider;
@@ -209,6 +232,7 @@ function M.new(rt, opts)
   local name = opts.name or "agent"
   if type(name) ~= "string" then error("agent: name must be a string", 2) end
   local guards = checked_guards(opts.guard)
+  local transfers = handoff_tools(opts.handoffs, 3)
   retry.check_knobs(opts, "agent", 2)
   if opts.durable ~= nil and type(opts.durable) ~= "boolean" then error("agent: durable must be true or false", 2) end
   session.check(opts.session, "agent", 2)
@@ -241,6 +265,7 @@ function M.new(rt, opts)
     cache = opts.cache, thinking = opts.thinking, reasoning = opts.reasoning, extra_body = opts.extra_body,
     messages = opts.messages or {},
     sources = tool_sources(opts.tools),
+    transfers = transfers, -- the handoffs' transfer tools
     cursors = {},
     flagged = setmetatable({}, { __mode = "k" }), -- an MCP tool -> its copy with the flags this agent's trust gives
     rng = core.backoff_rng(math.random(0, 2 ^ 31)),
@@ -289,7 +314,7 @@ function Agent:note_unflagged()
     local snap = src:snapshot()
     for _, name in ipairs(snap.names) do
       local t = snap.tools[name]
-      if tools.first_note(noted, t) then
+      if not t.subagent and tools.first_note(noted, t) then
         local r = self:as_run(t, policy)
         if t.mcp and not (r.read_only or r.idempotent) then
           local server = t.mcp.server
@@ -341,6 +366,12 @@ function Agent:toolbox(emit)
         box[name] = self:as_run(snap.tools[name], policy)
         specs[#specs + 1] = tools.spec(snap.tools[name])
       end
+    end
+  end
+  for _, t in ipairs(self.transfers or {}) do
+    if not box[t.name] then
+      box[t.name] = t
+      specs[#specs + 1] = tools.spec(t)
     end
   end
   return { tools = box, specs = specs }
@@ -430,6 +461,16 @@ function Agent:run_call(box, call, i, emit, policy, turn, decision)
     local e = errors.new("unknown_tool", string.format("unknown tool '%s' (available: %s)",
       tostring(call.name), #names > 0 and table.concat(names, ", ") or "none"))
     outcome = { is_error = true, error = e, content = e.message, attempts = 0, duration = 0 }
+  elseif tool.handoff then -- the loop hands the run over once the turn's calls are done
+    local target = tool.handoff
+    if target.running then
+      local e = errors.new("tool_error", "cannot hand over to " .. target.name .. ": it is running (an agent of this run)")
+      outcome = { is_error = true, error = e, content = e.message, attempts = 1, duration = 0 }
+    else
+      outcome = { content = "transferred to " .. target.name, attempts = 1, duration = 0 }
+    end
+  elseif tool.subagent then
+    outcome = self:run_subagent(tool, call, i, emit, turn)
   else
     outcome = tools.execute(tool, call, ctx)
   end
@@ -437,6 +478,124 @@ function Agent:run_call(box, call, i, emit, policy, turn, decision)
   if known and known.resolved then e.resolved = true end
   emit(e)
   return outcome
+end
+
+-- The text of the last assistant message of a history (a sub-agent's answer).
+local function last_answer(messages)
+  for k = #(messages or {}), 1, -1 do
+    local m = messages[k]
+    if m.role == "assistant" then
+      if type(m.content) == "string" then return m.content end
+      local out = {}
+      for _, p in ipairs(type(m.content) == "table" and m.content or {}) do
+        if p.type == "text" then out[#out + 1] = p.text end
+      end
+      return table.concat(out)
+    end
+  end
+  return ""
+end
+
+-- Runs call i of a sub-agent tool (luagent.tools.agent): the child's own
+-- run, in this task, on a copy of its history (each call starts from the
+-- child's history as it is; the child keeps it unchanged), its agent_start
+-- naming this call (its spans nest under the call's), its text told as
+-- tool_execution_update, its tokens added to this run's. An abort of this
+-- run aborts it (and waits for its end). A run that does not end with an
+-- answer is an error result saying why. Returns the outcome.
+-- Hands the rest of this run to `target` (a transfer tool of `handoffs`,
+-- call i of turn `turn`, was called): a `handoff` event, then the
+-- target's run on a copy of this history (its events handed to this run's
+-- caller as they come: they are on the bus and in the journal already; a
+-- durable run journals its steps under the transfer call's position),
+-- whose history this agent adopts. Returns the target's agent_end (an
+-- abort of this run aborts it: then an aborted end).
+function Agent:hand_off(target, call, i, turn, emit, deliver)
+  emit { type = "handoff", from = self.name, to = target.name, from_id = self.id, to_id = target.id,
+         call_id = call.id }
+  local history = {}
+  for k, m in ipairs(self.messages) do history[k] = m end
+  target.messages = history
+  target.under = { agent = self.name, agent_id = self.id, call_id = call.id, index = i, turn = turn,
+                   replay = self.replay, handoff = true }
+  local last
+  local ok, err = pcall(function()
+    for ev in target:continue() do
+      deliver(ev)
+      last = ev
+    end
+  end)
+  if not ok and errors.is_cancel(err) then
+    target:abort(self.aborted or err.reason or "aborted")
+    if target.task then pcall(target.task.join, target.task) end
+  end
+  target.under = nil
+  if last and last.type == "agent_end" and type(last.messages) == "table" then self:adopt_history(last.messages) end
+  if not ok then
+    if not errors.is_cancel(err) then error(err, 0) end
+    self.aborted = self.aborted or err.reason or "aborted"
+    return { stop_reason = "aborted", usage = last and last.usage }
+  end
+  return last
+end
+
+function Agent:run_subagent(tool, call, i, emit, turn)
+  local child = tool.subagent.agent
+  local t0 = core.now()
+  local function done(o)
+    o.attempts, o.duration = o.attempts or 1, core.now() - t0
+    if o.error and not o.content then o.content = o.error.message end
+    return o
+  end
+  local function failed(kind, msg, extra)
+    return done { is_error = true, error = errors.new(kind, msg, extra) }
+  end
+  if type(call.arguments) ~= "table" or call.error then
+    return failed("invalid_arguments", "invalid arguments for " .. call.name .. ": "
+      .. tostring(call.error or "not a JSON object"), nil)
+  end
+  local prompt = tools.subagent_prompt(tool, call.arguments, json.encode)
+  if child.running then
+    return failed("tool_error", "sub-agent " .. child.name .. " is already running (one call at a time)")
+  end
+  local base = child.messages
+  local history = {}
+  for k, m in ipairs(base) do history[k] = m end
+  child.messages = history
+  -- (a durable parent's replay: the child's steps go under this call's position)
+  child.under = { agent = self.name, agent_id = self.id, call_id = call.id, index = i, turn = turn,
+                  replay = self.replay }
+  local last
+  local ok, err = pcall(function()
+    for ev in child:prompt(prompt) do
+      if ev.type == "text_delta" and ev.text then
+        emit { type = "tool_execution_update", call_id = call.id, name = call.name, index = i,
+               data = { agent = child.name, delta = ev.text } }
+      end
+      last = ev
+    end
+  end)
+  if not ok and errors.is_cancel(err) then
+    -- this run was aborted: so is the child's, and its end is waited for
+    child:abort(self.aborted or err.reason or "aborted")
+    if child.task then pcall(child.task.join, child.task) end
+  end
+  child.under, child.messages = nil, base
+  if last and last.type == "agent_end" and self.run_usage then add_usage(self.run_usage, last.usage) end
+  if not ok then
+    if not errors.is_cancel(err) then error(err, 0) end
+    return done { is_error = true, cancelled = true, error = err,
+      content = "sub-agent " .. child.name .. " was cancelled: " .. tostring(err.message or err) }
+  end
+  local stop = last and last.stop_reason
+  if stop == "stop" or stop == "length" then return done { content = last_answer(last.messages) } end
+  if stop == "error" then
+    local e = last.error or {}
+    return failed("tool_error", string.format("sub-agent %s stopped with an error: %s: %s", child.name,
+      tostring(e.kind or "error"), tostring(e.message or e)), { agent = child.name, cause = last.error })
+  end
+  return failed("tool_error", string.format("sub-agent %s stopped without an answer: %s%s", child.name,
+    tostring(stop), last and last.reason and (" (" .. last.reason .. ")") or ""), { agent = child.name })
 end
 
 -- Runs the tool calls of one message: at most max_parallel_tools at once,
@@ -628,7 +787,10 @@ function Agent:run_turns(emit, deliver)
   self.replay = r or replay.live
   -- the call layer shows each event to the journal before the bus
   local function record(ev) self.replay:record(ev) end
-  emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed }
+  local under = self.under -- the parent's call this run is a sub-agent's run of
+  emit { type = "agent_start", history = #self.messages, run_id = self.replay.run_id, resumed = self.replay.resumed,
+         parent_agent = under and under.agent, parent_agent_id = under and under.agent_id,
+         parent_call_id = under and under.call_id, handoff = under and under.handoff or nil }
   jerr = jerr or self.session_error
   self.session_error = nil
   if jerr then
@@ -666,6 +828,18 @@ function Agent:run_turns(emit, deliver)
     if guard then stop, reason = "loop_guard", guard return true end
     if self.aborted then stop = "aborted" return true end
     if unknown then stop, err = "error", unknown return true end
+    -- a transfer tool called (its result no error): the rest of the run is the target's
+    for i, c in ipairs(calls) do
+      local t = box.tools[c.name]
+      if t and t.handoff and not results[i].is_error then
+        local e = self:hand_off(t.handoff, c, i, turns, emit, deliver)
+        if e then
+          usage = add_usage(usage, e.usage)
+          stop, reason, err = e.stop_reason, e.reason, e.error
+          return true
+        end
+      end
+    end
     return false
   end
   local pending = self.approvals

@@ -27,6 +27,7 @@ function Live.call() return nil end
 function Live.approval() return nil end
 function Live.record() end
 function Live.failed() return nil end
+function Live.call_position() return nil end
 
 -- The idempotency key of a call: the agent's id and the call's id.
 function Live.idempotency_key(_, agent, call) return agent.id .. ":" .. tostring(call.id) end
@@ -46,6 +47,16 @@ Durable.__index = Durable
 -- the journal cannot be opened. The agent keeps its binding (agent.binder)
 -- from run to run, so its steps keep their positions.
 function M.begin(agent)
+  -- a sub-agent's run under a durable parent's call (tools.agent): its
+  -- steps are journaled under that call's position, a binding of its own
+  -- per call (agent.binder, its runs of its own, stays as it was)
+  local under = agent.under
+  local parent = under and under.replay
+  if parent and parent.binder then
+    local binder = journal.bind_under(parent.binder, parent.binder:call_pos(under.turn, under.index), agent.name)
+    binder:begin(false)
+    return setmetatable({ binder = binder, run_id = binder.run.id, resumed = binder.run.resumed or nil }, Durable)
+  end
   local durable = agent.durable
   if durable == nil then durable = agent.rt.settings:get("durable") or false end
   if not durable then return M.live end

@@ -155,7 +155,8 @@ end
 -- end), the finished calls' records (and the floor a record must beat to
 -- be kept), each agent's current turn.
 local function new_state()
-  return { agents = {}, order = {}, calls = {}, done = {}, turns = {}, run = new_count("total"), floor = nil }
+  return { agents = {}, order = {}, calls = {}, done = {}, turns = {}, run = new_count("total"), floor = nil,
+           parents = {} } -- a sub-agent's id -> its parent's (tools.agent)
 end
 
 -- The count of the agent an event belongs to ("(no agent)" for bare calls).
@@ -259,6 +260,8 @@ local function consume(self, ev)
   local t, state = ev.type, self.state
   if t == "turn_start" then
     state.turns[ev.agent_id or ""] = ev.turn
+  elseif t == "agent_start" then
+    if ev.parent_agent_id and ev.agent_id then state.parents[ev.agent_id] = ev.parent_agent_id end
   elseif (t == "provider_retry" or (t == "model_fallback" and ev.attempt)) and ev.call ~= nil then
     -- a retried attempt, or the last attempt of a model the call falls back from
     charge(self, call_record(state, ev), ev, ev.usage)
@@ -288,17 +291,33 @@ local function consume(self, ev)
     end
     finish_call(self, r, ev)
   elseif t == "agent_end" then
-    ev.cost = self:totals(ev.agent_id or ev.agent)
+    ev.cost = self:totals(ev.agent_id or ev.agent, true)
   end
 end
 
 -- meter:totals([agent_id]) -> {total=<dollars or nil when no call was
 -- priced>, calls=, attempts=, unpriced_calls=, usage=, currency=} of an
 -- agent (by id) or of the whole run.
-function Meter:totals(key)
+-- With `nested`, an agent's count includes its sub-agents' (tools.agent:
+-- each agent whose parent, or its parent's parent, is this one).
+function Meter:totals(key, nested)
   local state = self.state
   local m = key and state.agents[key] or (not key and state.run)
   if not m then m = new_count(key) end
+  if key and nested then
+    local sum = new_count(m.name)
+    for _, k in ipairs(state.order) do
+      local p, hops = k, 0
+      while p and p ~= key and hops < 64 do p, hops = state.parents[p], hops + 1 end
+      if p == key then
+        local c = state.agents[k]
+        sum.calls, sum.attempts, sum.cost, sum.unpriced = sum.calls + c.calls, sum.attempts + c.attempts,
+          sum.cost + c.cost, sum.unpriced + c.unpriced
+        usage.add(sum.usage, c.usage)
+      end
+    end
+    m = sum
+  end
   local priced = m.calls - m.unpriced
   return { total = (priced > 0 or m.calls == 0) and m.cost or nil, calls = m.calls, attempts = m.attempts,
            unpriced_calls = m.unpriced, usage = m.usage, currency = self.currency }
@@ -385,7 +404,7 @@ function Meter:start()
   if self.unsubscribe then return end
   local rt = self.rt
   self.unsubscribe = rt.bus:subscribe(function(ev) consume(self, ev) end, { annotate = "first",
-    types = { "turn_start", "provider_retry", "model_fallback", "message_end", "call_aborted", "agent_end" } })
+    types = { "agent_start", "turn_start", "provider_retry", "model_fallback", "message_end", "call_aborted", "agent_end" } })
   self.admit = function(opts) return gate(self, opts, rt.settings:get("max_cost")) end
   rt.admission[#rt.admission + 1] = self.admit
 end
@@ -428,7 +447,15 @@ function Meter:report(top)
     lines[#lines + 1] = string.format(fmt, name:sub(1, 20), t.calls, t.attempts, t.usage.input_tokens,
       t.usage.output_tokens, t.usage.cache_read_tokens, t.usage.cache_write_tokens, cost)
   end
-  for _, key in ipairs(state.order) do row(state.agents[key].name, key) end
+  -- a sub-agent's row is named by its parent's: "lead/researcher" (its own
+  -- counts; the parent's agent_end holds both)
+  local function label(key, hops)
+    local p = state.parents[key]
+    local own = state.agents[key] and state.agents[key].name or tostring(key)
+    if p and hops < 8 and state.agents[p] then return label(p, hops + 1) .. "/" .. own end
+    return own
+  end
+  for _, key in ipairs(state.order) do row(label(key, 0), key) end
   row("total", nil)
   local turns = {}
   for _, r in ipairs(state.done) do turns[#turns + 1] = r end

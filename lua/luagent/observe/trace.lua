@@ -299,7 +299,11 @@ local function builder(sinks)
   local H = {} -- per event type
 
   function H.agent_start(ev, now)
-    local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, nil, now, true)
+    -- a sub-agent's run nests under its parent's execute_tool span
+    local under = ev.parent_call_id ~= nil and tools[tostring(ev.parent_agent_id) .. "\0" .. tostring(ev.parent_call_id)]
+    -- (a handoff's target: under the run it was handed over from)
+    local parent = under and under.span or (ev.parent_agent_id ~= nil and runs[ev.parent_agent_id]) or nil
+    local s = new_span("invoke_agent " .. tostring(ev.agent), M.KIND.INTERNAL, parent, now, true)
     set(s, "gen_ai.operation.name", "invoke_agent")
     set(s, "gen_ai.agent.name", ev.agent)
     set(s, "gen_ai.agent.id", ev.agent_id)
@@ -318,7 +322,7 @@ local function builder(sinks)
     if ev.cost and ev.cost.total then set(s, "luagent.cost", ev.cost.total) end
     if ev.stop_reason == "error" then fail(s, error_type(ev.error), ev.error and ev.error.message or ev.reason) end
     finish(s, now)
-    root_done(s)
+    if not s.parent then root_done(s) end
   end
 
   -- A model call's events carry its number; an answer a resumed run replays

@@ -347,6 +347,15 @@ function M.bind(agent)
   return setmetatable({ run = run, key = agent.name .. "#" .. n, prompts = 0, agent = agent.name }, Binder)
 end
 
+-- bind_under(parent, pos, name) -> the binding of a sub-agent's run
+-- (luagent.tools.agent) under its parent's call at `pos`: its steps are
+-- `pos/name/1/t1`, `pos/name/1/t1/c1`, ...; its end does not set the
+-- run's status (its parent's does).
+function M.bind_under(parent, pos, name)
+  return setmetatable({ run = parent.run, key = pos .. "/" .. name, prompts = 0, agent = name, nested = true },
+    Binder)
+end
+
 -- binder:begin([same]): a new prompt (agent:prompt or :continue) of the
 -- agent; same: a continue that finishes the turn the last one stopped in
 -- for approvals (its positions stay).
@@ -515,8 +524,10 @@ function Binder:call(turn, i, call, tool, check)
     return { outcome = { content = d.content or "", is_error = d.is_error or false, error = e,
       attempts = d.attempts or 0, duration = 0 }, resolved = d.resolved }
   end
-  -- started, never finished: it may have run
-  if tool and (tool.read_only or tool.idempotent) then return nil end
+  -- started, never finished: it may have run. A sub-agent runs again: its
+  -- own steps, journaled under this call's position, are answered from
+  -- the journal (its turns are not sent again), the rest goes live
+  if tool and (tool.read_only or tool.idempotent or tool.subagent) then return nil end
   if tool and tool.check then
     local text, err = check(tool, call)
     if err then
@@ -625,6 +636,7 @@ function Binder:observe(ev)
     end
     self:write { pos = pos, kind = "call", status = status, name = ev.name, call_id = ev.call_id, data = data }
   elseif t == "agent_end" then
+    if self.nested then return end -- a sub-agent's: its parent's end tells the run's status
     self.run.waiting = ev.stop_reason == "approval_required" and ev.approvals or nil
     self.run:status(end_status(ev), ev.error or self.failed)
   end

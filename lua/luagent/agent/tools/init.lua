@@ -8,6 +8,7 @@ local tool = require "luagent.agent.tools.tool"
 local set = require "luagent.agent.tools.set"
 local dir = require "luagent.agent.tools.dir"
 local mcp = require "luagent.agent.tools.mcp"
+local agent_tool = require "luagent.agent.tools.agent"
 
 ---Tools and tool sets (`luagent.tools`).
 ---@class luagent.tools
@@ -35,7 +36,24 @@ local M = {
   -- tool sets (lua/luagent/agent/tools/set.lua)
   static = set.static,            -- static(list) -> a set that never changes
   is_set = set.is_set,
+  subagent_prompt = agent_tool.prompt_of, -- (tool, args, encode) -> the text a sub-agent's call prompts it with
 }
+
+-- agent(child, opts) -> a tool whose calls run the agent `child`
+-- (lua/luagent/agent/tools/agent.lua; the loop runs it).
+---An agent as a tool of another: each call runs `child` on the call's
+---`input` (or, with `params`, its arguments as JSON) and returns its last
+---answer. Its run nests under the parent's `execute_tool` span, its text
+---reaches the parent as `tool_execution_update` (`data = {agent =, delta =}`),
+---its tokens and cost roll up into the parent's `agent_end`; an abort of
+---the parent aborts it; a child that does not end with an answer gives an
+---error result saying why (docs/guide/agent.md, "Sub-agents").
+---@param child luagent.Agent
+---@param opts? {name: string?, description: string?, params: table?} the tool's name (default the child's), what the model reads, the arguments' JSON Schema (default `{input: string}`)
+---@return luagent.Tool
+function M.agent(child, opts)
+  return agent_tool.new(child, opts, 2)
+end
 
 -- dir(path [, opts]) -> a tool set loaded from the *.lua files of a folder
 -- and reloaded when they change (lua/luagent/agent/tools/dir.lua).

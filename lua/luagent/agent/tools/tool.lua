@@ -129,7 +129,12 @@ end
 -- kept.
 function M.check(t, source)
   if type(t) ~= "table" then return nil, "a tool must be a table (got " .. type(t) .. ")", nil end
-  if debug.getmetatable(t) == Tool then return t end
+  local mt = debug.getmetatable(t)
+  -- checked already (also by another load of this module: a host that
+  -- loads the library twice, a test runner that restores package.loaded)
+  if mt == Tool or (type(mt) == "table" and rawget(mt, "__name") == Tool.__name and rawget(mt, "__index") == mt) then
+    return t
+  end
   local f, keys = {}, {}
   for k, v in next, t do
     if type(k) ~= "string" then return nil, "unknown field " .. shown(k) .. " " .. FIELD_LIST, nil end
