@@ -218,3 +218,42 @@ describe("the mock's answer to structured output", function()
       home = { zip = -2 }, either = 7, maybe = true }, json.decode(json.encode(v)))
   end)
 end)
+
+describe("misuse of stream and complete with output", function()
+  local FILE = debug.getinfo(1, "S").short_src
+  -- f's error starts with this spec's path and the line f is on, then `msg`
+  local function raises_here(f, msg)
+    local line = debug.getinfo(f, "S").linedefined
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    assert.equal(FILE .. ":" .. line .. ": " .. msg, err)
+  end
+  local function m() return model("openai") end
+  local S = { type = "objekt" }
+
+  it("stream checks output as complete does: an unknown key, a bad schema", function()
+    start()
+    raises_here(function() luagent.stream { model = m(), messages = {}, output = { schema = PLACE, bogus = 1 } } end,
+      "stream: output: unknown option 'bogus' (known: name, retries, schema, strict)")
+    raises_here(function() luagent.stream { model = m(), messages = {}, output = { schema = S } } end,
+      'stream: output.schema.type must be "object" (structured output takes an object at the root)')
+    assert.equal(0, #srv:requests())
+  end)
+
+  it("complete's errors name the user's line and complete", function()
+    start()
+    raises_here(function() luagent.complete { model = m(), messages = {}, thinking = 1 } end,
+      "complete: thinking must be a table {budget_tokens = N}")
+    raises_here(function() luagent.complete { model = m(), messages = {}, fallback = "x" } end,
+      'complete: fallback must be a list of models ("kind/model" or providers)')
+    raises_here(function() luagent.complete { model = m(), messages = {}, output = { schema = PLACE }, max_token = 1 } end,
+      "complete: unknown option 'max_token' (did you mean 'max_tokens'?)")
+    raises_here(function() luagent.complete { model = m(), messages = {}, output = { schema = PLACE, bogus = 1 } } end,
+      "complete: output: unknown option 'bogus' (known: name, retries, schema, strict)")
+    raises_here(function() luagent.complete { model = m(), messages = {}, output = { schema = PLACE }, thinking = 1 } end,
+      "complete: thinking must be a table {budget_tokens = N}")
+    raises_here(function() luagent.stream { model = m(), messages = {}, fallback = "x" } end,
+      'stream: fallback must be a list of models ("kind/model" or providers)')
+    assert.equal(0, #srv:requests())
+  end)
+end)

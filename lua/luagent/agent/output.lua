@@ -98,7 +98,7 @@ end
 -- the message naming what was wrong added to the messages sent;
 -- total_usage and attempts sum every call's.
 function M.complete(rt, opts)
-  local spec = M.check(opts.output, "complete", 3)
+  local spec = M.check(opts.output, "complete", 2) -- the user called rt:complete (a tail call)
   local messages = {}
   for i, m in ipairs(opts.messages or {}) do messages[i] = m end
   local call_opts = {}
@@ -106,7 +106,7 @@ function M.complete(rt, opts)
   call_opts.output, call_opts.messages = spec, messages
   local total, attempts = nil, 0
   for answer = 1, spec.retries + 1 do
-    local msg, err = retry.complete(rt, call_opts)
+    local msg, err = retry.complete(rt, call_opts, 3)
     if not msg then return nil, err end
     total = add_usage(total, msg.total_usage)
     attempts = attempts + (msg.attempts or 0)
