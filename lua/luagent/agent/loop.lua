@@ -160,27 +160,24 @@ local function tool_sources(spec)
 end
 
 -- The fields a guard table may have.
-local GUARD_FIELDS = { input = true, output = true, name = true }
+local GUARD_FIELDS = options.known { "input", "name", "output" }
 
 -- The agent's guards as a list of {input=, output=, name=} (nil: none).
--- Raises on misuse.
+-- Raises on misuse, at the line that called luagent.agent (level 3: this
+-- function's caller's caller).
 local function checked_guards(spec)
   if spec == nil then return nil end
-  if type(spec) ~= "table" then error("agent: guard must be a table {input =, output =, name =}", 4) end
+  if type(spec) ~= "table" then error("agent: guard must be a table {input =, output =, name =}", 3) end
   local list = spec[1] ~= nil and spec or { spec }
   local out = {}
   for i, g in ipairs(list) do
     local where = spec[1] ~= nil and ("guard[" .. i .. "]") or "guard"
-    if type(g) ~= "table" then error("agent: " .. where .. " must be a table {input =, output =, name =}", 4) end
-    for k in pairs(g) do
-      if not GUARD_FIELDS[k] then
-        error("agent: " .. where .. " has no field '" .. tostring(k) .. "' (known: input, name, output)", 4)
-      end
-    end
+    if type(g) ~= "table" then error("agent: " .. where .. " must be a table {input =, output =, name =}", 3) end
+    options.check(g, GUARD_FIELDS, "agent: " .. where, 3)
     for _, f in ipairs { "input", "output" } do
-      if g[f] ~= nil and type(g[f]) ~= "function" then error("agent: " .. where .. "." .. f .. " must be a function", 4) end
+      if g[f] ~= nil and type(g[f]) ~= "function" then error("agent: " .. where .. "." .. f .. " must be a function", 3) end
     end
-    if g.name ~= nil and type(g.name) ~= "string" then error("agent: " .. where .. ".name must be a string", 4) end
+    if g.name ~= nil and type(g.name) ~= "string" then error("agent: " .. where .. ".name must be a string", 3) end
     out[i] = { input = g.input, output = g.output, name = g.name }
   end
   return out
