@@ -141,6 +141,26 @@ describe("an answer that does not match", function()
     assert.same({ "output: missing required field 'population'" }, err.errors)
   end)
 
+  it("cut at its token limit is not sent back by luagent.complete either: the message, at once", function()
+    for _, kind in ipairs { "openai", "anthropic" } do
+      start(function() return { text = '{"city": "Par', stop = "length" } end)
+      local msg, err = luagent.complete { model = model(kind), messages = { { role = "user", content = "x" } },
+        output = { schema = PLACE } }
+      assert.is_nil(err)
+      assert.equal("length", msg.stop_reason)
+      assert.is_nil(msg.output)
+      assert.equal('{"city": "Par', msg.content)
+      assert.equal(1, #srv:requests())
+      -- the agent stops there too
+      local a = luagent.agent { model = model(kind), output = { schema = PLACE } }
+      local last, output = a:run("x")
+      assert.equal("length", last.stop_reason)
+      assert.is_nil(output)
+      assert.equal(2, #srv:requests())
+      srv:close()
+    end
+  end)
+
   it("raises for an output option it cannot use, naming it", function()
     start()
     assert.has_error(function() luagent.agent { model = model("openai"), output = { schema = "x" } } end,

@@ -94,7 +94,8 @@ end
 
 -- complete(rt, opts) -> the final message with .output (the decoded
 -- value), or nil and an error: a call's, or output_invalid once every
--- answer failed the schema. Each retry is a call of its own, the answer and
+-- answer failed the schema. An answer cut at its token limit (stop_reason
+-- "length") is returned at once, .output nil unless it decodes. Each retry is a call of its own, the answer and
 -- the message naming what was wrong added to the messages sent;
 -- total_usage and attempts sum every call's.
 function M.complete(rt, opts)
@@ -111,7 +112,9 @@ function M.complete(rt, opts)
     total = add_usage(total, msg.total_usage)
     attempts = attempts + (msg.attempts or 0)
     local value, errs = M.read(spec, msg)
-    if value ~= nil then
+    -- an answer cut at its token limit is not sent back (as an agent's run
+    -- ends): the message, stop_reason "length", .output only when it decodes
+    if value ~= nil or msg.stop_reason == "length" then
       msg.output, msg.total_usage, msg.attempts = value, total, attempts
       return msg
     end
