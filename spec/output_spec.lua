@@ -277,3 +277,34 @@ describe("misuse of stream and complete with output", function()
     assert.equal(0, #srv:requests())
   end)
 end)
+
+describe("structured output with an approval", function()
+  it("approve + continue, a wrong answer sent back, a right one: the tool ran once, 3 requests with response_format", function()
+    local paid = 0
+    local pay = { name = "pay", description = "Pays", needs_approval = true,
+      params = { type = "object", properties = { amount = { type = "integer" } } },
+      run = function() paid = paid + 1 return "paid" end }
+    start(function(_, n)
+      if n == 1 then return { tools = { { id = "c1", name = "pay", arguments = { amount = 5 } } } } end
+      if n == 2 then return { text = '{"city": 7}' } end
+      return { output = { city = "Paris", population = 1 } }
+    end)
+    local a = luagent.agent { model = model("openai"), tools = { pay }, output = { schema = PLACE } }
+    local evs = {}
+    for ev in a:prompt("pay, then say where") do evs[#evs + 1] = ev end
+    assert.equal("approval_required", evs[#evs].stop_reason)
+    assert.equal(0, paid)
+    assert.is_true(a:approve("call_mockc1"))
+    local types, last = {}, nil
+    for ev in a:continue() do types[ev.type] = (types[ev.type] or 0) + 1 last = ev end
+    assert.equal("stop", last.stop_reason)
+    assert.same({ city = "Paris", population = 1 }, last.output)
+    assert.equal(1, types.output_retry)
+    assert.equal(1, paid)
+    local reqs = srv:requests()
+    assert.equal(3, #reqs)
+    for i = 1, 3 do assert.equal("json_schema", reqs[i].body.response_format.type) end
+    local third = reqs[3].body.messages
+    assert.matches("output%.city: expected string, got integer", third[#third].content)
+  end)
+end)
