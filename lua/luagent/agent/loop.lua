@@ -889,7 +889,17 @@ function Agent:prompt(text)
       .. "agent:deny(call_id, reason) each, then agent:continue()", #self.approvals.waiting), 2)
   end
   self:load_session()
-  self.messages[#self.messages + 1] = { role = "user", content = text }
+  local content = text
+  if type(text) == "table" then
+    -- a copy (the list and each part): the caller's table may change later
+    content = {}
+    for i, part in ipairs(text) do
+      local p = {}
+      for k, v in pairs(part) do p[k] = v end
+      content[i] = p
+    end
+  end
+  self.messages[#self.messages + 1] = { role = "user", content = content }
   return self:start()
 end
 
