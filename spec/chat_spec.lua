@@ -73,6 +73,28 @@ return {
     os.execute("rm -rf " .. h.quote(dir))
   end)
 
+  it("approves on exactly y or yes (any case): YES runs the tool, ys denies it", function()
+    local dir = h.tempdir()
+    local f = assert(io.open(dir .. "/pay.lua", "w"))
+    f:write([[
+return {
+  name = "pay", description = "Pays.", needs_approval = true,
+  params = { type = "object", properties = { text = { type = "string" } }, required = { "text" } },
+  run = function(args) return "paid for " .. args.text end,
+}
+]])
+    f:close()
+    local r = chat_pipe("pay the rent\n YES \npay the yacht\nys\npay the boat\nyse\n", "--mock", "--tools", dir)
+    assert.equal(0, r.code, r.stderr)
+    local all = r.stdout .. r.stderr
+    assert.equal(1, count(all, "-> paid for rent"))
+    assert.equal(0, count(all, "paid for yacht"))
+    assert.equal(0, count(all, "paid for boat"))
+    assert.matches("denied: ys", all)
+    assert.matches("denied: yse", all)
+    os.execute("rm -rf " .. h.quote(dir))
+  end)
+
   it("answers one prompt per line on the mock and exits 0 at the end of input", function()
     local r = chat_pipe("hello there\nsecond question\n", "--mock")
     assert.equal(0, r.code, r.stderr)

@@ -399,3 +399,32 @@ describe("the policy's fallback_on_permanent", function()
     end
   end)
 end)
+
+describe("a fallback model with structured output and knobs", function()
+  it("gets the output and the knobs in its own wire format: output_config, thinking, the extra_body key", function()
+    local a = serve { faults = "503", seed = 1 }
+    local b = serve { seed = 1 }
+    local ma, mb = models(a, b)
+    local schema = { type = "object", additionalProperties = false, required = { "city" },
+      properties = { city = { type = "string" } } }
+    local msg = assert(luagent.complete { model = ma, fallback = { mb }, policy = policy(),
+      messages = { { role = "user", content = "Paris" } }, output = { schema = schema },
+      reasoning = { effort = "low" }, thinking = { budget_tokens = 1024 }, extra_body = { x_tag = "t1" } })
+    assert.equal("anthropic/model-b", msg.model)
+    assert.same({ city = "Paris" }, msg.output)
+    local ra = a:requests()
+    assert.equal(3, #ra)
+    for _, r in ipairs(ra) do
+      assert.equal("json_schema", r.body.response_format.type)
+      assert.equal("t1", r.body.x_tag)
+      assert.equal("low", r.body.reasoning_effort)
+    end
+    local rb = b:requests()
+    assert.equal(1, #rb)
+    local body = rb[1].body
+    assert.equal("json_schema", body.output_config.format.type)
+    assert.same(schema, body.output_config.format.schema)
+    assert.equal(1024, body.thinking.budget_tokens)
+    assert.equal("t1", body.x_tag)
+  end)
+end)

@@ -158,7 +158,7 @@ describe("guard options", function()
     start()
     assert.has_error(function() agent { guard = { input = 1 } } end, "agent: guard.input must be a function")
     assert.has_error(function() agent { guard = { inputs = function() end } } end,
-      "agent: guard has no field 'inputs' (known: input, name, output)")
+      "agent: guard: unknown option 'inputs' (did you mean 'input'?)")
     assert.has_error(function() agent { guard = "x" } end, "agent: guard must be a table {input =, output =, name =}")
   end)
 
@@ -172,5 +172,25 @@ describe("guard options", function()
     local last = a:run("hi")
     assert.equal("a b", table.concat(order, " "))
     assert.equal("input guard 'b': b says no", last.reason)
+  end)
+end)
+
+describe("a guard option it cannot use", function()
+  local FILE = debug.getinfo(1, "S").short_src
+  local function raises_here(f, msg)
+    local line = debug.getinfo(f, "S").linedefined
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    assert.equal(FILE .. ":" .. line .. ": " .. msg, err)
+  end
+  it("raises at the line that made the agent; an unknown key gets the nearest name", function()
+    local m = "mock/m"
+    raises_here(function() luagent.agent { model = m, guard = { inputs = function() end } } end,
+      "agent: guard: unknown option 'inputs' (did you mean 'input'?)")
+    raises_here(function() luagent.agent { model = m, guard = { { input = 1 } } } end,
+      "agent: guard[1].input must be a function")
+    raises_here(function() luagent.agent { model = m, guard = 5 } end,
+      "agent: guard must be a table {input =, output =, name =}")
+    raises_here(function() luagent.agent { model = m, guard = { name = 1 } } end, "agent: guard.name must be a string")
   end)
 end)

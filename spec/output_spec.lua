@@ -141,6 +141,26 @@ describe("an answer that does not match", function()
     assert.same({ "output: missing required field 'population'" }, err.errors)
   end)
 
+  it("cut at its token limit is not sent back by luagent.complete either: the message, at once", function()
+    for _, kind in ipairs { "openai", "anthropic" } do
+      start(function() return { text = '{"city": "Par', stop = "length" } end)
+      local msg, err = luagent.complete { model = model(kind), messages = { { role = "user", content = "x" } },
+        output = { schema = PLACE } }
+      assert.is_nil(err)
+      assert.equal("length", msg.stop_reason)
+      assert.is_nil(msg.output)
+      assert.equal('{"city": "Par', msg.content)
+      assert.equal(1, #srv:requests())
+      -- the agent stops there too
+      local a = luagent.agent { model = model(kind), output = { schema = PLACE } }
+      local last, output = a:run("x")
+      assert.equal("length", last.stop_reason)
+      assert.is_nil(output)
+      assert.equal(2, #srv:requests())
+      srv:close()
+    end
+  end)
+
   it("raises for an output option it cannot use, naming it", function()
     start()
     assert.has_error(function() luagent.agent { model = model("openai"), output = { schema = "x" } } end,
@@ -216,5 +236,75 @@ describe("the mock's answer to structured output", function()
     assert.is_true(schema.check(s, json.decode(json.encode(v)), "output"))
     assert.same({ kind = "place", name = "a lon", tags = { "a long text", "a long text" }, n = 5,
       home = { zip = -2 }, either = 7, maybe = true }, json.decode(json.encode(v)))
+  end)
+end)
+
+describe("misuse of stream and complete with output", function()
+  local FILE = debug.getinfo(1, "S").short_src
+  -- f's error starts with this spec's path and the line f is on, then `msg`
+  local function raises_here(f, msg)
+    local line = debug.getinfo(f, "S").linedefined
+    local ok, err = pcall(f)
+    assert.is_false(ok)
+    assert.equal(FILE .. ":" .. line .. ": " .. msg, err)
+  end
+  local function m() return model("openai") end
+  local S = { type = "objekt" }
+
+  it("stream checks output as complete does: an unknown key, a bad schema", function()
+    start()
+    raises_here(function() luagent.stream { model = m(), messages = {}, output = { schema = PLACE, bogus = 1 } } end,
+      "stream: output: unknown option 'bogus' (known: name, retries, schema, strict)")
+    raises_here(function() luagent.stream { model = m(), messages = {}, output = { schema = S } } end,
+      'stream: output.schema.type must be "object" (structured output takes an object at the root)')
+    assert.equal(0, #srv:requests())
+  end)
+
+  it("complete's errors name the user's line and complete", function()
+    start()
+    raises_here(function() luagent.complete { model = m(), messages = {}, thinking = 1 } end,
+      "complete: thinking must be a table {budget_tokens = N}")
+    raises_here(function() luagent.complete { model = m(), messages = {}, fallback = "x" } end,
+      'complete: fallback must be a list of models ("kind/model" or providers)')
+    raises_here(function() luagent.complete { model = m(), messages = {}, output = { schema = PLACE }, max_token = 1 } end,
+      "complete: unknown option 'max_token' (did you mean 'max_tokens'?)")
+    raises_here(function() luagent.complete { model = m(), messages = {}, output = { schema = PLACE, bogus = 1 } } end,
+      "complete: output: unknown option 'bogus' (known: name, retries, schema, strict)")
+    raises_here(function() luagent.complete { model = m(), messages = {}, output = { schema = PLACE }, thinking = 1 } end,
+      "complete: thinking must be a table {budget_tokens = N}")
+    raises_here(function() luagent.stream { model = m(), messages = {}, fallback = "x" } end,
+      'stream: fallback must be a list of models ("kind/model" or providers)')
+    assert.equal(0, #srv:requests())
+  end)
+end)
+
+describe("structured output with an approval", function()
+  it("approve + continue, a wrong answer sent back, a right one: the tool ran once, 3 requests with response_format", function()
+    local paid = 0
+    local pay = { name = "pay", description = "Pays", needs_approval = true,
+      params = { type = "object", properties = { amount = { type = "integer" } } },
+      run = function() paid = paid + 1 return "paid" end }
+    start(function(_, n)
+      if n == 1 then return { tools = { { id = "c1", name = "pay", arguments = { amount = 5 } } } } end
+      if n == 2 then return { text = '{"city": 7}' } end
+      return { output = { city = "Paris", population = 1 } }
+    end)
+    local a = luagent.agent { model = model("openai"), tools = { pay }, output = { schema = PLACE } }
+    local evs = {}
+    for ev in a:prompt("pay, then say where") do evs[#evs + 1] = ev end
+    assert.equal("approval_required", evs[#evs].stop_reason)
+    assert.equal(0, paid)
+    assert.is_true(a:approve("call_mockc1"))
+    local types, last = {}, nil
+    for ev in a:continue() do types[ev.type] = (types[ev.type] or 0) + 1 last = ev end
+    assert.equal("stop", last.stop_reason)
+    assert.same({ city = "Paris", population = 1 }, last.output)
+    assert.equal(1, types.output_retry)
+    assert.equal(1, paid)
+    local reqs = srv:requests()
+    assert.equal(3, #reqs)
+    for i = 1, 3 do assert.equal("json_schema", reqs[i].body.response_format.type) end
+    local third = reqs[3].body.messages
+    assert.matches("output%.city: expected string, got integer", third[#third].content)
   end)
 end)

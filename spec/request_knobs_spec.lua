@@ -103,6 +103,18 @@ describe("content parts", function()
     assert.same({ type = "image", source = { type = "url", url = "https://example.com/x.png" } },
       srv:requests()[1].body.messages[1].content[2])
   end)
+
+  it("are copied into the history: the caller changing its table later changes nothing", function()
+    local a = luagent.agent { model = model("anthropic") }
+    local list = { { type = "text", text = "see" } }
+    assert.equal("stop", a:run(list).stop_reason)
+    list[1].text = "changed"
+    list[2] = { type = "text", text = "added" }
+    assert.same({ { type = "text", text = "see" } }, a.messages[1].content)
+    assert.is_false(rawequal(list, a.messages[1].content))
+    a:run("again")
+    assert.same({ { type = "text", text = "see" } }, srv:requests()[2].body.messages[1].content)
+  end)
 end)
 
 describe("cache = true (Anthropic)", function()

@@ -169,7 +169,11 @@ function Runtime:provider(spec) return provider().new(open(self), spec) end
 ---One model call of this runtime, as an iterator of its events.
 ---@param opts luagent.StreamOptions
 ---@return fun(): luagent.Event? iterator
-function Runtime:stream(opts) return call().stream(open(self), opts, self.event_filters) end
+function Runtime:stream(opts)
+  -- structured output checked as an agent's and complete's are (a bad schema raises here)
+  if type(opts) == "table" and opts.output ~= nil then output().check(opts.output, "stream", 2) end
+  return call().stream(open(self), opts, self.event_filters)
+end
 ---One model call of this runtime: its final message, or nil and the final error.
 ---@param opts luagent.StreamOptions
 ---@return luagent.Message? message

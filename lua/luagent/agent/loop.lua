@@ -161,27 +161,24 @@ local function tool_sources(spec)
 end
 
 -- The fields a guard table may have.
-local GUARD_FIELDS = { input = true, output = true, name = true }
+local GUARD_FIELDS = options.known { "input", "name", "output" }
 
 -- The agent's guards as a list of {input=, output=, name=} (nil: none).
--- Raises on misuse.
+-- Raises on misuse, at the line that called luagent.agent (level 3: this
+-- function's caller's caller).
 local function checked_guards(spec)
   if spec == nil then return nil end
-  if type(spec) ~= "table" then error("agent: guard must be a table {input =, output =, name =}", 4) end
+  if type(spec) ~= "table" then error("agent: guard must be a table {input =, output =, name =}", 3) end
   local list = spec[1] ~= nil and spec or { spec }
   local out = {}
   for i, g in ipairs(list) do
     local where = spec[1] ~= nil and ("guard[" .. i .. "]") or "guard"
-    if type(g) ~= "table" then error("agent: " .. where .. " must be a table {input =, output =, name =}", 4) end
-    for k in pairs(g) do
-      if not GUARD_FIELDS[k] then
-        error("agent: " .. where .. " has no field '" .. tostring(k) .. "' (known: input, name, output)", 4)
-      end
-    end
+    if type(g) ~= "table" then error("agent: " .. where .. " must be a table {input =, output =, name =}", 3) end
+    options.check(g, GUARD_FIELDS, "agent: " .. where, 3)
     for _, f in ipairs { "input", "output" } do
-      if g[f] ~= nil and type(g[f]) ~= "function" then error("agent: " .. where .. "." .. f .. " must be a function", 4) end
+      if g[f] ~= nil and type(g[f]) ~= "function" then error("agent: " .. where .. "." .. f .. " must be a function", 3) end
     end
-    if g.name ~= nil and type(g.name) ~= "string" then error("agent: " .. where .. ".name must be a string", 4) end
+    if g.name ~= nil and type(g.name) ~= "string" then error("agent: " .. where .. ".name must be a string", 3) end
     out[i] = { input = g.input, output = g.output, name = g.name }
   end
   return out
@@ -1066,7 +1063,17 @@ function Agent:prompt(text)
       .. "agent:deny(call_id, reason) each, then agent:continue()", #self.approvals.waiting), 2)
   end
   self:load_session()
-  self.messages[#self.messages + 1] = { role = "user", content = text }
+  local content = text
+  if type(text) == "table" then
+    -- a copy (the list and each part): the caller's table may change later
+    content = {}
+    for i, part in ipairs(text) do
+      local p = {}
+      for k, v in pairs(part) do p[k] = v end
+      content[i] = p
+    end
+  end
+  self.messages[#self.messages + 1] = { role = "user", content = content }
   return self:start()
 end
 

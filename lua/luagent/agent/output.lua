@@ -94,11 +94,12 @@ end
 
 -- complete(rt, opts) -> the final message with .output (the decoded
 -- value), or nil and an error: a call's, or output_invalid once every
--- answer failed the schema. Each retry is a call of its own, the answer and
+-- answer failed the schema. An answer cut at its token limit (stop_reason
+-- "length") is returned at once, .output nil unless it decodes. Each retry is a call of its own, the answer and
 -- the message naming what was wrong added to the messages sent;
 -- total_usage and attempts sum every call's.
 function M.complete(rt, opts)
-  local spec = M.check(opts.output, "complete", 3)
+  local spec = M.check(opts.output, "complete", 2) -- the user called rt:complete (a tail call)
   local messages = {}
   for i, m in ipairs(opts.messages or {}) do messages[i] = m end
   local call_opts = {}
@@ -106,12 +107,14 @@ function M.complete(rt, opts)
   call_opts.output, call_opts.messages = spec, messages
   local total, attempts = nil, 0
   for answer = 1, spec.retries + 1 do
-    local msg, err = retry.complete(rt, call_opts)
+    local msg, err = retry.complete(rt, call_opts, 3)
     if not msg then return nil, err end
     total = add_usage(total, msg.total_usage)
     attempts = attempts + (msg.attempts or 0)
     local value, errs = M.read(spec, msg)
-    if value ~= nil then
+    -- an answer cut at its token limit is not sent back (as an agent's run
+    -- ends): the message, stop_reason "length", .output only when it decodes
+    if value ~= nil or msg.stop_reason == "length" then
       msg.output, msg.total_usage, msg.attempts = value, total, attempts
       return msg
     end

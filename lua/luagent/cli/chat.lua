@@ -197,7 +197,8 @@ function Chat:answer(text)
   local iter, _, _, closer
   local waiting = self.agent:pending_approvals()
   if #waiting > 0 then
-    local yes = text:lower():match("^%s*y[es]*%s*$") ~= nil
+    local word = text:lower():match("^%s*(.-)%s*$")
+    local yes = word == "y" or word == "yes"
     for _, w in ipairs(waiting) do
       if yes then self.agent:approve(w.call_id) else self.agent:deny(w.call_id, text) end
     end

@@ -23,7 +23,8 @@
 --   stream(view, reply, ctx) -> the SSE events {{event=, data=}...} of a reply
 --   complete(view, reply, ctx) -> the stream:false JSON text of a reply
 --                      (view: M.view; reply: {text=, words=<its pieces>,
---                      calls={{id=, name=, json=, pieces=}...}, output_tokens=};
+--                      calls={{id=, name=, json=, pieces=}...}, output_tokens=,
+--                      stop=<"length": cut at the token limit, else nil>};
 --                      ctx: {n=<request number>, created=<unix time>})
 --   error_body(status, e) -> an error's JSON text; e: {message=, message_given=,
 --                      type=<overrides the type and code>, overflow=, in_flight=,
@@ -348,7 +349,7 @@ function M.output_tokens(content) return tokens_of(content) end
 local function reply_of(content)
   if content.output ~= nil and content.text == nil then content.text = M.encode(content.output) end
   return { text = content.text, words = content.text and M.words(content.text) or {},
-    calls = calls_of(content), output_tokens = tokens_of(content) }
+    calls = calls_of(content), output_tokens = tokens_of(content), stop = content.stop }
 end
 
 ------------------------------------------------------------------------------

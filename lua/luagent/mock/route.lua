@@ -87,7 +87,8 @@ local function model(state, req, format, body)
   else
     -- a script (specs, examples) decides what the model says: a content
     -- {text=, tools={{id=, name=, arguments=}...}, output=<a value, sent as
-    -- JSON text>}, or nil for the canned one
+    -- JSON text>, stop="length" (cut at the token limit: Chat Completions and
+    -- Anthropic)}, or nil for the canned one
     local content = state.script and kind ~= "empty" and kind ~= "leak" and state.script(view, n, body)
     content = content or replies.content(view, fault, n)
     resp = replies.reply(format, view, content, ctx)

@@ -833,26 +833,27 @@ end
 -- event before the bus does (an agent's journal writes its steps there).
 -- `filters`, a list of function(iter) -> iter (rt.event_filters, for
 -- rt:stream), are laid over the iterator the caller gets; `api` names the
--- function the user called in misuse errors ("stream", "complete").
-function M.stream(rt, opts, filters, api)
-  api = api or "stream"
-  if type(opts) ~= "table" then error(api .. ": expects a table", 2) end
-  options.check(opts, M.OPTIONS, api)
+-- function the user called in misuse errors ("stream", "complete"), and
+-- `level` (error's, default 2: stream's caller) the user's line.
+function M.stream(rt, opts, filters, api, level)
+  api, level = api or "stream", level or 2
+  if type(opts) ~= "table" then error(api .. ": expects a table", level) end
+  options.check(opts, M.OPTIONS, api, level)
   if opts.before_publish ~= nil and type(opts.before_publish) ~= "function" then
-    error(api .. ": before_publish must be a function", 2)
+    error(api .. ": before_publish must be a function", level)
   end
   local output = opts.output
   if output ~= nil and not (type(output) == "table" and type(output.schema) == "table"
       and (output.name == nil or type(output.name) == "string")
       and (output.strict == nil or type(output.strict) == "boolean")) then
-    error("stream: output must be a table {schema = <JSON Schema table>, name = string?, strict = boolean?}", 2)
+    error(api .. ": output must be a table {schema = <JSON Schema table>, name = string?, strict = boolean?}", level)
   end
   local provider = opts.model
-  if provider == nil then error(api .. ": model is required", 2) end
-  M.check_knobs(opts, api, 2)
-  local policy = rt.policies:resolve(opts.policy, 2, api) -- a bad one raises before a missing key
+  if provider == nil then error(api .. ": model is required", level) end
+  M.check_knobs(opts, api, level)
+  local policy = rt.policies:resolve(opts.policy, level, api) -- a bad one raises before a missing key
   if getmetatable(provider) ~= provider_mod.Provider then provider = provider_mod.new(rt, provider) end
-  local fallback = M.fallback_models(rt, opts.fallback, "stream", 2)
+  local fallback = M.fallback_models(rt, opts.fallback, api, level)
   local call = Call.new(rt, opts, provider, policy, fallback)
   local closer = setmetatable({}, { __close = function() call:close() end })
   local iter = function() return call:pull() end
@@ -863,13 +864,14 @@ end
 -- complete(rt, {...}) -> the final assistant message (with .usage, .total_usage,
 -- .attempts and .model, the "kind/model" that answered), or nil and the
 -- error record of the final failure.
-function M.complete(rt, opts)
-  -- misuse names the caller's line (stream's own checks would name this one)
-  if type(opts) ~= "table" then error("complete: expects a table", 2) end
-  options.check(opts, M.OPTIONS, "complete")
-  if opts.model == nil then error("complete: model is required", 2) end
+function M.complete(rt, opts, level)
+  -- misuse names the caller's line (stream's own checks get the level of it)
+  level = level or 2
+  if type(opts) ~= "table" then error("complete: expects a table", level) end
+  options.check(opts, M.OPTIONS, "complete", level)
+  if opts.model == nil then error("complete: model is required", level) end
   local final -- the last message_end is the call's outcome
-  for ev in M.stream(rt, opts, nil, "complete") do
+  for ev in M.stream(rt, opts, nil, "complete", level + 1) do
     if ev.type == "message_end" then final = ev end
   end
   if not final then return nil, errors.new("truncated", "the call ended without an answer") end

@@ -367,7 +367,7 @@ function mock.stream(view, reply, ctx)
     add(O("type", "content_block_stop", "index", i - 1))
   end
   add(O("type", "message_delta", "delta", O(
-    "stop_reason", tool and "tool_use" or "end_turn", "stop_sequence", null),
+    "stop_reason", reply.stop == "length" and "max_tokens" or tool and "tool_use" or "end_turn", "stop_sequence", null),
     "usage", O("output_tokens", reply.output_tokens)))
   add(O("type", "message_stop"))
   return events
@@ -383,7 +383,8 @@ function mock.complete(view, reply, ctx)
   end
   return common.encode(O("id", "msg_mock" .. ctx.n, "type", "message",
     "role", "assistant", "model", view.model, "content", blocks,
-    "stop_reason", calls[1] and "tool_use" or "end_turn", "stop_sequence", null,
+    "stop_reason", reply.stop == "length" and "max_tokens" or calls[1] and "tool_use" or "end_turn",
+    "stop_sequence", null,
     "usage", O("input_tokens", view.input_tokens, "cache_creation_input_tokens", 0,
       "cache_read_input_tokens", 0, "output_tokens", reply.output_tokens)))
 end

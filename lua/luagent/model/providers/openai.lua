@@ -273,7 +273,7 @@ function mock.stream(view, reply, ctx)
     add(chunk(view, ctx, O("role", "assistant", "content", "", "refusal", null)))
     for _, p in ipairs(reply.words) do add(chunk(view, ctx, O("content", p))) end
   end
-  add(chunk(view, ctx, O(), tool and "tool_calls" or "stop"))
+  add(chunk(view, ctx, O(), reply.stop == "length" and "length" or tool and "tool_calls" or "stop"))
   if view.include_usage then
     add(chunk(view, ctx, nil, nil, array(), usage_object(view, reply.output_tokens)))
   end
@@ -297,7 +297,7 @@ function mock.complete(view, reply, ctx)
   return common.encode(O("id", mock.message_id(ctx), "object", "chat.completion",
     "created", ctx.created, "model", view.model,
     "choices", array { O("index", 0, "message", message, "logprobs", null,
-      "finish_reason", calls[1] and "tool_calls" or "stop") },
+      "finish_reason", reply.stop == "length" and "length" or calls[1] and "tool_calls" or "stop") },
     "usage", usage_object(view, reply.output_tokens)))
 end
 
