@@ -27,7 +27,8 @@ commands:
   mock [options]           serve the mock provider (luagent mock --help)
   sim [options]            the contention simulation (luagent help sim)
   resume RUN_ID            continue a durable run where it stopped
-  runs [show|resolve|gc]   list, inspect, settle and delete durable runs
+  runs [SUBCOMMAND]        list, inspect, settle, approve and delete durable
+                           runs; sessions (luagent runs --help)
   cost settle RUN_ID       look up what each OpenRouter generation of a run
                            cost, failed attempts included (luagent help cost)
   mcp list -- CMD [ARGS]   an MCP server's tools and their flags (luagent mcp --help)
