@@ -68,6 +68,18 @@ end
 local TOOL_HIDDEN = { debug = true }
 local TOOL_REFUSED = { debug = true, _G = true }
 
+-- The host's module loader as a tool file gets it (`load_module`: the
+-- global require as the file loads; a loader handed to user code, not a
+-- dependency of this module), with the names of TOOL_REFUSED refused.
+local function refusing(load_module)
+  return function(name)
+    if TOOL_REFUSED[name] then
+      error("require: a tool file may not load '" .. name .. "' (it reaches past the file's bounds)", 2)
+    end
+    return load_module(name)
+  end
+end
+
 -- A fresh environment for a tool file (lua/luagent/agent/tools/dir.lua). A tool
 -- does real work, so it sees the host's globals (io, os, require, ...), as
 -- they are when the file loads; globals it sets stay its own. Left out is
@@ -85,12 +97,7 @@ function M.tool_env()
     if not TOOL_HIDDEN[k] then env[k] = v end
   end
   env._G = env
-  function env.require(name)
-    if TOOL_REFUSED[name] then
-      error("require: a tool file may not load '" .. name .. "' (it reaches past the file's bounds)", 2)
-    end
-    return require(name)
-  end
+  env.require = refusing(env.require)
   function env.setmetatable(t, mt)
     if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
       error("setmetatable: a tool file may not set a __gc (a finalizer runs outside every bound)", 2)
